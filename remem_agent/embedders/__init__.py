@@ -1,0 +1,22 @@
+"""Embedders: text -> unit vectors. Optional ones load lazily so a missing extra only matters when used."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from remem_agent.embedders.base import Embedder, check_vectors
+from remem_agent.embedders.hashing import ConceptHashEmbedder
+
+__all__ = ["ConceptHashEmbedder", "Embedder", "OpenAIEmbedder", "SentenceTransformerEmbedder", "check_vectors"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SentenceTransformerEmbedder":
+        from remem_agent.embedders.sentence_transformers import SentenceTransformerEmbedder
+
+        return SentenceTransformerEmbedder
+    if name == "OpenAIEmbedder":
+        from remem_agent.embedders.openai_compat import OpenAIEmbedder
+
+        return OpenAIEmbedder
+    raise AttributeError(name)

@@ -1,0 +1,139 @@
+"""A deterministic, offline hash embedder that knows a little about synonyms.
+
+It exists for tests and the synthetic benchmark, where a trained model would make results depend on
+a download. Each text becomes a bag of normalised terms (lower-cased, lightly stemmed, mapped through
+a concept lexicon so "host" and "server" land on one feature) plus adjacent-term bigrams; each
+feature is hashed with BLAKE2b (stable across processes, unlike ``hash()``) to a signed bucket.
+Use a real model (``SentenceTransformerEmbedder``) in practice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+
+import numpy as np
+
+from remem_agent.embedders.base import Vectors, check_vectors
+
+_WORD_RE = re.compile(r"[a-z0-9]+(?:[-_.][a-z0-9]+)*")
+
+STOPWORDS = frozenset(
+    """a an the is are was were be been being of to in on at for from by with and or our we you your
+    it its this that these those as into do does did has have had what which who whom where when
+    how i me my us they them their there here than then so if not no but about over under up down
+    out off again just also very can will would should could may might must shall""".split()
+)
+
+# Default concept lexicon: each group maps to its first word. Worlds of the benchmark extend it.
+DEFAULT_CONCEPT_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("server", "host", "machine", "box", "instance", "node"),
+    ("database", "db", "datastore", "postgres", "mysql"),
+    ("region", "location", "zone", "datacenter", "datacentre"),
+    ("owner", "responsible", "maintainer", "maintains", "owns", "lead"),
+    ("deploy", "deployment", "release", "rollout", "ship", "shipping"),
+    ("approve", "approval", "approver", "sign-off", "signoff"),
+    ("cache", "caching", "memcached", "redis"),
+    ("cost", "price", "pricing", "fee", "budget"),
+    ("plan", "tier", "subscription"),
+    ("move", "moved", "migrate", "migrated", "migration", "relocate", "relocated"),
+    ("use", "uses", "using", "used", "depend", "depends", "dependency"),
+    ("meeting", "meet", "sync", "standup"),
+    ("customer", "client", "user", "account"),
+    ("error", "bug", "failure", "incident", "outage"),
+    ("password", "credential", "secret", "token"),
+)
+
+
+def _concept_map(groups: Sequence[Sequence[str]]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for group in groups:
+        head = _stem(group[0])
+        for word in group:
+            out[_stem(word)] = head
+    return out
+
+
+def _stem(word: str) -> str:
+    """A tiny suffix stripper: enough that 'deploys' and 'deploying' share a feature."""
+    if len(word) <= 4 or not word.isalpha():
+        return word
+    for suffix, repl in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: len(word) - len(suffix)] + repl
+    return word
+
+
+class ConceptHashEmbedder:
+    """Deterministic signed feature hashing over stemmed, concept-mapped terms and bigrams."""
+
+    def __init__(
+        self,
+        dim: int = 256,
+        *,
+        concepts: Sequence[Sequence[str]] | Mapping[str, str] | None = None,
+        bigram_weight: float = 0.5,
+    ) -> None:
+        if dim < 8:
+            raise ValueError("dim must be >= 8")
+        self._dim = int(dim)
+        if concepts is None:
+            self._concepts = _concept_map(DEFAULT_CONCEPT_GROUPS)
+        elif isinstance(concepts, Mapping):
+            self._concepts = {_stem(k.lower()): _stem(v.lower()) for k, v in concepts.items()}
+        else:
+            self._concepts = _concept_map([[w.lower() for w in g] for g in concepts])
+        self._bigram_weight = float(bigram_weight)
+        lexicon = "|".join(f"{k}>{v}" for k, v in sorted(self._concepts.items()))
+        fp = hashlib.blake2b(lexicon.encode(), digest_size=4).hexdigest()
+        self._name = f"hash-concept-v1-d{self._dim}-b{self._bigram_weight:g}-{fp}"
+        self._bucket = lru_cache(maxsize=200_000)(self._bucket_uncached)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def terms(self, text: str) -> list[str]:
+        """The normalised terms of ``text`` (exposed for tests and explanations)."""
+        out: list[str] = []
+        for tok in _WORD_RE.findall(text.lower()):
+            parts = [tok]
+            if any(c in tok for c in "-_.") and not tok.replace(".", "").isdigit():
+                parts += [p for p in re.split(r"[-_.]", tok) if p]
+            for p in parts:
+                if p in STOPWORDS:
+                    continue
+                s = _stem(p)
+                out.append(self._concepts.get(s, s))
+        return out
+
+    def _bucket_uncached(self, feature: str) -> tuple[int, float]:
+        h = int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest(), "little")
+        return h % self._dim, (1.0 if (h >> 63) & 1 else -1.0)
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        n = len(texts)
+        out = np.zeros((n, self._dim), dtype=np.float32)
+        bw = self._bigram_weight
+        for row, text in enumerate(texts):
+            terms = self.terms(text)
+            if not terms:  # only stopwords/punctuation: fall back to the raw text
+                terms = [text.strip().lower() or "<empty>"]
+            vec = out[row]
+            for t in terms:
+                i, s = self._bucket(t)
+                vec[i] += s
+            if bw:
+                for a, b in zip(terms, terms[1:], strict=False):
+                    i, s = self._bucket(a + " " + b)
+                    vec[i] += s * bw
+            if not vec.any():  # features cancelled out exactly; keep the vector usable
+                i, s = self._bucket(text)
+                vec[i] += s
+        return check_vectors(out, n, self._dim, source=self._name)

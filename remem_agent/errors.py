@@ -1,0 +1,150 @@
+"""The one exception tree of remem-agent.
+
+Every error the library raises on purpose derives from :class:`RememError`, so callers can catch
+one base class. The tree::
+
+    RememError
+    ├── UserInputError (also ValueError)        bad arguments; nothing was written
+    │   ├── UnknownMemoryError (also KeyError)  a memory id that is not in the ledger
+    │   ├── UnknownSearchError (also KeyError)  a search_id that was never issued
+    │   ├── FeedbackConflictError               a second, *different* feedback for one search
+    │   └── EmbeddingError                      NaN/inf vectors, wrong dimension, wrong shape
+    ├── InvalidTransition                       a lifecycle move the state machine forbids
+    ├── StoreError                              the ledger could not do its job
+    │   ├── SchemaVersionError                  store written by a newer remem-agent
+    │   ├── LedgerIntegrityError                verify() found violated invariants
+    │   └── StoreBusyError                      the database stayed locked past every retry
+    ├── ModelError                              a chat/embedding model call failed (status, body)
+    └── OutputValidationError                   the model never produced a valid answer
+                                                (attempts, last_raw)
+
+SDK and database errors are mapped at the boundary with ``raise ... from`` so the original cause is
+kept in ``__cause__``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+class RememError(Exception):
+    """Base class of every error remem-agent raises on purpose."""
+
+
+class UserInputError(RememError, ValueError):
+    """The caller passed something the library cannot accept. Nothing was written."""
+
+
+class UnknownMemoryError(UserInputError, KeyError):
+    """A memory id that is not in the ledger."""
+
+    def __init__(self, memory_id: str) -> None:
+        super().__init__(f"unknown memory id: {memory_id!r}")
+        self.memory_id = memory_id
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return str(self.args[0])
+
+
+class UnknownSearchError(UserInputError, KeyError):
+    """A search_id that this store never issued."""
+
+    def __init__(self, search_id: str) -> None:
+        super().__init__(f"unknown search_id: {search_id!r}")
+        self.search_id = search_id
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class FeedbackConflictError(UserInputError):
+    """Feedback for a search that already received *different* feedback.
+
+    Repeating the identical feedback is idempotent (it returns the first receipt and counts
+    nothing twice); only a conflicting second verdict is an error.
+    """
+
+    def __init__(self, search_id: str, detail: str) -> None:
+        super().__init__(f"search {search_id!r} already has different feedback: {detail}")
+        self.search_id = search_id
+
+
+class EmbeddingError(UserInputError):
+    """An embedding that is not finite or does not have the store's dimension."""
+
+
+class InvalidTransition(RememError):
+    """A lifecycle move that the retention state machine forbids."""
+
+    def __init__(self, memory_id: str, from_state: str, event: str) -> None:
+        super().__init__(f"memory {memory_id!r}: event {event!r} is not allowed in state {from_state}")
+        self.memory_id = memory_id
+        self.from_state = from_state
+        self.event = event
+
+
+class StoreError(RememError):
+    """The ledger could not complete an operation."""
+
+
+class SchemaVersionError(StoreError):
+    """The store was written by a newer remem-agent than this one."""
+
+    def __init__(self, found: int, supported: int, where: str) -> None:
+        super().__init__(
+            f"{where} has schema version {found}, but this remem-agent supports up to {supported}; "
+            "upgrade remem-agent to open it"
+        )
+        self.found = found
+        self.supported = supported
+
+
+class LedgerIntegrityError(StoreError):
+    """``verify()`` found violated invariants (raised only when asked to raise)."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        shown = "; ".join(problems[:5])
+        more = f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""
+        super().__init__(f"ledger integrity check failed: {shown}{more}")
+        self.problems = list(problems)
+
+
+class StoreBusyError(StoreError):
+    """The database stayed locked by other writers past every retry."""
+
+
+class ModelError(RememError):
+    """A model endpoint failed. ``status`` and ``body`` are set for HTTP failures."""
+
+    def __init__(self, message: str, *, status: int | None = None, body: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+class OutputValidationError(RememError):
+    """The model never produced an answer that parses and validates."""
+
+    def __init__(self, message: str, *, attempts: int, last_raw: str | None, errors: Sequence[Any] = ()) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+        self.last_raw = last_raw
+        self.errors = list(errors)
+
+
+__all__ = [
+    "EmbeddingError",
+    "FeedbackConflictError",
+    "InvalidTransition",
+    "LedgerIntegrityError",
+    "ModelError",
+    "OutputValidationError",
+    "RememError",
+    "SchemaVersionError",
+    "StoreBusyError",
+    "StoreError",
+    "UnknownMemoryError",
+    "UnknownSearchError",
+    "UserInputError",
+]

@@ -1,0 +1,656 @@
+"""``ReMem``: the memory facade that wires ledger, embedder, index, ranking, selection and credit.
+
+Three calls make the loop: ``add`` facts, ``search`` before answering, ``feedback`` after. The
+facade is synchronous and thread-safe; ``aadd``/``asearch``/``afeedback`` run the same work on a
+worker thread so an event loop never stalls on embedding or SQLite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from remem_agent._time import Timestamp, to_epoch
+from remem_agent._time import now as wall_now
+from remem_agent.credit import CreditPolicy
+from remem_agent.embedders.base import Embedder, check_vectors
+from remem_agent.errors import (
+    FeedbackConflictError,
+    LedgerIntegrityError,
+    UnknownSearchError,
+    UserInputError,
+)
+from remem_agent.index.base import IndexBackend
+from remem_agent.index.flat import FlatIndex
+from remem_agent.lifecycle import LifecycleEvent
+from remem_agent.ranking.features import FeatureConfig, build_features
+from remem_agent.ranking.utility import HeuristicUtility, UtilityModel
+from remem_agent.select import select
+from remem_agent.staleness import additive_wording, normalise, normalise_key, update_wording
+from remem_agent.store.sqlite import SQLiteStore, SQLiteTx
+from remem_agent.tokens import count_tokens
+from remem_agent.types import (
+    ALL_TASKS,
+    ROLES,
+    SERVABLE_STATES,
+    CreditRecord,
+    Event,
+    FeedbackReceipt,
+    Hit,
+    Memory,
+    MemoryInfo,
+    Role,
+    SearchResult,
+    State,
+    StoreStats,
+    VerifyReport,
+)
+
+log = logging.getLogger("remem_agent")
+
+_TASK_RE = re.compile(r"^[^\s*][^\n]{0,127}$")
+
+
+@dataclass(frozen=True)
+class RememConfig:
+    """Tunable defaults of search and feedback."""
+
+    k: int = 5
+    pool_factor: int = 4  # over-fetch k * pool_factor candidates ...
+    min_pool: int = 40  # ... but never fewer than this
+    p_floor: float = 0.0
+    guard_top: int = 3
+    guard_min_shown: int = 3  # guard exemption: shown at least this often ...
+    guard_max_rate: float = 0.2  # ... with class contribution rate below this
+    features: FeatureConfig = field(default_factory=FeatureConfig)
+    credit: CreditPolicy = field(default_factory=CreditPolicy)
+
+
+@dataclass(frozen=True)
+class MemoryInput:
+    """One fact to add (``add_many`` also accepts plain dicts with these keys, or strings)."""
+
+    text: str
+    entity: str | None = None
+    attribute: str | None = None
+    role: Role = "state"
+    task: str | Sequence[str] | None = None
+    timestamp: Timestamp | None = None
+    confidence: float = 1.0
+
+
+class FactExtractor(Protocol):
+    """Turns a conversation transcript into facts (see ``add_conversation``)."""
+
+    def extract(self, transcript: str) -> Sequence[MemoryInput]: ...
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:16]}"
+
+
+def _check_text(text: object, what: str = "text") -> str:
+    if not isinstance(text, str):
+        raise UserInputError(f"{what} must be a string, got {type(text).__name__}")
+    if not text.strip():
+        raise UserInputError(f"{what} must not be empty")
+    if "\x00" in text:
+        raise UserInputError(f"{what} must not contain NUL characters")
+    return text.strip()
+
+
+def _check_key(value: object, what: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise UserInputError(f"{what} must be a non-empty string or None")
+    return normalise_key(value)
+
+
+def _check_task(task: object) -> str | None:
+    if task is None:
+        return None
+    if not isinstance(task, str) or not _TASK_RE.match(task.strip()):
+        raise UserInputError("task must be a non-empty single-line string (at most 128 chars, not '*')")
+    return task.strip()
+
+
+def _check_tasks(task: object) -> tuple[str, ...]:
+    if task is None:
+        return ()
+    if isinstance(task, str):
+        return (t,) if (t := _check_task(task)) else ()
+    if isinstance(task, Iterable):
+        out = []
+        for t in task:
+            ct = _check_task(t)
+            if ct and ct not in out:
+                out.append(ct)
+        return tuple(out)
+    raise UserInputError("task must be a string or a list of strings")
+
+
+def _check_ids(ids: object, what: str) -> list[str]:
+    if ids is None:
+        return []
+    if isinstance(ids, str) or not isinstance(ids, Iterable):
+        raise UserInputError(f"{what} must be a list of memory ids")
+    out = []
+    for i in ids:
+        if not isinstance(i, str):
+            raise UserInputError(f"{what} must contain strings, got {type(i).__name__}")
+        if i not in out:
+            out.append(i)
+    return out
+
+
+def _check_int(value: object, what: str, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UserInputError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+class ReMem:
+    """A memory store in a folder. Reopening the folder restores everything.
+
+    >>> mem = ReMem("my_memory")
+    >>> mem.add("Our server is in east-1.", entity="server", attribute="region")
+    >>> hits = mem.search("Where is our server?")
+    >>> mem.feedback(hits.search_id, success=True, used_ids=[hits.items[0].id])
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        embedder: Embedder | None = None,
+        backend: IndexBackend | None = None,
+        *,
+        utility: UtilityModel | None = None,
+        config: RememConfig | None = None,
+        synchronous: str = "NORMAL",
+    ) -> None:
+        if embedder is None:
+            from remem_agent.embedders.hashing import ConceptHashEmbedder
+
+            embedder = ConceptHashEmbedder()
+        if not isinstance(embedder, Embedder):
+            raise UserInputError("embedder must have name, dim and embed(texts)")
+        if backend is not None and not isinstance(backend, IndexBackend):
+            raise UserInputError("backend must have ingest(ids, vectors), candidates(query, k) and __len__")
+        self.embedder = embedder
+        self.config = config or RememConfig()
+        self.utility: UtilityModel = utility or HeuristicUtility()
+        self.store = SQLiteStore(path, synchronous=synchronous)
+        self.path = self.store.folder
+        stored_name = self.store.set_meta_default("embedder", embedder.name)
+        stored_dim = int(self.store.set_meta_default("dim", str(embedder.dim)))
+        if stored_name != embedder.name or stored_dim != embedder.dim:
+            self.store.close()
+            raise UserInputError(
+                f"store {self.path} was built with embedder {stored_name!r} (dim {stored_dim}); "
+                f"got {embedder.name!r} (dim {embedder.dim}). Open it with the same embedder."
+            )
+        self.dim = stored_dim
+        self.index: IndexBackend = backend if backend is not None else FlatIndex(self.dim)
+        if len(self.index) != 0:
+            self.store.close()
+            raise UserInputError("backend must be empty: ReMem fills it from the ledger")
+        self._index_seq = 0
+        import threading
+
+        self._index_lock = threading.Lock()
+        self._sync_index()
+
+    # -- housekeeping ---------------------------------------------------------------------------
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> ReMem:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _sync_index(self) -> None:
+        """Bring the index up to date with the ledger (new rows from this or other processes)."""
+        with self._index_lock:
+            if self.store.max_seq() <= self._index_seq:
+                return
+            last, ids, mat = self.store.embeddings_after(self._index_seq, self.dim)
+            if ids:
+                self.index.ingest(ids, mat)
+            self._index_seq = last
+
+    # -- add ------------------------------------------------------------------------------------
+    def add(
+        self,
+        text: str,
+        *,
+        entity: str | None = None,
+        attribute: str | None = None,
+        role: Role = "state",
+        task: str | Sequence[str] | None = None,
+        timestamp: Timestamp | None = None,
+        confidence: float = 1.0,
+    ) -> str:
+        """Store one fact; returns its id (an existing id when the same fact is restated)."""
+        item = MemoryInput(text, entity, attribute, role, task, timestamp, confidence)
+        return self.add_many([item])[0]
+
+    def add_many(self, items: Iterable[MemoryInput | Mapping[str, Any] | str]) -> list[str]:
+        """Store many facts in one transaction (all or nothing), in the given order."""
+        clean = [self._validate_input(it, i) for i, it in enumerate(items)]
+        if not clean:
+            return []
+        vecs = check_vectors(self.embedder.embed([c["text"] for c in clean]), len(clean), self.dim,
+                             source=self.embedder.name)
+        ids: list[str] = []
+        pending_warnings: list[str] = []
+        with self.store.write() as tx:
+            for c, vec in zip(clean, vecs, strict=True):
+                ids.append(self._insert(tx, c, vec, pending_warnings))
+        for msg in pending_warnings:
+            warnings.warn(msg, UserWarning, stacklevel=3)
+        self._sync_index()
+        return ids
+
+    def _validate_input(self, item: MemoryInput | Mapping[str, Any] | str, pos: int) -> dict[str, Any]:
+        if isinstance(item, str):
+            item = MemoryInput(item)
+        elif isinstance(item, Mapping):
+            unknown = set(item) - {"text", "entity", "attribute", "role", "task", "timestamp", "confidence"}
+            if unknown:
+                raise UserInputError(f"item {pos}: unknown fields {sorted(unknown)}")
+            if "text" not in item:
+                raise UserInputError(f"item {pos}: missing 'text'")
+            item = MemoryInput(**item)
+        elif not isinstance(item, MemoryInput):
+            raise UserInputError(f"item {pos}: expected MemoryInput, dict or str, got {type(item).__name__}")
+        text = _check_text(item.text)
+        if item.role not in ROLES:
+            raise UserInputError(f"role must be one of {ROLES}, got {item.role!r}")
+        entity = _check_key(item.entity, "entity")
+        attribute = _check_key(item.attribute, "attribute")
+        conf = item.confidence
+        if isinstance(conf, bool) or not isinstance(conf, int | float) or not 0.0 <= float(conf) <= 1.0:
+            raise UserInputError(f"confidence must be a number in [0, 1], got {conf!r}")
+        t = to_epoch(item.timestamp, name="timestamp", default=wall_now())
+        assert t is not None
+        return {
+            "text": text,
+            "entity": entity,
+            "attribute": attribute,
+            "role": item.role,
+            "tasks": _check_tasks(item.task),
+            "t": t,
+            "confidence": float(conf),
+        }
+
+    def _insert(self, tx: SQLiteTx, c: dict[str, Any], vec: np.ndarray, warn: list[str]) -> str:
+        entity, attribute, role, t = c["entity"], c["attribute"], c["role"], c["t"]
+        current: list[Memory] = []
+        if role == "state" and entity is not None and attribute is not None:
+            current = tx.current_for_key(entity, attribute)
+            for old in current:
+                if normalise(old.original_text) == normalise(c["text"]):
+                    tx.transition(
+                        old.id,
+                        LifecycleEvent.RECONFIRM,
+                        reason="the same fact was stated again",
+                        at=t,
+                        evidence={"text": c["text"]},
+                    )
+                    return old.id
+        mem = Memory(
+            id=_new_id("m"),
+            text=c["text"],
+            original_text=c["text"],
+            entity=entity,
+            attribute=attribute,
+            role=role,
+            tasks=c["tasks"],
+            created_at=wall_now(),
+            valid_from=t,
+            valid_to=None,
+            superseded_by=None,
+            state=State.ACTIVE,
+            token_cost=count_tokens(c["text"]),
+            confidence=c["confidence"],
+        )
+        tx.insert_memory(mem, vec, reason="added", at=t)
+        if not current:
+            return mem.id
+        wording = update_wording(c["text"])
+        additive = additive_wording(c["text"])
+        if additive:
+            warn.append(
+                f"{c['text']!r} reads like an additional value ({additive!r}) but, as a 'state' fact with key "
+                f"({entity}, {attribute}), it replaces the current value; store multi-valued facts with "
+                "role='preference' or 'note'"
+            )
+        newer = [m for m in current if m.valid_from > t]
+        if newer:
+            # Backdated fact: it was already replaced by the newer current one when it arrived.
+            repl = min(newer, key=lambda m: m.valid_from)
+            tx.transition(
+                mem.id,
+                LifecycleEvent.INVALIDATE,
+                reason=f"superseded on arrival: newer fact {repl.id} with the same entity+attribute already holds",
+                at=t,
+                evidence={"by": repl.id, "key": [entity, attribute]},
+                updates={"valid_to": repl.valid_from, "superseded_by": repl.id},
+            )
+            return mem.id
+        for old in current:
+            reason = "superseded by a newer fact with the same entity+attribute"
+            if wording:
+                reason += f" (explicit update wording: {wording!r})"
+            tx.transition(
+                old.id,
+                LifecycleEvent.INVALIDATE,
+                reason=reason,
+                at=t,
+                evidence={"by": mem.id, "key": [entity, attribute], "wording": wording, "new_text": c["text"]},
+                updates={"valid_to": t, "superseded_by": mem.id},
+            )
+        return mem.id
+
+    def add_conversation(
+        self,
+        transcript: str | Sequence[Mapping[str, str]],
+        extractor: FactExtractor | None = None,
+        *,
+        task: str | Sequence[str] | None = None,
+        timestamp: Timestamp | None = None,
+    ) -> list[str]:
+        """Store a conversation: facts from ``extractor``, else each sentence as a ``note``."""
+        if isinstance(transcript, str):
+            text = _check_text(transcript, "transcript")
+        elif isinstance(transcript, Sequence):
+            lines = []
+            for turn in transcript:
+                if not isinstance(turn, Mapping) or not isinstance(turn.get("content"), str):
+                    raise UserInputError("transcript turns must be mappings with a string 'content'")
+                who = turn.get("role") or turn.get("speaker") or "user"
+                lines.append(f"{who}: {turn['content']}")
+            text = _check_text("\n".join(lines), "transcript")
+        else:
+            raise UserInputError("transcript must be a string or a list of {role, content} turns")
+        if extractor is not None:
+            facts = list(extractor.extract(text))
+        else:
+            sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", text) if s.strip()]
+            facts = [MemoryInput(s, role="note", task=task, timestamp=timestamp) for s in sentences]
+        return self.add_many(facts)
+
+    # -- search ---------------------------------------------------------------------------------
+    def search(
+        self,
+        query: str,
+        *,
+        k: int | None = None,
+        task: str | None = None,
+        as_of: Timestamp | None = None,
+        now: Timestamp | None = None,
+        token_budget: int | None = None,
+        explain: bool = False,
+    ) -> SearchResult:
+        """Rank and select memories for ``query``; the result's ``search_id`` is what feedback refers to.
+
+        ``as_of`` asks about the past: facts valid at that time are returned, including ones retired
+        since. ``now`` sets the present (default: the wall clock); memories valid only after it are not
+        served.
+        """
+        query = _check_text(query, "query")
+        k = _check_int(self.config.k if k is None else k, "k", minimum=1)
+        task = _check_task(task)
+        if token_budget is not None:
+            token_budget = _check_int(token_budget, "token_budget", minimum=0)
+        t_now = to_epoch(now, name="now", default=wall_now())
+        t_as_of = to_epoch(as_of, name="as_of")
+        assert t_now is not None
+        at = t_as_of if t_as_of is not None else t_now
+
+        qvec = check_vectors(self.embedder.embed([query]), 1, self.dim, source=self.embedder.name)[0]
+        self._sync_index()
+        cands, sims = self._pool(qvec, k, at, historical=t_as_of is not None)
+        served: list[Hit] = []
+        if cands:
+            tasks = (ALL_TASKS, task) if task else (ALL_TASKS,)
+            with self.store.read() as tx:
+                stats = tx.stats([m.id for m in cands], tasks)
+            feats = build_features(cands, sims, stats, task=task, now=at, config=self.config.features)
+            p, comps = self.utility.score(feats)
+            exempt = np.array(
+                [
+                    (s := stats.get((m.id, task or ALL_TASKS))) is not None
+                    and s.shown >= self.config.guard_min_shown
+                    and s.contribution_rate < self.config.guard_max_rate
+                    for m in cands
+                ],
+                dtype=bool,
+            )
+            tokens = np.array([m.token_cost for m in cands], dtype=np.int64)
+            chosen = select(
+                p,
+                sims,
+                tokens,
+                k=k,
+                token_budget=token_budget,
+                p_floor=self.config.p_floor,
+                guard_top=self.config.guard_top,
+                guard_exempt=exempt,
+            )
+            for rank, i in enumerate(chosen):
+                m = cands[i]
+                detail = None
+                if explain:
+                    detail = {f"feature.{n}": float(v[i]) for n, v in feats.items()}
+                    detail.update({f"component.{n}": float(v[i]) for n, v in comps.items()})
+                served.append(
+                    Hit(
+                        id=m.id,
+                        text=m.text,
+                        score=float(p[i]),
+                        similarity=float(sims[i]),
+                        state=m.state,
+                        rank=rank,
+                        valid_from=m.valid_from,
+                        valid_to=m.valid_to,
+                        entity=m.entity,
+                        attribute=m.attribute,
+                        role=m.role,
+                        token_cost=m.token_cost,
+                        explain=detail,
+                    )
+                )
+        search_id = _new_id("s")
+        with self.store.write() as tx:
+            tx.insert_search(
+                search_id,
+                at=wall_now(),
+                query=query,
+                task=task,
+                as_of=t_as_of,
+                now=t_now,
+                token_budget=token_budget,
+                served=[
+                    {"id": h.id, "rank": h.rank, "score": round(h.score, 6), "similarity": round(h.similarity, 6)}
+                    for h in served
+                ],
+            )
+        return SearchResult(search_id, query, task, tuple(served), t_as_of, t_now, token_budget)
+
+    def _pool(
+        self, qvec: np.ndarray, k: int, at: float, *, historical: bool
+    ) -> tuple[list[Memory], np.ndarray]:
+        """Over-fetch candidates and keep the ones eligible at time ``at``; widen if too few survive."""
+        size = len(self.index)
+        want = max(self.config.min_pool, k * self.config.pool_factor)
+        pool = min(size, want)
+        while True:
+            ids, sims = self.index.candidates(qvec, pool)
+            with self.store.read() as tx:
+                rows = tx.memories(ids)
+            keep_m: list[Memory] = []
+            keep_s: list[float] = []
+            for mid, s in zip(ids, sims, strict=True):
+                m = rows.get(mid)
+                if m is None or not m.valid_at(at):
+                    continue
+                if historical:
+                    if m.state is State.ARCHIVED:
+                        continue
+                elif m.state not in SERVABLE_STATES:
+                    continue
+                keep_m.append(m)
+                keep_s.append(float(s))
+            if len(keep_m) >= min(want, k * 2) or pool >= size:
+                return keep_m[:want], np.array(keep_s[:want], dtype=np.float64)
+            pool = min(size, pool * 4)
+
+    # -- feedback -------------------------------------------------------------------------------
+    def feedback(
+        self,
+        search_id: str,
+        *,
+        success: bool,
+        used_ids: Sequence[str] | None = None,
+        cited_ids: Sequence[str] | None = None,
+    ) -> FeedbackReceipt:
+        """Report the outcome of the task that used ``search_id``'s memories.
+
+        ``used_ids``: served memories whose value the answer relied on; ``cited_ids``: served memories
+        the agent cited. Ids that were not served are an error (only shown memories get feedback).
+        Repeating identical feedback is idempotent (returns the first receipt, counts nothing twice);
+        a different verdict for an answered search raises FeedbackConflictError.
+        """
+        if not isinstance(search_id, str):
+            raise UserInputError("search_id must be a string")
+        if not isinstance(success, bool | np.bool_):
+            raise UserInputError("success must be True or False")
+        success = bool(success)
+        used = _check_ids(used_ids, "used_ids")
+        cited = _check_ids(cited_ids, "cited_ids")
+        payload = {"success": success, "used": sorted(used), "cited": sorted(cited)}
+        at = wall_now()
+        with self.store.write() as tx:
+            rec = tx.search(search_id)
+            if rec is None:
+                raise UnknownSearchError(search_id)
+            if rec["feedback"] is not None:
+                if rec["feedback"] == payload:
+                    return self._receipt_from_ledger(tx, search_id, success, repeated=True)
+                raise FeedbackConflictError(search_id, f"first {rec['feedback']}, now {payload}")
+            served = [s["id"] for s in rec["served"]]
+            unknown = [i for i in used + cited if i not in served]
+            if unknown:
+                raise UserInputError(f"ids not served by search {search_id}: {unknown}")
+            tx.record_feedback(search_id, payload, at)
+            assigned = self.config.credit.assign(served, success=success, cited=cited, used=used)
+            records = [
+                CreditRecord(search_id, mid, rec["task"], at, success, mid in cited, mid in used, cr, bl)
+                for mid, (cr, bl) in assigned.items()
+            ]
+            tx.insert_credits(records)
+            transitions: list[Event] = []
+        return FeedbackReceipt(
+            search_id,
+            success,
+            {r.memory_id: r.credit for r in records},
+            {r.memory_id: r.blame for r in records},
+            tuple(transitions),
+        )
+
+    def _receipt_from_ledger(self, tx: SQLiteTx, search_id: str, success: bool, *, repeated: bool) -> FeedbackReceipt:
+        rows = tx.c.execute(
+            "SELECT memory_id, credit, blame FROM credits WHERE search_id = ? ORDER BY seq", (search_id,)
+        ).fetchall()
+        return FeedbackReceipt(search_id, success, {r[0]: r[1] for r in rows}, {r[0]: r[2] for r in rows},
+                               (), repeated)
+
+    # -- inspection -----------------------------------------------------------------------------
+    def get(self, memory_id: str) -> Memory:
+        with self.store.read() as tx:
+            return tx.memory(_check_text(memory_id, "memory_id"))
+
+    def inspect(self, memory_id: str) -> MemoryInfo:
+        """State, credit statistics, credit history and every transition of one memory."""
+        memory_id = _check_text(memory_id, "memory_id")
+        with self.store.read() as tx:
+            m = tx.memory(memory_id)
+            return MemoryInfo(
+                memory=m,
+                stats=tx.all_stats(memory_id),
+                history=tuple(tx.events(memory_id)),
+                credits=tuple(tx.credits_for(memory_id)),
+                supersedes=tuple(tx.supersedes(memory_id)),
+            )
+
+    def list(
+        self, state: State | str | None = None, *, role: Role | None = None, limit: int | None = None, offset: int = 0
+    ) -> list[Memory]:
+        """Memories in insertion order, optionally filtered by state and role."""
+        st: State | None = None
+        if state is not None:
+            try:
+                st = State(str(state).upper())
+            except ValueError as exc:
+                raise UserInputError(f"unknown state {state!r}; one of {[s.value for s in State]}") from exc
+        if role is not None and role not in ROLES:
+            raise UserInputError(f"role must be one of {ROLES}")
+        if limit is not None:
+            _check_int(limit, "limit", minimum=0)
+        _check_int(offset, "offset", minimum=0)
+        with self.store.read() as tx:
+            return tx.list_memories(st, role, limit, offset)
+
+    def stats(self) -> StoreStats:
+        c = self.store.counts()
+        return StoreStats(
+            memories=c["memories"],
+            by_state={s.value: c["by_state"].get(s.value, 0) for s in State},
+            by_role={r: c["by_role"].get(r, 0) for r in ROLES},
+            events=c["events"],
+            searches=c["searches"],
+            feedbacks=c["feedbacks"],
+            tokens_active=c["tokens_active"],
+            embedder=self.embedder.name,
+            dim=self.dim,
+            schema_version=self.store.schema_version,
+        )
+
+    def verify(self, *, raise_on_error: bool = False) -> VerifyReport:
+        """Check the ledger's invariants (see remem_agent/store/verify.py)."""
+        problems = self.store.verify(self.dim)
+        c = self.store.counts()
+        report = VerifyReport(not problems, tuple(problems), {"memories": c["memories"], "events": c["events"]})
+        if problems and raise_on_error:
+            raise LedgerIntegrityError(problems)
+        return report
+
+    # -- async twins ----------------------------------------------------------------------------
+    async def aadd(self, text: str, **kwargs: Any) -> str:
+        return await asyncio.to_thread(self.add, text, **kwargs)
+
+    async def aadd_many(self, items: Iterable[MemoryInput | Mapping[str, Any] | str]) -> list[str]:
+        items = list(items)
+        return await asyncio.to_thread(self.add_many, items)
+
+    async def asearch(self, query: str, **kwargs: Any) -> SearchResult:
+        return await asyncio.to_thread(self.search, query, **kwargs)
+
+    async def afeedback(self, search_id: str, **kwargs: Any) -> FeedbackReceipt:
+        return await asyncio.to_thread(self.feedback, search_id, **kwargs)
+
+    async def ainspect(self, memory_id: str) -> MemoryInfo:
+        return await asyncio.to_thread(self.inspect, memory_id)

@@ -1,0 +1,91 @@
+"""Per-candidate features at retrieval time, vectorised over the candidate pool.
+
+Four groups, each switchable so ablations can turn an information source off (reference §3):
+
+* static: similarity, gap to the best similarity, backend rank, recency, confidence, token cost
+* history: retrieval count and recency (the "frequency" strawman: frequent is not useful)
+* outcome: Beta-posterior contribution rate overall and for this task class, waste rate, blame rate,
+  posterior std, and how much evidence there is
+* contradiction: stale flag (a newer same-key fact exists) and contradiction count
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from remem_agent.types import ALL_TASKS, Memory, TaskStats
+
+GROUPS = ("static", "history", "outcome", "contradiction")
+
+FEATURES: dict[str, tuple[str, ...]] = {
+    "static": ("similarity", "gap", "rank", "recency", "confidence", "tokens"),
+    "history": ("retrievals", "retrieval_recency"),
+    "outcome": ("rate_all", "rate_class", "waste_rate", "blame_rate", "post_std", "evidence"),
+    "contradiction": ("stale", "contradictions"),
+}
+FEATURE_NAMES: tuple[str, ...] = tuple(f for g in GROUPS for f in FEATURES[g])
+
+DAY = 86_400.0
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    groups: tuple[str, ...] = GROUPS
+    recency_half_life_days: float = 30.0
+    evidence_k: float = 2.0  # evidence = n / (n + k): how far to trust the posterior
+
+
+def build_features(
+    memories: Sequence[Memory],
+    similarity: NDArray[np.float64],
+    stats: Mapping[tuple[str, str], TaskStats],
+    *,
+    task: str | None,
+    now: float,
+    contradictions: Mapping[str, int] | None = None,
+    config: FeatureConfig = FeatureConfig(),
+) -> dict[str, NDArray[np.float64]]:
+    """Feature arrays (one value per candidate); disabled groups are all zeros."""
+    n = len(memories)
+    sim = np.asarray(similarity, dtype=np.float64)
+    f: dict[str, NDArray[np.float64]] = {name: np.zeros(n) for name in FEATURE_NAMES}
+    if n == 0:
+        return f
+    on = set(config.groups)
+    if "static" in on:
+        f["similarity"] = sim
+        f["gap"] = sim.max() - sim
+        f["rank"] = np.arange(n, dtype=np.float64) / max(1, n - 1)
+        age_days = np.maximum(0.0, now - np.array([m.valid_from for m in memories])) / DAY
+        f["recency"] = np.power(0.5, age_days / config.recency_half_life_days)
+        f["confidence"] = np.array([m.confidence for m in memories], dtype=np.float64)
+        f["tokens"] = np.log1p(np.array([m.token_cost for m in memories], dtype=np.float64))
+    overall = [stats.get((m.id, ALL_TASKS)) for m in memories]
+    if "history" in on:
+        f["retrievals"] = np.log1p([s.retrieved if s else 0 for s in overall])
+        last = np.array([s.last_retrieved_at if s and s.last_retrieved_at else -np.inf for s in overall])
+        f["retrieval_recency"] = np.where(np.isfinite(last), np.power(0.5, (now - last) / DAY), 0.0)
+    if "outcome" in on:
+        cls = [stats.get((m.id, task)) if task else s for m, s in zip(memories, overall, strict=True)]
+        f["rate_all"] = np.array([s.contribution_rate if s else 0.5 for s in overall])
+        f["rate_class"] = np.array([s.contribution_rate if s else 0.5 for s in cls])
+        shown = np.array([s.shown if s else 0 for s in cls], dtype=np.float64)
+        denom = np.maximum(shown, 1.0)
+        f["waste_rate"] = np.array([s.wasted if s else 0 for s in cls], dtype=np.float64) / denom
+        f["blame_rate"] = np.array([s.blame_sum if s else 0.0 for s in cls], dtype=np.float64) / denom
+        f["post_std"] = np.array([s.posterior_std if s else 0.2887 for s in cls])
+        f["evidence"] = shown / (shown + config.evidence_k)
+    if "contradiction" in on:
+        f["stale"] = np.array([1.0 if m.valid_to is not None and m.valid_to <= now else 0.0 for m in memories])
+        if contradictions:
+            f["contradictions"] = np.array([float(contradictions.get(m.id, 0)) for m in memories])
+    return f
+
+
+def matrix(features: Mapping[str, NDArray[np.float64]]) -> NDArray[np.float64]:
+    """Stack features in FEATURE_NAMES order: shape (n, len(FEATURE_NAMES))."""
+    return np.column_stack([features[name] for name in FEATURE_NAMES])

@@ -1,0 +1,76 @@
+"""Utility models: P(memory contributes to a successful outcome | features at retrieval time)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+Features = Mapping[str, NDArray[np.float64]]
+
+
+class UtilityModel(Protocol):
+    """Scores a candidate pool; returns (p, components) where components explain the score."""
+
+    name: str
+
+    def score(self, features: Features) -> tuple[NDArray[np.float64], dict[str, NDArray[np.float64]]]: ...
+
+
+def _sigmoid(z: NDArray[np.float64]) -> NDArray[np.float64]:
+    return 1.0 / (1.0 + np.exp(-np.clip(z, -40.0, 40.0)))
+
+
+@dataclass(frozen=True)
+class HeuristicUtility:
+    """A documented weighted sum of features, squashed to a probability.
+
+    Each weight is a design choice (set a priori, not fitted):
+    """
+
+    name: str = "heuristic"
+    weights: Mapping[str, float] = field(
+        default_factory=lambda: {
+            # Similarity is the prior: without outcome evidence, closer text is more likely useful.
+            "similarity": 4.0,
+            # Distance from the best candidate: relative closeness matters more than the embedder's scale.
+            "gap": -3.0,
+            # Newer facts are slightly preferred; old-but-true facts are not punished much.
+            "recency": 0.3,
+            # Low-confidence facts (decayed or extracted with doubt) lose a little.
+            "confidence": 0.5,
+            # Long memories cost context; a mild penalty per log-token.
+            "tokens": -0.1,
+            # Outcome evidence, centred at the 0.5 prior and scaled by how much evidence exists
+            # (see "evidence" below): contribution rate for this task class dominates the overall rate.
+            "rate_class": 5.0,
+            "rate_all": 1.5,
+            # Shown and blamed on failures: worse than merely wasted.
+            "blame_rate": -2.0,
+            # A fact with a newer same-key replacement is a trap for present-tense questions.
+            "stale": -3.0,
+            # Retrieval frequency is deliberately ignored (weight 0): frequent is not useful.
+            "retrievals": 0.0,
+        }
+    )
+    bias: float = -2.0
+    # UCB-style exploration bonus: c * posterior std, so rarely-shown memories get tried.
+    explore_c: float = 0.1
+
+    def score(self, features: Features) -> tuple[NDArray[np.float64], dict[str, NDArray[np.float64]]]:
+        w = self.weights
+        ev = features["evidence"]
+        comps: dict[str, NDArray[np.float64]] = {}
+        for name in ("similarity", "gap", "recency", "confidence", "tokens", "stale", "retrievals"):
+            comps[name] = w.get(name, 0.0) * features[name]
+        comps["rate_class"] = w.get("rate_class", 0.0) * ev * (features["rate_class"] - 0.5)
+        comps["rate_all"] = w.get("rate_all", 0.0) * ev * (features["rate_all"] - 0.5)
+        comps["blame_rate"] = w.get("blame_rate", 0.0) * features["blame_rate"]
+        z = self.bias + sum(comps.values(), np.zeros_like(ev))
+        p = _sigmoid(z)
+        bonus = self.explore_c * features["post_std"]
+        comps["explore"] = bonus
+        return np.clip(p + bonus, 0.0, 1.0), comps

@@ -1,0 +1,106 @@
+"""Cost-aware selection: what from the ranked pool is worth the context it costs.
+
+Three rules, in order (reference design §7 and §8.1):
+
+1. Candidates whose predicted utility ``p`` is below ``p_floor`` are not worth context.
+2. The similarity guard: the ``guard_top`` most similar candidates are always served, unless the
+   ledger holds evidence they are useless for this task class (the caller passes that as
+   ``guard_exempt``). It protects against the utility layer pushing out a correct, highly similar
+   memory.
+3. Under a hard token budget an exact 0/1 knapsack maximises the sum of ``p`` subject to the token
+   and count limits; without a budget the top ``k`` by ``p`` are taken.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+# Budgets above this are solved on a coarser token grid (weights rounded *up*, so the selection never
+# exceeds the budget); below it the knapsack is exact.
+EXACT_BUDGET_LIMIT = 4096
+
+
+def knapsack(
+    values: NDArray[np.float64], weights: NDArray[np.int64], budget: int, max_items: int
+) -> list[int]:
+    """Exact 0/1 knapsack with a cardinality limit: indices maximising sum(values).
+
+    Items with non-positive value are never taken. Ties keep the earlier items.
+    """
+    n = len(values)
+    if n == 0 or budget < 0 or max_items <= 0:
+        return []
+    w = np.asarray(weights, dtype=np.int64)
+    if budget > EXACT_BUDGET_LIMIT:
+        scale = math.ceil(budget / EXACT_BUDGET_LIMIT)
+        w = -(-w // scale)
+        budget = budget // scale
+    k = min(max_items, n)
+    neg = -np.inf
+    dp = np.full((k + 1, budget + 1), neg)
+    dp[0, :] = 0.0
+    keep = np.zeros((n, k + 1, budget + 1), dtype=bool)
+    for i in range(n):
+        wi, vi = int(w[i]), float(values[i])
+        if vi <= 0 or wi > budget:
+            continue
+        for j in range(min(i + 1, k), 0, -1):
+            cand = dp[j - 1, : budget + 1 - wi] + vi
+            cur = dp[j, wi:]
+            better = cand > cur + 1e-12
+            if better.any():
+                keep[i, j, wi:] = better
+                dp[j, wi:] = np.where(better, cand, cur)
+    best_j = int(np.argmax(dp[:, budget]))
+    if not np.isfinite(dp[best_j, budget]) or dp[best_j, budget] <= 0:
+        return []
+    chosen: list[int] = []
+    j, b = best_j, budget
+    for i in range(n - 1, -1, -1):
+        if j > 0 and keep[i, j, b]:
+            chosen.append(i)
+            b -= int(w[i])
+            j -= 1
+    return sorted(chosen)
+
+
+def select(
+    p: NDArray[np.float64],
+    similarity: NDArray[np.float64],
+    tokens: NDArray[np.int64],
+    *,
+    k: int,
+    token_budget: int | None = None,
+    p_floor: float = 0.0,
+    guard_top: int = 0,
+    guard_exempt: NDArray[np.bool_] | None = None,
+) -> list[int]:
+    """Indices to serve, ordered by ``p`` (best first)."""
+    n = len(p)
+    if n == 0 or k <= 0:
+        return []
+    forced: list[int] = []
+    if guard_top > 0:
+        exempt = guard_exempt if guard_exempt is not None else np.zeros(n, dtype=bool)
+        for i in np.argsort(-similarity, kind="stable")[:guard_top]:
+            if not exempt[i]:
+                forced.append(int(i))
+    eligible = [i for i in range(n) if p[i] >= p_floor and i not in forced]
+    if token_budget is None:
+        forced = forced[:k]
+        rest = sorted(eligible, key=lambda i: -p[i])[: k - len(forced)]
+        chosen = forced + rest
+    else:
+        chosen, used = [], 0
+        for i in forced:  # most similar first; skip a guarded item that cannot fit
+            if len(chosen) < k and used + int(tokens[i]) <= token_budget:
+                chosen.append(i)
+                used += int(tokens[i])
+        idx = np.array(eligible, dtype=np.int64)
+        if len(idx) and len(chosen) < k:
+            picked = knapsack(p[idx], tokens[idx], token_budget - used, k - len(chosen))
+            chosen += [int(idx[j]) for j in picked]
+    return sorted(chosen, key=lambda i: (-p[i], -similarity[i]))

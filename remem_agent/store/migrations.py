@@ -1,0 +1,116 @@
+"""Numbered schema migrations of the SQLite ledger.
+
+Migration N brings a store from ``user_version`` N-1 to N inside one transaction. Never edit a
+released migration; append a new one. A store whose version is higher than ``LATEST`` was written
+by a newer remem-agent and is refused (SchemaVersionError) rather than misread.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: list[tuple[int, str]] = [
+    (
+        1,
+        """
+        CREATE TABLE meta (
+            key   TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        );
+
+        CREATE TABLE memories (
+            seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+            id            TEXT NOT NULL UNIQUE,
+            text          TEXT NOT NULL,
+            original_text TEXT NOT NULL,
+            entity        TEXT,
+            attribute     TEXT,
+            role          TEXT NOT NULL CHECK (role IN ('state', 'preference', 'note')),
+            tasks         TEXT NOT NULL DEFAULT '[]',
+            created_at    REAL NOT NULL,
+            valid_from    REAL NOT NULL,
+            valid_to      REAL,
+            superseded_by TEXT,
+            state         TEXT NOT NULL
+                          CHECK (state IN ('ACTIVE', 'LOW_VALUE', 'COMPRESSED', 'ARCHIVED', 'INVALIDATED')),
+            token_cost    INTEGER NOT NULL CHECK (token_cost >= 0),
+            confidence    REAL NOT NULL CHECK (confidence >= 0 AND confidence <= 1),
+            embedding     BLOB NOT NULL
+        );
+        CREATE INDEX memories_key ON memories (entity, attribute)
+            WHERE entity IS NOT NULL AND attribute IS NOT NULL;
+        CREATE INDEX memories_state ON memories (state);
+
+        -- Append-only: every state change and every other logged fact about a memory.
+        CREATE TABLE events (
+            seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+            memory_id  TEXT NOT NULL REFERENCES memories (id),
+            at         REAL NOT NULL,
+            kind       TEXT NOT NULL,
+            from_state TEXT,
+            to_state   TEXT NOT NULL,
+            reason     TEXT NOT NULL,
+            evidence   TEXT NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX events_memory ON events (memory_id, seq);
+
+        CREATE TABLE searches (
+            search_id    TEXT PRIMARY KEY,
+            at           REAL NOT NULL,
+            query        TEXT NOT NULL,
+            task         TEXT,
+            as_of        REAL,
+            now          REAL,
+            token_budget INTEGER,
+            served       TEXT NOT NULL,
+            feedback     TEXT,
+            feedback_at  REAL
+        );
+
+        -- Append-only: what each feedback attributed to each served memory.
+        CREATE TABLE credits (
+            seq       INTEGER PRIMARY KEY AUTOINCREMENT,
+            search_id TEXT NOT NULL REFERENCES searches (search_id),
+            memory_id TEXT NOT NULL REFERENCES memories (id),
+            task      TEXT,
+            at        REAL NOT NULL,
+            success   INTEGER NOT NULL,
+            cited     INTEGER NOT NULL,
+            used      INTEGER NOT NULL,
+            credit    REAL NOT NULL,
+            blame     REAL NOT NULL
+        );
+        CREATE INDEX credits_memory ON credits (memory_id, seq);
+        CREATE INDEX credits_search ON credits (search_id);
+
+        -- Aggregates of credits (and of retrievals), per memory and task class ('*' = all).
+        CREATE TABLE stats (
+            memory_id         TEXT NOT NULL REFERENCES memories (id),
+            task              TEXT NOT NULL,
+            retrieved         INTEGER NOT NULL DEFAULT 0,
+            shown             INTEGER NOT NULL DEFAULT 0,
+            credited          INTEGER NOT NULL DEFAULT 0,
+            wasted            INTEGER NOT NULL DEFAULT 0,
+            blamed            INTEGER NOT NULL DEFAULT 0,
+            credit_sum        REAL NOT NULL DEFAULT 0,
+            blame_sum         REAL NOT NULL DEFAULT 0,
+            last_retrieved_at REAL,
+            last_credited_at  REAL,
+            PRIMARY KEY (memory_id, task)
+        ) WITHOUT ROWID;
+
+        CREATE TRIGGER events_append_only_u BEFORE UPDATE ON events
+            BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+        CREATE TRIGGER events_append_only_d BEFORE DELETE ON events
+            BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+        CREATE TRIGGER credits_append_only_u BEFORE UPDATE ON credits
+            BEGIN SELECT RAISE(ABORT, 'credits are append-only'); END;
+        CREATE TRIGGER credits_append_only_d BEFORE DELETE ON credits
+            BEGIN SELECT RAISE(ABORT, 'credits are append-only'); END;
+        CREATE TRIGGER memories_never_deleted BEFORE DELETE ON memories
+            BEGIN SELECT RAISE(ABORT, 'memories are never deleted'); END;
+        CREATE TRIGGER memories_embedding_fixed BEFORE UPDATE OF embedding, id, original_text ON memories
+            BEGIN SELECT RAISE(ABORT, 'id, original_text and embedding are immutable'); END;
+        """,
+    ),
+]
+
+LATEST = MIGRATIONS[-1][0]

@@ -1,0 +1,134 @@
+"""Invariants of the ledger, checked by ``verify()``.
+
+Each check is a query that returns the offending rows, so a report names what is wrong rather than
+just failing. The invariants:
+
+1. SQLite's own ``integrity_check`` passes.
+2. Every memory's event log replays through the state machine from ``add`` to its current state,
+   with each event's ``from_state`` equal to the previous event's ``to_state``.
+3. A superseded memory is INVALIDATED, has ``valid_to >= valid_from`` and points at an existing memory.
+4. At most one current role-'state' fact per (entity, attribute) key.
+5. Every embedding has the store's dimension and is finite.
+6. The per-class aggregates equal the sums of the append-only credit rows (no lost updates).
+7. Every answered search has exactly one credit row per served memory; no credit without feedback.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import defaultdict
+
+import numpy as np
+
+from remem_agent.errors import InvalidTransition
+from remem_agent.lifecycle import LifecycleEvent, next_state
+from remem_agent.types import ALL_TASKS, State
+
+_LIMIT = 50  # cap the rows reported per check
+
+
+def verify_sqlite(c: sqlite3.Connection, dim: int | None) -> list[str]:
+    problems: list[str] = []
+    for (msg,) in c.execute("PRAGMA integrity_check").fetchall():
+        if msg != "ok":
+            problems.append(f"sqlite integrity_check: {msg}")
+
+    # 2. event replay
+    states = dict(c.execute("SELECT id, state FROM memories").fetchall())
+    replay: dict[str, State | None] = {}
+    seen_add: set[str] = set()
+    for mid, kind, frm, to in c.execute(
+        "SELECT memory_id, kind, from_state, to_state FROM events ORDER BY memory_id, seq"
+    ):
+        if mid not in states:
+            problems.append(f"event for unknown memory {mid}")
+            continue
+        prev = replay.get(mid)
+        frm_state = State(frm) if frm else None
+        if frm_state != prev:
+            problems.append(f"{mid}: event {kind} starts from {frm} but the previous state was {prev}")
+        try:
+            expected = next_state(frm_state, LifecycleEvent(kind), memory_id=mid)
+        except (InvalidTransition, ValueError):
+            problems.append(f"{mid}: illegal event {kind} from {frm}")
+            expected = State(to)
+        if expected.value != to:
+            problems.append(f"{mid}: event {kind} from {frm} should lead to {expected}, logged {to}")
+        if kind == LifecycleEvent.ADD.value:
+            seen_add.add(mid)
+        replay[mid] = State(to)
+    for mid, state in states.items():
+        if mid not in seen_add:
+            problems.append(f"{mid}: no add event")
+        elif replay.get(mid) is not None and replay[mid] != State(state):
+            problems.append(f"{mid}: state {state} but its event log ends in {replay[mid]}")
+
+    # 3. supersession links
+    for mid, state, vf, vt, sup, exists in c.execute(
+        "SELECT m.id, m.state, m.valid_from, m.valid_to, m.superseded_by, n.id FROM memories m "
+        "LEFT JOIN memories n ON n.id = m.superseded_by WHERE m.superseded_by IS NOT NULL LIMIT ?",
+        (_LIMIT * 100,),
+    ):
+        if state != State.INVALIDATED.value:
+            problems.append(f"{mid}: superseded by {sup} but state is {state}")
+        if exists is None:
+            problems.append(f"{mid}: superseded_by points at missing memory {sup}")
+        if vt is None or vt < vf:
+            problems.append(f"{mid}: superseded but valid_to={vt} (valid_from={vf})")
+
+    # 4. one current fact per key
+    for ent, attr, n in c.execute(
+        "SELECT entity, attribute, COUNT(*) FROM memories WHERE role = 'state' AND entity IS NOT NULL "
+        "AND attribute IS NOT NULL AND state != 'INVALIDATED' GROUP BY entity, attribute HAVING COUNT(*) > 1 "
+        "LIMIT ?",
+        (_LIMIT,),
+    ):
+        problems.append(f"key ({ent!r}, {attr!r}) has {n} current state facts")
+
+    # 5. embeddings
+    if dim is not None:
+        for mid, blob in c.execute("SELECT id, embedding FROM memories"):
+            if len(blob) != dim * 4:
+                problems.append(f"{mid}: embedding has {len(blob) // 4} floats, store dim is {dim}")
+            elif not np.isfinite(np.frombuffer(blob, dtype=np.float32)).all():
+                problems.append(f"{mid}: embedding is not finite")
+
+    # 6. aggregates == sums of credits
+    sums: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0, 0, 0, 0.0, 0.0])
+    for mid, task, credit, blame in c.execute("SELECT memory_id, task, credit, blame FROM credits"):
+        keys = [(mid, ALL_TASKS)] + ([(mid, task)] if task not in (None, ALL_TASKS) else [])
+        for key in keys:
+            s = sums[key]
+            s[0] += 1
+            s[1] += credit > 0
+            s[2] += credit == 0 and blame == 0
+            s[3] += blame > 0
+            s[4] += credit
+            s[5] += blame
+    stat_rows = c.execute(
+        "SELECT memory_id, task, shown, credited, wasted, blamed, credit_sum, blame_sum FROM stats"
+    ).fetchall()
+    seen_keys = set()
+    for mid, task, *vals in stat_rows:
+        seen_keys.add((mid, task))
+        want = sums.get((mid, task), [0, 0, 0, 0, 0.0, 0.0])
+        if [int(v) for v in vals[:4]] != [int(v) for v in want[:4]] or any(
+            abs(float(a) - float(b)) > 1e-6 for a, b in zip(vals[4:], want[4:], strict=True)
+        ):
+            problems.append(f"stats ({mid}, {task}) = {vals} but credits sum to {want}")
+    for key in sums.keys() - seen_keys:
+        problems.append(f"credits for {key} have no stats row")
+
+    # 7. answered searches have one credit row per served memory
+    credit_counts = dict(c.execute("SELECT search_id, COUNT(*) FROM credits GROUP BY search_id").fetchall())
+    for sid, served, fb in c.execute("SELECT search_id, served, feedback FROM searches"):
+        n_served = len(json.loads(served))
+        got = credit_counts.pop(sid, 0)
+        if fb is not None and got != n_served:
+            problems.append(f"search {sid}: {n_served} served but {got} credit rows")
+        if fb is None and got:
+            problems.append(f"search {sid}: credit rows without feedback")
+    for sid in credit_counts:
+        problems.append(f"credits for unknown search {sid}")
+    return problems

@@ -1,0 +1,242 @@
+"""Typed values that cross the public API: states, memories, search results, receipts.
+
+All are frozen dataclasses so a result handed to the caller cannot drift from what the ledger
+recorded.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["state", "preference", "note"]
+ROLES: tuple[Role, ...] = ("state", "preference", "note")
+
+# The overall statistics row of a memory uses this task class; per-class rows use the caller's name.
+ALL_TASKS = "*"
+
+
+class State(str, enum.Enum):
+    """Lifecycle state of a memory. Nothing is deleted; states only change, with a logged reason."""
+
+    ACTIVE = "ACTIVE"
+    LOW_VALUE = "LOW_VALUE"
+    COMPRESSED = "COMPRESSED"
+    ARCHIVED = "ARCHIVED"
+    INVALIDATED = "INVALIDATED"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# States served by a default (present-tense) search.
+SERVABLE_STATES: frozenset[State] = frozenset({State.ACTIVE, State.LOW_VALUE, State.COMPRESSED})
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """One row of the ledger."""
+
+    id: str
+    text: str
+    original_text: str
+    entity: str | None
+    attribute: str | None
+    role: Role
+    tasks: tuple[str, ...]
+    created_at: float
+    valid_from: float
+    valid_to: float | None
+    superseded_by: str | None
+    state: State
+    token_cost: int
+    confidence: float
+
+    @property
+    def key(self) -> tuple[str, str] | None:
+        """The (entity, attribute) key used for supersession, if both are set."""
+        if self.entity is None or self.attribute is None:
+            return None
+        return (self.entity, self.attribute)
+
+    def valid_at(self, t: float) -> bool:
+        """True when the fact held at time ``t`` (valid_from <= t < valid_to)."""
+        return self.valid_from <= t and (self.valid_to is None or t < self.valid_to)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """An append-only ledger event: a state transition or another logged fact about a memory."""
+
+    seq: int
+    memory_id: str
+    at: float
+    kind: str
+    from_state: State | None
+    to_state: State
+    reason: str
+    evidence: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStats:
+    """Outcome statistics of one memory for one task class (``"*"`` = all classes)."""
+
+    task: str
+    retrieved: int = 0
+    shown: int = 0
+    credited: int = 0
+    wasted: int = 0
+    blamed: int = 0
+    credit_sum: float = 0.0
+    blame_sum: float = 0.0
+    last_retrieved_at: float | None = None
+    last_credited_at: float | None = None
+
+    @property
+    def alpha(self) -> float:
+        """Beta posterior alpha with a uniform Beta(1, 1) prior: 1 + accumulated credit."""
+        return 1.0 + self.credit_sum
+
+    @property
+    def beta(self) -> float:
+        """Beta posterior beta: 1 + exposures that earned no credit."""
+        return 1.0 + max(0.0, self.shown - self.credit_sum)
+
+    @property
+    def contribution_rate(self) -> float:
+        """Posterior mean of P(contributes | shown)."""
+        return self.alpha / (self.alpha + self.beta)
+
+    @property
+    def posterior_std(self) -> float:
+        a, b = self.alpha, self.beta
+        return float(((a * b) / ((a + b) ** 2 * (a + b + 1.0))) ** 0.5)
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One served memory in a search result."""
+
+    id: str
+    text: str
+    score: float
+    similarity: float
+    state: State
+    rank: int
+    valid_from: float
+    valid_to: float | None
+    entity: str | None
+    attribute: str | None
+    role: Role
+    token_cost: int
+    explain: Mapping[str, float] | None = None
+
+    @property
+    def validity(self) -> tuple[float, float | None]:
+        return (self.valid_from, self.valid_to)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """What ``search`` served, under the id that ``feedback`` refers to."""
+
+    search_id: str
+    query: str
+    task: str | None
+    items: tuple[Hit, ...]
+    as_of: float | None = None
+    now: float | None = None
+    token_budget: int | None = None
+
+    @property
+    def ids(self) -> list[str]:
+        return [h.id for h in self.items]
+
+    @property
+    def tokens(self) -> int:
+        return sum(h.token_cost for h in self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+@dataclass(frozen=True, slots=True)
+class CreditRecord:
+    """What one feedback call attributed to one served memory."""
+
+    search_id: str
+    memory_id: str
+    task: str | None
+    at: float
+    success: bool
+    cited: bool
+    used: bool
+    credit: float
+    blame: float
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackReceipt:
+    """The result of ``feedback``: credit per served memory and any lifecycle transitions."""
+
+    search_id: str
+    success: bool
+    credit: Mapping[str, float]
+    blame: Mapping[str, float]
+    transitions: tuple[Event, ...] = ()
+    repeated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryInfo:
+    """Everything the ledger knows about one memory (``inspect``)."""
+
+    memory: Memory
+    stats: Mapping[str, TaskStats]
+    history: tuple[Event, ...]
+    credits: tuple[CreditRecord, ...]
+    supersedes: tuple[str, ...] = ()
+
+    @property
+    def state(self) -> State:
+        return self.memory.state
+
+    @property
+    def overall(self) -> TaskStats:
+        return self.stats.get(ALL_TASKS, TaskStats(task=ALL_TASKS))
+
+    @property
+    def reason(self) -> str | None:
+        """The reason of the latest transition (e.g. why it was invalidated)."""
+        return self.history[-1].reason if self.history else None
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """Result of ``verify()``: ``ok`` is True when no invariant is violated."""
+
+    ok: bool
+    problems: tuple[str, ...]
+    counts: Mapping[str, int] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """Counts for ``stats()``."""
+
+    memories: int
+    by_state: Mapping[str, int]
+    by_role: Mapping[str, int]
+    events: int
+    searches: int
+    feedbacks: int
+    tokens_active: int
+    embedder: str
+    dim: int
+    schema_version: int
