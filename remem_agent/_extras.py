@@ -17,6 +17,5 @@ def require(module: str, extra: str, *, feature: str | None = None) -> ModuleTyp
     except ImportError as exc:
         what = feature or module
         raise MissingExtraError(
-            f"{what} needs the optional dependency {module!r}; install it with "
-            f"pip install 'remem-agent[{extra}]'"
+            f"{what} needs the optional dependency {module!r}; install it with pip install 'remem-agent[{extra}]'"
         ) from exc

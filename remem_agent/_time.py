@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from remem_agent.errors import UserInputError
 
@@ -20,14 +20,14 @@ def to_epoch(value: Timestamp | None, *, name: str, default: float | None = None
     if isinstance(value, int | float):
         t = float(value)
     elif isinstance(value, datetime):
-        dt = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        dt = value if value.tzinfo else value.replace(tzinfo=UTC)
         t = dt.timestamp()
     elif isinstance(value, str):
         try:
             dt = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
         except ValueError as exc:
             raise UserInputError(f"{name}: cannot parse time {value!r} (use ISO-8601)") from exc
-        dt = dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+        dt = dt if dt.tzinfo else dt.replace(tzinfo=UTC)
         t = dt.timestamp()
     else:
         raise UserInputError(f"{name} must be epoch seconds, a datetime or an ISO string, got {type(value).__name__}")

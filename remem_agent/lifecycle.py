@@ -22,7 +22,7 @@ from remem_agent.errors import InvalidTransition
 from remem_agent.types import State
 
 
-class LifecycleEvent(str, enum.Enum):
+class LifecycleEvent(enum.StrEnum):
     ADD = "add"
     DEMOTE = "demote"
     REVIVE = "revive"

@@ -8,6 +8,7 @@ worker thread so an event loop never stalls on embedding or SQLite.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import re
 import uuid
@@ -251,8 +252,9 @@ class ReMem:
         clean = [self._validate_input(it, i) for i, it in enumerate(items)]
         if not clean:
             return []
-        vecs = check_vectors(self.embedder.embed([c["text"] for c in clean]), len(clean), self.dim,
-                             source=self.embedder.name)
+        vecs = check_vectors(
+            self.embedder.embed([c["text"] for c in clean]), len(clean), self.dim, source=self.embedder.name
+        )
         ids: list[str] = []
         pending_warnings: list[str] = []
         with self.store.write() as tx:
@@ -490,9 +492,7 @@ class ReMem:
             )
         return SearchResult(search_id, query, task, tuple(served), t_as_of, t_now, token_budget)
 
-    def _pool(
-        self, qvec: np.ndarray, k: int, at: float, *, historical: bool
-    ) -> tuple[list[Memory], np.ndarray]:
+    def _pool(self, qvec: np.ndarray, k: int, at: float, *, historical: bool) -> tuple[list[Memory], np.ndarray]:
         """Over-fetch candidates and keep the ones eligible at time ``at``; widen if too few survive."""
         size = len(self.index)
         want = max(self.config.min_pool, k * self.config.pool_factor)
@@ -575,8 +575,7 @@ class ReMem:
         rows = tx.c.execute(
             "SELECT memory_id, credit, blame FROM credits WHERE search_id = ? ORDER BY seq", (search_id,)
         ).fetchall()
-        return FeedbackReceipt(search_id, success, {r[0]: r[1] for r in rows}, {r[0]: r[2] for r in rows},
-                               (), repeated)
+        return FeedbackReceipt(search_id, success, {r[0]: r[1] for r in rows}, {r[0]: r[2] for r in rows}, (), repeated)
 
     # -- inspection -----------------------------------------------------------------------------
     def get(self, memory_id: str) -> Memory:
@@ -598,7 +597,7 @@ class ReMem:
 
     def list(
         self, state: State | str | None = None, *, role: Role | None = None, limit: int | None = None, offset: int = 0
-    ) -> list[Memory]:
+    ) -> builtins.list[Memory]:
         """Memories in insertion order, optionally filtered by state and role."""
         st: State | None = None
         if state is not None:
@@ -642,7 +641,7 @@ class ReMem:
     async def aadd(self, text: str, **kwargs: Any) -> str:
         return await asyncio.to_thread(self.add, text, **kwargs)
 
-    async def aadd_many(self, items: Iterable[MemoryInput | Mapping[str, Any] | str]) -> list[str]:
+    async def aadd_many(self, items: Iterable[MemoryInput | Mapping[str, Any] | str]) -> builtins.list[str]:
         items = list(items)
         return await asyncio.to_thread(self.add_many, items)
 

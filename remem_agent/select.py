@@ -23,9 +23,7 @@ from numpy.typing import NDArray
 EXACT_BUDGET_LIMIT = 4096
 
 
-def knapsack(
-    values: NDArray[np.float64], weights: NDArray[np.int64], budget: int, max_items: int
-) -> list[int]:
+def knapsack(values: NDArray[np.float64], weights: NDArray[np.int64], budget: int, max_items: int) -> list[int]:
     """Exact 0/1 knapsack with a cardinality limit: indices maximising sum(values).
 
     Items with non-positive value are never taken. Ties keep the earlier items.

@@ -18,7 +18,7 @@ ROLES: tuple[Role, ...] = ("state", "preference", "note")
 ALL_TASKS = "*"
 
 
-class State(str, enum.Enum):
+class State(enum.StrEnum):
     """Lifecycle state of a memory. Nothing is deleted; states only change, with a logged reason."""
 
     ACTIVE = "ACTIVE"

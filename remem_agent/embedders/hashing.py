@@ -10,6 +10,7 @@ Use a real model (``SentenceTransformerEmbedder``) in practice.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
@@ -24,7 +25,7 @@ STOPWORDS = frozenset(
     """a an the is are was were be been being of to in on at for from by with and or our we you your
     it its this that these those as into do does did has have had what which who whom where when
     how i me my us they them their there here than then so if not no but about over under up down
-    out off again just also very can will would should could may might must shall""".split()
+    out off again just also very can will would should could may might must shall""".split()  # noqa: SIM905
 )
 
 # Default concept lexicon: each group maps to its first word. Worlds of the benchmark extend it.
@@ -130,7 +131,7 @@ class ConceptHashEmbedder:
                 i, s = self._bucket(t)
                 vec[i] += s
             if bw:
-                for a, b in zip(terms, terms[1:], strict=False):
+                for a, b in itertools.pairwise(terms):
                     i, s = self._bucket(a + " " + b)
                     vec[i] += s * bw
             if not vec.any():  # features cancelled out exactly; keep the vector usable

@@ -68,7 +68,8 @@ def build_features(
     if "history" in on:
         f["retrievals"] = np.log1p([s.retrieved if s else 0 for s in overall])
         last = np.array([s.last_retrieved_at if s and s.last_retrieved_at else -np.inf for s in overall])
-        f["retrieval_recency"] = np.where(np.isfinite(last), np.power(0.5, (now - last) / DAY), 0.0)
+        age = np.where(np.isfinite(last), np.maximum(0.0, now - np.where(np.isfinite(last), last, now)), 0.0)
+        f["retrieval_recency"] = np.where(np.isfinite(last), np.power(0.5, age / DAY), 0.0)
     if "outcome" in on:
         cls = [stats.get((m.id, task)) if task else s for m, s in zip(memories, overall, strict=True)]
         f["rate_all"] = np.array([s.contribution_rate if s else 0.5 for s in overall])

@@ -15,7 +15,8 @@ Features = Mapping[str, NDArray[np.float64]]
 class UtilityModel(Protocol):
     """Scores a candidate pool; returns (p, components) where components explain the score."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def score(self, features: Features) -> tuple[NDArray[np.float64], dict[str, NDArray[np.float64]]]: ...
 

@@ -44,9 +44,7 @@ _MEM_COLS = (
     "id, text, original_text, entity, attribute, role, tasks, created_at, valid_from, valid_to, "
     "superseded_by, state, token_cost, confidence"
 )
-_STAT_COLS = (
-    "retrieved, shown, credited, wasted, blamed, credit_sum, blame_sum, last_retrieved_at, last_credited_at"
-)
+_STAT_COLS = "retrieved, shown, credited, wasted, blamed, credit_sum, blame_sum, last_retrieved_at, last_credited_at"
 _STAT_FIELDS = ("retrieved", "shown", "credited", "wasted", "blamed", "credit_sum", "blame_sum")
 
 
@@ -184,8 +182,7 @@ class SQLiteTx:
     ) -> Event:
         ev_json = json.dumps(evidence, sort_keys=True, default=str)
         cur = self.c.execute(
-            "INSERT INTO events (memory_id, at, kind, from_state, to_state, reason, evidence) "
-            "VALUES (?,?,?,?,?,?,?)",
+            "INSERT INTO events (memory_id, at, kind, from_state, to_state, reason, evidence) VALUES (?,?,?,?,?,?,?)",
             (memory_id, at, event.value, from_state.value if from_state else None, to_state.value, reason, ev_json),
         )
         seq = cur.lastrowid
@@ -458,9 +455,7 @@ class SQLiteStore:
     def embeddings_after(self, seq: int, dim: int) -> tuple[int, list[str], NDArray[np.float32]]:
         """Embeddings of memories inserted after ``seq``, for (re)building an index."""
         with self.read() as tx:
-            rows = tx.c.execute(
-                "SELECT seq, id, embedding FROM memories WHERE seq > ? ORDER BY seq", (seq,)
-            ).fetchall()
+            rows = tx.c.execute("SELECT seq, id, embedding FROM memories WHERE seq > ? ORDER BY seq", (seq,)).fetchall()
         if not rows:
             return seq, [], np.zeros((0, dim), dtype=np.float32)
         mat = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), dim)
