@@ -1,0 +1,69 @@
+"""The ``remem`` command line: ``remem demo``, ``remem verify STORE``, ``remem stats STORE``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from pathlib import Path
+
+from remem_agent.errors import RememError, UserInputError
+from remem_agent.store.sqlite import LEDGER_FILE, SQLiteStore
+
+
+def _open_store(path: str) -> SQLiteStore:
+    """Open an existing ledger without needing its embedder (verify/stats read the ledger only)."""
+    folder = Path(path).expanduser()
+    if not (folder / LEDGER_FILE).is_file():
+        raise UserInputError(f"{folder} is not a remem store (no {LEDGER_FILE})")
+    return SQLiteStore(folder)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="remem", description="remem-agent: memory that learns from outcomes")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    p_demo = sub.add_parser("demo", help="run the offline demo (supersession, as_of, learning from feedback)")
+    p_demo.add_argument("--path", help="store folder (default: a temporary folder, removed afterwards)")
+    p_demo.add_argument("--rounds", type=int, default=8, help="feedback rounds in the learning part")
+
+    p_verify = sub.add_parser("verify", help="check a store's ledger invariants")
+    p_verify.add_argument("store")
+
+    p_stats = sub.add_parser("stats", help="counts of a store")
+    p_stats.add_argument("store")
+
+    args = parser.parse_args(argv)
+    try:
+        if args.cmd == "demo":
+            from remem_agent.demo import run_demo
+
+            summary = run_demo(args.path, rounds=args.rounds)
+            return 0 if summary["verify_ok"] else 1
+        store = _open_store(args.store)
+        try:
+            if args.cmd == "verify":
+                dim = store.get_meta("dim")
+                problems = store.verify(int(dim) if dim else None)
+                for p in problems:
+                    print(f"problem: {p}")
+                print("ok" if not problems else f"{len(problems)} problem(s)")
+                return 0 if not problems else 1
+            counts = store.counts()
+            counts.update(
+                embedder=store.get_meta("embedder"), dim=store.get_meta("dim"), schema_version=store.schema_version
+            )
+            print(json.dumps(counts, indent=2))
+            return 0
+        finally:
+            store.close()
+    except RememError as exc:
+        print(f"remem: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
