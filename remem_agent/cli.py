@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-
 from pathlib import Path
 
 from remem_agent.errors import RememError, UserInputError

@@ -20,7 +20,9 @@ DAY = 86_400.0
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
-def run_demo(path: str | Path | None = None, *, rounds: int = 8, out: Callable[[str], None] = print) -> dict[str, object]:
+def run_demo(
+    path: str | Path | None = None, *, rounds: int = 8, out: Callable[[str], None] = print
+) -> dict[str, object]:
     """Run the demo in ``path`` (a fresh temporary folder by default); returns a summary."""
     tmp = None
     if path is None:
