@@ -20,13 +20,20 @@ Counter = Callable[[str], int]
 
 
 def proxy_count(text: str) -> int:
-    """Count words and punctuation marks: 'Our server moved to west-2.' -> 7."""
+    """Count words and punctuation marks: 'Our server moved to west-2.' -> 8 (west, -, 2 count apart)."""
     return len(_TOKEN_RE.findall(text))
 
 
-def _tiktoken_counter(encoding: str = "cl100k_base") -> Counter:
+def _tiktoken_counter(encoding: str | None = None) -> Counter:
     tiktoken = require("tiktoken", "tiktoken", feature="tiktoken token counting")
-    enc = tiktoken.get_encoding(encoding)
+    name = encoding or os.environ.get("REMEM_TIKTOKEN_ENCODING", "cl100k_base")
+    try:
+        enc = tiktoken.get_encoding(name)
+    except Exception as exc:  # tiktoken raises plain errors (ValueError, requests errors) on a cold cache
+        raise UserInputError(
+            f"tiktoken could not load encoding {name!r}: {exc}. tiktoken downloads encodings on first use; "
+            "offline, copy the encoding file into TIKTOKEN_CACHE_DIR or use the default proxy tokenizer"
+        ) from exc
 
     def count(text: str) -> int:
         return len(enc.encode(text))
