@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import json
 import logging
 import re
 import uuid
@@ -33,7 +34,8 @@ from remem_agent.errors import (
 from remem_agent.index.base import IndexBackend
 from remem_agent.index.flat import FlatIndex
 from remem_agent.lifecycle import LifecycleEvent
-from remem_agent.ranking.features import FeatureConfig, build_features
+from remem_agent.ranking.features import FEATURE_NAMES, FeatureConfig, build_features
+from remem_agent.ranking.features import matrix as feature_matrix
 from remem_agent.ranking.utility import HeuristicUtility, UtilityModel
 from remem_agent.select import select
 from remem_agent.staleness import additive_wording, normalise, normalise_key, update_wording
@@ -201,6 +203,7 @@ class ReMem:
                 f"got {embedder.name!r} (dim {embedder.dim}). Open it with the same embedder."
             )
         self.dim = stored_dim
+        self.store.set_meta_default("feature_names", json.dumps(FEATURE_NAMES))
         self.index: IndexBackend = backend if backend is not None else FlatIndex(self.dim)
         if len(self.index) != 0:
             self.store.close()
@@ -426,6 +429,7 @@ class ReMem:
         self._sync_index()
         cands, sims = self._pool(qvec, k, at, historical=t_as_of is not None)
         served: list[Hit] = []
+        served_features: list[list[float]] = []  # feature snapshot at retrieval time, for training
         if cands:
             tasks = (ALL_TASKS, task) if task else (ALL_TASKS,)
             with self.store.read() as tx:
@@ -452,8 +456,10 @@ class ReMem:
                 guard_top=self.config.guard_top,
                 guard_exempt=exempt,
             )
+            fmat = feature_matrix(feats)
             for rank, i in enumerate(chosen):
                 m = cands[i]
+                served_features.append([round(float(v), 5) for v in fmat[i]])
                 detail = None
                 if explain:
                     detail = {f"feature.{n}": float(v[i]) for n, v in feats.items()}
@@ -486,8 +492,14 @@ class ReMem:
                 now=t_now,
                 token_budget=token_budget,
                 served=[
-                    {"id": h.id, "rank": h.rank, "score": round(h.score, 6), "similarity": round(h.similarity, 6)}
-                    for h in served
+                    {
+                        "id": h.id,
+                        "rank": h.rank,
+                        "score": round(h.score, 6),
+                        "similarity": round(h.similarity, 6),
+                        "f": f,
+                    }
+                    for h, f in zip(served, served_features, strict=True)
                 ],
             )
         return SearchResult(search_id, query, task, tuple(served), t_as_of, t_now, token_budget)

@@ -79,21 +79,38 @@ class FaissBackend:
             raise UserInputError(f"kind must be 'flat' or 'hnsw', got {kind!r}")
         if hnsw_m <= 0 or ef_construction <= 0 or ef_search <= 0:
             raise UserInputError("hnsw_m, ef_construction and ef_search must be positive")
-        faiss = _faiss()
-        self._faiss = faiss
+        self._faiss = _faiss()
         self._dim = dim
         self._kind: IndexKind = kind
+        self._hnsw_m = hnsw_m
+        self._ef_construction = ef_construction
         self._ef_search = ef_search
-        if kind == "flat":
-            self._index: Any = faiss.IndexFlatIP(dim)
-        else:
-            self._index = faiss.IndexHNSWFlat(dim, hnsw_m, faiss.METRIC_INNER_PRODUCT)
-            self._index.hnsw.efConstruction = ef_construction
-            self._index.hnsw.efSearch = ef_search
+        self._index: Any = self._new_index()
         self._ids: list[str] = []  # FAISS row position -> memory id
         self._pos: dict[str, int] = {}  # memory id -> live row position
         self._stale: set[int] = set()  # row positions replaced by a later ingest
         self._lock = threading.RLock()
+
+    def _new_index(self) -> Any:
+        if self._kind == "flat":
+            return self._faiss.IndexFlatIP(self._dim)
+        index = self._faiss.IndexHNSWFlat(self._dim, self._hnsw_m, self._faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = self._ef_construction
+        index.hnsw.efSearch = self._ef_search
+        return index
+
+    def _compact(self) -> None:
+        """Rebuild without tombstoned rows once they outnumber the live ones."""
+        live = sorted(self._pos.items(), key=lambda item: item[1])
+        old_rows = np.asarray([row for _, row in live], dtype=np.int64)
+        vectors = self._index.reconstruct_n(0, len(self._ids))[old_rows] if len(live) else None
+        index = self._new_index()
+        if vectors is not None:
+            index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+        self._index = index
+        self._ids = [memory_id for memory_id, _ in live]
+        self._pos = {memory_id: row for row, memory_id in enumerate(self._ids)}
+        self._stale = set()
 
     @property
     def dim(self) -> int:
@@ -128,6 +145,8 @@ class FaissBackend:
                     self._stale.add(old)
                 self._pos[memory_id] = start + offset
                 self._ids.append(memory_id)
+            if len(self._stale) > max(1024, len(self._pos)):
+                self._compact()
 
     def candidates(self, query: NDArray[np.float32], k: int) -> tuple[list[str], NDArray[np.float32]]:
         if not isinstance(k, int | np.integer) or isinstance(k, bool):
