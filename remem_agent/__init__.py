@@ -28,7 +28,8 @@ from remem_agent.errors import (
     UnknownSearchError,
     UserInputError,
 )
-from remem_agent.memory import MemoryInput, ReMem, RememConfig
+from remem_agent.ingest import MemoryInput
+from remem_agent.memory import ReMem, RememConfig
 from remem_agent.types import (
     Event,
     FeedbackReceipt,

@@ -12,12 +12,11 @@ import builtins
 import json
 import logging
 import re
-import uuid
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -33,14 +32,24 @@ from remem_agent.errors import (
 )
 from remem_agent.index.base import IndexBackend
 from remem_agent.index.flat import FlatIndex
-from remem_agent.lifecycle import LifecycleEvent
+from remem_agent.ingest import (
+    FactExtractor,
+    MemoryInput,
+    check_ids,
+    check_int,
+    check_task,
+    check_text,
+    insert_fact,
+    new_id,
+    validate_fact,
+)
 from remem_agent.ranking.features import FEATURE_NAMES, FeatureConfig, build_features
 from remem_agent.ranking.features import matrix as feature_matrix
 from remem_agent.ranking.utility import HeuristicUtility, UtilityModel
+from remem_agent.retention import RetentionPolicy
 from remem_agent.select import select
-from remem_agent.staleness import additive_wording, normalise, normalise_key, update_wording
+from remem_agent.staleness import StalenessPolicy
 from remem_agent.store.sqlite import SQLiteStore, SQLiteTx
-from remem_agent.tokens import count_tokens
 from remem_agent.types import (
     ALL_TASKS,
     ROLES,
@@ -60,8 +69,6 @@ from remem_agent.types import (
 
 log = logging.getLogger("remem_agent")
 
-_TASK_RE = re.compile(r"^[^\s*][^\n]{0,127}$")
-
 
 @dataclass(frozen=True)
 class RememConfig:
@@ -76,90 +83,8 @@ class RememConfig:
     guard_max_rate: float = 0.2  # ... with class contribution rate below this
     features: FeatureConfig = field(default_factory=FeatureConfig)
     credit: CreditPolicy = field(default_factory=CreditPolicy)
-
-
-@dataclass(frozen=True)
-class MemoryInput:
-    """One fact to add (``add_many`` also accepts plain dicts with these keys, or strings)."""
-
-    text: str
-    entity: str | None = None
-    attribute: str | None = None
-    role: Role = "state"
-    task: str | Sequence[str] | None = None
-    timestamp: Timestamp | None = None
-    confidence: float = 1.0
-
-
-class FactExtractor(Protocol):
-    """Turns a conversation transcript into facts (see ``add_conversation``)."""
-
-    def extract(self, transcript: str) -> Sequence[MemoryInput]: ...
-
-
-def _new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:16]}"
-
-
-def _check_text(text: object, what: str = "text") -> str:
-    if not isinstance(text, str):
-        raise UserInputError(f"{what} must be a string, got {type(text).__name__}")
-    if not text.strip():
-        raise UserInputError(f"{what} must not be empty")
-    if "\x00" in text:
-        raise UserInputError(f"{what} must not contain NUL characters")
-    return text.strip()
-
-
-def _check_key(value: object, what: str) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise UserInputError(f"{what} must be a non-empty string or None")
-    return normalise_key(value)
-
-
-def _check_task(task: object) -> str | None:
-    if task is None:
-        return None
-    if not isinstance(task, str) or not _TASK_RE.match(task.strip()):
-        raise UserInputError("task must be a non-empty single-line string (at most 128 chars, not '*')")
-    return task.strip()
-
-
-def _check_tasks(task: object) -> tuple[str, ...]:
-    if task is None:
-        return ()
-    if isinstance(task, str):
-        return (t,) if (t := _check_task(task)) else ()
-    if isinstance(task, Iterable):
-        out = []
-        for t in task:
-            ct = _check_task(t)
-            if ct and ct not in out:
-                out.append(ct)
-        return tuple(out)
-    raise UserInputError("task must be a string or a list of strings")
-
-
-def _check_ids(ids: object, what: str) -> list[str]:
-    if ids is None:
-        return []
-    if isinstance(ids, str) or not isinstance(ids, Iterable):
-        raise UserInputError(f"{what} must be a list of memory ids")
-    out = []
-    for i in ids:
-        if not isinstance(i, str):
-            raise UserInputError(f"{what} must contain strings, got {type(i).__name__}")
-        if i not in out:
-            out.append(i)
-    return out
-
-
-def _check_int(value: object, what: str, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise UserInputError(f"{what} must be an integer >= {minimum}, got {value!r}")
-    return value
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    staleness: StalenessPolicy = field(default_factory=StalenessPolicy)
 
 
 class ReMem:
@@ -204,6 +129,12 @@ class ReMem:
             )
         self.dim = stored_dim
         self.store.set_meta_default("feature_names", json.dumps(FEATURE_NAMES))
+        mode = self.store.set_meta_default("supersession", self.config.staleness.mode)
+        if mode != self.config.staleness.mode:
+            self.store.close()
+            raise UserInputError(
+                f"store {self.path} uses supersession mode {mode!r}; got {self.config.staleness.mode!r}"
+            )
         self.index: IndexBackend = backend if backend is not None else FlatIndex(self.dim)
         if len(self.index) != 0:
             self.store.close()
@@ -252,122 +183,21 @@ class ReMem:
 
     def add_many(self, items: Iterable[MemoryInput | Mapping[str, Any] | str]) -> list[str]:
         """Store many facts in one transaction (all or nothing), in the given order."""
-        clean = [self._validate_input(it, i) for i, it in enumerate(items)]
+        clean = [validate_fact(it, i) for i, it in enumerate(items)]
         if not clean:
             return []
         vecs = check_vectors(
-            self.embedder.embed([c["text"] for c in clean]), len(clean), self.dim, source=self.embedder.name
+            self.embedder.embed([c.text for c in clean]), len(clean), self.dim, source=self.embedder.name
         )
         ids: list[str] = []
         pending_warnings: list[str] = []
         with self.store.write() as tx:
             for c, vec in zip(clean, vecs, strict=True):
-                ids.append(self._insert(tx, c, vec, pending_warnings))
+                ids.append(insert_fact(tx, c, vec, pending_warnings, self.config.staleness))
         for msg in pending_warnings:
             warnings.warn(msg, UserWarning, stacklevel=3)
         self._sync_index()
         return ids
-
-    def _validate_input(self, item: MemoryInput | Mapping[str, Any] | str, pos: int) -> dict[str, Any]:
-        if isinstance(item, str):
-            item = MemoryInput(item)
-        elif isinstance(item, Mapping):
-            unknown = set(item) - {"text", "entity", "attribute", "role", "task", "timestamp", "confidence"}
-            if unknown:
-                raise UserInputError(f"item {pos}: unknown fields {sorted(unknown)}")
-            if "text" not in item:
-                raise UserInputError(f"item {pos}: missing 'text'")
-            item = MemoryInput(**item)
-        elif not isinstance(item, MemoryInput):
-            raise UserInputError(f"item {pos}: expected MemoryInput, dict or str, got {type(item).__name__}")
-        text = _check_text(item.text)
-        if item.role not in ROLES:
-            raise UserInputError(f"role must be one of {ROLES}, got {item.role!r}")
-        entity = _check_key(item.entity, "entity")
-        attribute = _check_key(item.attribute, "attribute")
-        conf = item.confidence
-        if isinstance(conf, bool) or not isinstance(conf, int | float) or not 0.0 <= float(conf) <= 1.0:
-            raise UserInputError(f"confidence must be a number in [0, 1], got {conf!r}")
-        t = to_epoch(item.timestamp, name="timestamp", default=wall_now())
-        assert t is not None
-        return {
-            "text": text,
-            "entity": entity,
-            "attribute": attribute,
-            "role": item.role,
-            "tasks": _check_tasks(item.task),
-            "t": t,
-            "confidence": float(conf),
-        }
-
-    def _insert(self, tx: SQLiteTx, c: dict[str, Any], vec: np.ndarray, warn: list[str]) -> str:
-        entity, attribute, role, t = c["entity"], c["attribute"], c["role"], c["t"]
-        current: list[Memory] = []
-        if role == "state" and entity is not None and attribute is not None:
-            current = tx.current_for_key(entity, attribute)
-            for old in current:
-                if normalise(old.original_text) == normalise(c["text"]):
-                    tx.transition(
-                        old.id,
-                        LifecycleEvent.RECONFIRM,
-                        reason="the same fact was stated again",
-                        at=t,
-                        evidence={"text": c["text"]},
-                    )
-                    return old.id
-        mem = Memory(
-            id=_new_id("m"),
-            text=c["text"],
-            original_text=c["text"],
-            entity=entity,
-            attribute=attribute,
-            role=role,
-            tasks=c["tasks"],
-            created_at=wall_now(),
-            valid_from=t,
-            valid_to=None,
-            superseded_by=None,
-            state=State.ACTIVE,
-            token_cost=count_tokens(c["text"]),
-            confidence=c["confidence"],
-        )
-        tx.insert_memory(mem, vec, reason="added", at=t)
-        if not current:
-            return mem.id
-        wording = update_wording(c["text"])
-        additive = additive_wording(c["text"])
-        if additive:
-            warn.append(
-                f"{c['text']!r} reads like an additional value ({additive!r}) but, as a 'state' fact with key "
-                f"({entity}, {attribute}), it replaces the current value; store multi-valued facts with "
-                "role='preference' or 'note'"
-            )
-        newer = [m for m in current if m.valid_from > t]
-        if newer:
-            # Backdated fact: it was already replaced by the newer current one when it arrived.
-            repl = min(newer, key=lambda m: m.valid_from)
-            tx.transition(
-                mem.id,
-                LifecycleEvent.INVALIDATE,
-                reason=f"superseded on arrival: newer fact {repl.id} with the same entity+attribute already holds",
-                at=t,
-                evidence={"by": repl.id, "key": [entity, attribute]},
-                updates={"valid_to": repl.valid_from, "superseded_by": repl.id},
-            )
-            return mem.id
-        for old in current:
-            reason = "superseded by a newer fact with the same entity+attribute"
-            if wording:
-                reason += f" (explicit update wording: {wording!r})"
-            tx.transition(
-                old.id,
-                LifecycleEvent.INVALIDATE,
-                reason=reason,
-                at=t,
-                evidence={"by": mem.id, "key": [entity, attribute], "wording": wording, "new_text": c["text"]},
-                updates={"valid_to": t, "superseded_by": mem.id},
-            )
-        return mem.id
 
     def add_conversation(
         self,
@@ -379,7 +209,7 @@ class ReMem:
     ) -> list[str]:
         """Store a conversation: facts from ``extractor``, else each sentence as a ``note``."""
         if isinstance(transcript, str):
-            text = _check_text(transcript, "transcript")
+            text = check_text(transcript, "transcript")
         elif isinstance(transcript, Sequence):
             lines = []
             for turn in transcript:
@@ -387,7 +217,7 @@ class ReMem:
                     raise UserInputError("transcript turns must be mappings with a string 'content'")
                 who = turn.get("role") or turn.get("speaker") or "user"
                 lines.append(f"{who}: {turn['content']}")
-            text = _check_text("\n".join(lines), "transcript")
+            text = check_text("\n".join(lines), "transcript")
         else:
             raise UserInputError("transcript must be a string or a list of {role, content} turns")
         if extractor is not None:
@@ -415,11 +245,11 @@ class ReMem:
         since. ``now`` sets the present (default: the wall clock); memories valid only after it are not
         served.
         """
-        query = _check_text(query, "query")
-        k = _check_int(self.config.k if k is None else k, "k", minimum=1)
-        task = _check_task(task)
+        query = check_text(query, "query")
+        k = check_int(self.config.k if k is None else k, "k", minimum=1)
+        task = check_task(task)
         if token_budget is not None:
-            token_budget = _check_int(token_budget, "token_budget", minimum=0)
+            token_budget = check_int(token_budget, "token_budget", minimum=0)
         t_now = to_epoch(now, name="now", default=wall_now())
         t_as_of = to_epoch(as_of, name="as_of")
         assert t_now is not None
@@ -434,7 +264,20 @@ class ReMem:
             tasks = (ALL_TASKS, task) if task else (ALL_TASKS,)
             with self.store.read() as tx:
                 stats = tx.stats([m.id for m in cands], tasks)
-            feats = build_features(cands, sims, stats, task=task, now=at, config=self.config.features)
+                keyed = [m.key for m in cands if m.key is not None and m.role == "state"]
+                keys = tx.key_summary(keyed) if keyed else {}
+                changing = {a for a, info in tx.attributes([k[1] for k in keyed]).items() if info.changes > 0}
+            feats = build_features(
+                cands,
+                sims,
+                stats,
+                task=task,
+                now=at,
+                config=self.config.features,
+                keys=keys,
+                changing_attributes=changing,
+                decay_half_life_days=self.config.staleness.decay_half_life_days,
+            )
             p, comps = self.utility.score(feats)
             exempt = np.array(
                 [
@@ -481,7 +324,7 @@ class ReMem:
                         explain=detail,
                     )
                 )
-        search_id = _new_id("s")
+        search_id = new_id("s")
         with self.store.write() as tx:
             tx.insert_search(
                 search_id,
@@ -551,8 +394,8 @@ class ReMem:
         if not isinstance(success, bool | np.bool_):
             raise UserInputError("success must be True or False")
         success = bool(success)
-        used = _check_ids(used_ids, "used_ids")
-        cited = _check_ids(cited_ids, "cited_ids")
+        used = check_ids(used_ids, "used_ids")
+        cited = check_ids(cited_ids, "cited_ids")
         payload = {"success": success, "used": sorted(used), "cited": sorted(cited)}
         at = wall_now()
         with self.store.write() as tx:
@@ -574,7 +417,11 @@ class ReMem:
                 for mid, (cr, bl) in assigned.items()
             ]
             tx.insert_credits(records)
-            transitions: list[Event] = []
+            mems = tx.memories(served)
+            transitions: list[Event] = self.config.staleness.after_feedback(tx, mems, records, at=at)
+            if transitions:
+                mems = tx.memories(served)
+            transitions += self.config.retention.after_feedback(tx, mems, tx.stats_all_classes(served), records, at=at)
         return FeedbackReceipt(
             search_id,
             success,
@@ -592,11 +439,11 @@ class ReMem:
     # -- inspection -----------------------------------------------------------------------------
     def get(self, memory_id: str) -> Memory:
         with self.store.read() as tx:
-            return tx.memory(_check_text(memory_id, "memory_id"))
+            return tx.memory(check_text(memory_id, "memory_id"))
 
     def inspect(self, memory_id: str) -> MemoryInfo:
         """State, credit statistics, credit history and every transition of one memory."""
-        memory_id = _check_text(memory_id, "memory_id")
+        memory_id = check_text(memory_id, "memory_id")
         with self.store.read() as tx:
             m = tx.memory(memory_id)
             return MemoryInfo(
@@ -620,8 +467,8 @@ class ReMem:
         if role is not None and role not in ROLES:
             raise UserInputError(f"role must be one of {ROLES}")
         if limit is not None:
-            _check_int(limit, "limit", minimum=0)
-        _check_int(offset, "offset", minimum=0)
+            check_int(limit, "limit", minimum=0)
+        check_int(offset, "offset", minimum=0)
         with self.store.read() as tx:
             return tx.list_memories(st, role, limit, offset)
 

@@ -12,6 +12,13 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from remem_agent.lifecycle import LifecycleEvent
+from remem_agent.store.sqlite import SQLiteTx
+from remem_agent.types import CreditRecord, Event, Memory, State
 
 _UPDATE_PATTERNS = [
     r"\bmoved (?:to|from|over)\b",
@@ -68,3 +75,101 @@ def normalise(text: str) -> str:
 def normalise_key(value: str) -> str:
     """Entity/attribute keys compare case- and space-insensitively ("Server " == "server")."""
     return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", value)).strip().casefold()
+
+
+# --- outcome-driven staleness and the learned single-valued-attribute schema ----------------------
+
+SupersessionMode = Literal["key", "learned"]
+
+
+@dataclass(frozen=True)
+class StalenessPolicy:
+    """Staleness beyond ingest (reference §6 and §8.3).
+
+    * Outcome-triggered invalidation: a failed action that *used* memory M while a newer fact with the
+      same key is current supersedes M.
+    * Learned schema (``mode="learned"``): same-key facts only supersede when the attribute is known to
+      be single-valued or the new fact uses explicit update wording. An attribute becomes single-valued
+      after ``min_confirmations`` confirmations (failed actions that used a stale value, or explicit
+      replacement wording) with posterior >= ``min_posterior``; counter-evidence (an older value still
+      credited after a newer one arrived) blocks it. Pending conflicts are superseded retroactively.
+    * Confidence decays with age only for attributes observed to change, so old-but-true facts are not
+      punished for age (applied at ranking time).
+    """
+
+    mode: SupersessionMode = "key"
+    outcome_invalidation: bool = True
+    min_confirmations: int = 2
+    min_posterior: float = 0.6
+    decay_half_life_days: float = 180.0
+
+    def supersedes_on_key(self, tx: SQLiteTx, attribute: str, wording: str | None) -> bool:
+        if self.mode == "key" or wording:
+            return True
+        info = tx.attributes([attribute]).get(attribute)
+        return bool(info and info.single_valued)
+
+    def after_feedback(
+        self, tx: SQLiteTx, memories: Mapping[str, Memory], records: Sequence[CreditRecord], *, at: float
+    ) -> list[Event]:
+        events: list[Event] = []
+        for rec in records:
+            m = memories.get(rec.memory_id)
+            if m is None or m.key is None or m.role != "state" or m.state is State.INVALIDATED or not rec.used:
+                continue
+            assert m.entity is not None and m.attribute is not None
+            newer = [
+                x for x in tx.current_for_key(m.entity, m.attribute) if x.id != m.id and x.valid_from > m.valid_from
+            ]
+            if not newer:
+                continue
+            if not rec.success and self.outcome_invalidation:
+                repl = min(newer, key=lambda x: x.valid_from)
+                events.append(
+                    tx.transition(
+                        m.id,
+                        LifecycleEvent.INVALIDATE,
+                        reason=f"outcome-triggered: a failed action used this fact while newer fact {repl.id} "
+                        "with the same entity+attribute exists",
+                        at=at,
+                        evidence={"by": repl.id, "search_id": rec.search_id, "key": [m.entity, m.attribute]},
+                        updates={"valid_to": repl.valid_from, "superseded_by": repl.id},
+                    )
+                )
+                tx.bump_attribute(m.attribute, changes=1, confirmations=1)
+                events += self.maybe_learn(tx, m.attribute, at=at)
+            elif rec.success and rec.credit > 0:
+                tx.bump_attribute(m.attribute, counter=1)  # the older value still helped: not single-valued
+        return events
+
+    def maybe_learn(self, tx: SQLiteTx, attribute: str, *, at: float) -> list[Event]:
+        """Mark ``attribute`` single-valued once the evidence suffices; supersede pending conflicts."""
+        if self.mode != "learned":
+            return []
+        info = tx.attributes([attribute]).get(attribute)
+        if (
+            info is None
+            or info.single_valued
+            or info.counter > 0
+            or info.confirmations < self.min_confirmations
+            or info.single_valued_posterior < self.min_posterior
+        ):
+            return []
+        tx.mark_single_valued(attribute, at)
+        events: list[Event] = []
+        for entity in tx.current_keys(attribute):
+            facts = tx.current_for_key(entity, attribute)
+            newest = facts[-1]
+            for old in facts[:-1]:
+                events.append(
+                    tx.transition(
+                        old.id,
+                        LifecycleEvent.INVALIDATE,
+                        reason=f"retroactive: attribute {attribute!r} was learned to be single-valued "
+                        f"({info.confirmations} confirmations); superseded by {newest.id}",
+                        at=at,
+                        evidence={"by": newest.id, "key": [entity, attribute], "learned": True},
+                        updates={"valid_to": max(newest.valid_from, old.valid_from), "superseded_by": newest.id},
+                    )
+                )
+        return events

@@ -117,6 +117,23 @@ class TaskStats:
 
 
 @dataclass(frozen=True, slots=True)
+class AttributeInfo:
+    """What the ledger learned about an attribute: value changes and single-valuedness evidence."""
+
+    attribute: str
+    changes: int = 0
+    confirmations: int = 0
+    counter: int = 0
+    single_valued: bool = False
+    decided_at: float | None = None
+
+    @property
+    def single_valued_posterior(self) -> float:
+        """Beta(1, 1) posterior mean that the attribute holds one value at a time."""
+        return (1.0 + self.confirmations) / (2.0 + self.confirmations + self.counter)
+
+
+@dataclass(frozen=True, slots=True)
 class Hit:
     """One served memory in a search result."""
 

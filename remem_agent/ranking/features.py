@@ -11,7 +11,7 @@ Four groups, each switchable so ablations can turn an information source off (re
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,9 +46,13 @@ def build_features(
     *,
     task: str | None,
     now: float,
-    contradictions: Mapping[str, int] | None = None,
     config: FeatureConfig = FeatureConfig(),
+    keys: Mapping[tuple[str, str], tuple[int, float]] | None = None,
+    changing_attributes: Collection[str] = (),
+    decay_half_life_days: float = 180.0,
 ) -> dict[str, NDArray[np.float64]]:
+    """``keys`` maps (entity, attribute) to (current state facts, latest valid_from) for the contradiction
+    group; ``changing_attributes`` are attributes observed to change, whose confidence decays with age."""
     """Feature arrays (one value per candidate); disabled groups are all zeros."""
     n = len(memories)
     sim = np.asarray(similarity, dtype=np.float64)
@@ -62,7 +66,11 @@ def build_features(
         f["rank"] = np.arange(n, dtype=np.float64) / max(1, n - 1)
         age_days = np.maximum(0.0, now - np.array([m.valid_from for m in memories])) / DAY
         f["recency"] = np.power(0.5, age_days / config.recency_half_life_days)
-        f["confidence"] = np.array([m.confidence for m in memories], dtype=np.float64)
+        conf = np.array([m.confidence for m in memories], dtype=np.float64)
+        if changing_attributes:
+            decays = np.array([m.attribute in changing_attributes for m in memories])
+            conf = np.where(decays, conf * np.power(0.5, age_days / decay_half_life_days), conf)
+        f["confidence"] = conf
         f["tokens"] = np.log1p(np.array([m.token_cost for m in memories], dtype=np.float64))
     overall = [stats.get((m.id, ALL_TASKS)) for m in memories]
     if "history" in on:
@@ -81,9 +89,17 @@ def build_features(
         f["post_std"] = np.array([s.posterior_std if s else 0.2887 for s in cls])
         f["evidence"] = shown / (shown + config.evidence_k)
     if "contradiction" in on:
-        f["stale"] = np.array([1.0 if m.valid_to is not None and m.valid_to <= now else 0.0 for m in memories])
-        if contradictions:
-            f["contradictions"] = np.array([float(contradictions.get(m.id, 0)) for m in memories])
+        keys = keys or {}
+        stale, contra = np.zeros(n), np.zeros(n)
+        for i, m in enumerate(memories):
+            if m.valid_to is not None and m.valid_to <= now:
+                stale[i] = 1.0  # retired since (only reachable through as_of)
+            if m.key is not None and m.role == "state" and m.key in keys:
+                count, latest = keys[m.key]
+                contra[i] = max(0, count - 1)
+                if m.state.value != "INVALIDATED" and m.valid_from < latest <= now:
+                    stale[i] = 1.0  # a newer same-key fact is current: a pending conflict
+        f["stale"], f["contradictions"] = stale, contra
     return f
 
 

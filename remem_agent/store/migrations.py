@@ -111,6 +111,21 @@ MIGRATIONS: list[tuple[int, str]] = [
             BEGIN SELECT RAISE(ABORT, 'id, original_text and embedding are immutable'); END;
         """,
     ),
+    (
+        2,
+        """
+        -- What the ledger has learned about attributes: how often their values changed (drives
+        -- confidence decay) and the evidence that they are single-valued (the learned schema).
+        CREATE TABLE attributes (
+            attribute     TEXT PRIMARY KEY,
+            changes       INTEGER NOT NULL DEFAULT 0,
+            confirmations INTEGER NOT NULL DEFAULT 0,
+            counter       INTEGER NOT NULL DEFAULT 0,
+            single_valued INTEGER NOT NULL DEFAULT 0,
+            decided_at    REAL
+        );
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

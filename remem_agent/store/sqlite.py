@@ -36,7 +36,7 @@ from remem_agent.errors import (
 )
 from remem_agent.lifecycle import LifecycleEvent, next_state
 from remem_agent.store.migrations import LATEST, MIGRATIONS
-from remem_agent.types import ALL_TASKS, CreditRecord, Event, Memory, State, TaskStats
+from remem_agent.types import ALL_TASKS, AttributeInfo, CreditRecord, Event, Memory, State, TaskStats
 
 LEDGER_FILE = "ledger.db"
 
@@ -162,7 +162,7 @@ class SQLiteTx:
         from_state = State(cur[0])
         to_state = next_state(from_state, event, memory_id=memory_id)
         fields = dict(updates or {})
-        allowed = {"valid_to", "superseded_by", "text", "confidence"}
+        allowed = {"valid_to", "superseded_by", "text", "token_cost", "confidence"}
         if not set(fields) <= allowed:
             raise StoreError(f"transition may not update {sorted(set(fields) - allowed)}")
         fields["state"] = to_state.value
@@ -327,6 +327,62 @@ class SQLiteTx:
     def all_stats(self, memory_id: str) -> dict[str, TaskStats]:
         rows = self.c.execute(f"SELECT task, {_STAT_COLS} FROM stats WHERE memory_id = ?", (memory_id,))
         return {r[0]: TaskStats(r[0], *r[1:]) for r in rows}
+
+    # -- attributes (learned schema, change counts) --------------------------------------------
+    def attributes(self, names: Sequence[str]) -> dict[str, AttributeInfo]:
+        names = sorted(set(names))
+        if not names:
+            return {}
+        rows = self.c.execute(
+            "SELECT attribute, changes, confirmations, counter, single_valued, decided_at FROM attributes "
+            f"WHERE attribute IN ({','.join('?' * len(names))})",
+            names,
+        )
+        return {r[0]: AttributeInfo(r[0], r[1], r[2], r[3], bool(r[4]), r[5]) for r in rows}
+
+    def bump_attribute(self, name: str, *, changes: int = 0, confirmations: int = 0, counter: int = 0) -> None:
+        self.c.execute(
+            "INSERT INTO attributes (attribute, changes, confirmations, counter) VALUES (?,?,?,?) "
+            "ON CONFLICT (attribute) DO UPDATE SET changes = changes + excluded.changes, "
+            "confirmations = confirmations + excluded.confirmations, counter = counter + excluded.counter",
+            (name, changes, confirmations, counter),
+        )
+
+    def mark_single_valued(self, name: str, at: float) -> None:
+        self.c.execute("UPDATE attributes SET single_valued = 1, decided_at = ? WHERE attribute = ?", (at, name))
+
+    def current_keys(self, attribute: str) -> list[str]:
+        """Entities with more than one current role-'state' fact for ``attribute`` (pending conflicts)."""
+        rows = self.c.execute(
+            "SELECT entity FROM memories WHERE attribute = ? AND role = 'state' AND entity IS NOT NULL "
+            "AND state != 'INVALIDATED' GROUP BY entity HAVING COUNT(*) > 1 ORDER BY entity",
+            (attribute,),
+        )
+        return [r[0] for r in rows]
+
+    def key_summary(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, float]]:
+        """For each key: (number of current state facts, latest valid_from among them)."""
+        keys = sorted(set(keys))
+        out: dict[tuple[str, str], tuple[int, float]] = {}
+        for start in range(0, len(keys), 400):
+            chunk = keys[start : start + 400]
+            cond = " OR ".join("(entity = ? AND attribute = ?)" for _ in chunk)
+            q = (
+                "SELECT entity, attribute, COUNT(*), MAX(valid_from) FROM memories WHERE role = 'state' "
+                f"AND state != 'INVALIDATED' AND ({cond}) GROUP BY entity, attribute"
+            )
+            for r in self.c.execute(q, [v for k in chunk for v in k]):
+                out[(r[0], r[1])] = (int(r[2]), float(r[3]))
+        return out
+
+    def stats_all_classes(self, ids: Sequence[str]) -> dict[str, dict[str, TaskStats]]:
+        out: dict[str, dict[str, TaskStats]] = {i: {} for i in ids}
+        if not ids:
+            return out
+        q = f"SELECT memory_id, task, {_STAT_COLS} FROM stats WHERE memory_id IN ({','.join('?' * len(ids))})"
+        for r in self.c.execute(q, list(ids)):
+            out[r[0]][r[1]] = TaskStats(r[1], *r[2:])
+        return out
 
 
 def _task_rows(task: str | None) -> tuple[str, ...]:

@@ -77,13 +77,18 @@ def verify_sqlite(c: sqlite3.Connection, dim: int | None) -> list[str]:
         if vt is None or vt < vf:
             problems.append(f"{mid}: superseded but valid_to={vt} (valid_from={vf})")
 
-    # 4. one current fact per key
+    # 4. one current fact per key (in learned-schema mode only once the attribute is known single-valued)
+    mode_row = c.execute("SELECT value FROM meta WHERE key = 'supersession'").fetchone()
+    learned = mode_row is not None and mode_row[0] == "learned"
+    single = {r[0] for r in c.execute("SELECT attribute FROM attributes WHERE single_valued = 1")}
     for ent, attr, n in c.execute(
         "SELECT entity, attribute, COUNT(*) FROM memories WHERE role = 'state' AND entity IS NOT NULL "
         "AND attribute IS NOT NULL AND state != 'INVALIDATED' GROUP BY entity, attribute HAVING COUNT(*) > 1 "
         "LIMIT ?",
         (_LIMIT,),
     ):
+        if learned and attr not in single:
+            continue  # a pending conflict: the attribute is not (yet) known to be single-valued
         problems.append(f"key ({ent!r}, {attr!r}) has {n} current state facts")
 
     # 5. embeddings

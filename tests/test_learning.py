@@ -1,0 +1,227 @@
+"""Learning from outcomes: each rule pinned by a small hand-built scenario on a real ledger."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from remem_agent import ReMem, RememConfig, State
+from remem_agent.retention import RetentionPolicy, compress_text
+from remem_agent.staleness import StalenessPolicy
+
+DAY = 86_400.0
+
+
+def rounds(
+    mem: ReMem, query: str, n: int, *, helpful: str | None, task: str | None = None, k: int = 5, t0: float = 10.0
+) -> None:
+    """n search+feedback rounds: success iff ``helpful`` was served (then it is used and cited)."""
+    for r in range(n):
+        res = mem.search(query, k=k, task=task, now=t0 + r)
+        ok = helpful is not None and helpful in res.ids
+        used = [helpful] if ok and helpful else []
+        mem.feedback(res.search_id, success=ok, used_ids=used, cited_ids=used)
+
+
+def test_lookalike_that_never_helps_drops_below_a_less_similar_helpful_memory(tmp_path: Path) -> None:
+    mem = ReMem(tmp_path, config=RememConfig(retention=RetentionPolicy(enabled=False)))
+    q = "How do I ship the release to production?"
+    lookalike = mem.add(
+        "Release day notes: the production release channel has a new bot avatar.", role="note", timestamp=1
+    )
+    helpful = mem.add(
+        "Before shipping, run the database migration script, then tag the build.", role="note", timestamp=1
+    )
+    first = mem.search(q, k=2, task="deploy", now=5, explain=True)
+    by_id = {h.id: h for h in first.items}
+    assert by_id[lookalike].similarity > by_id[helpful].similarity
+    assert first.ids[0] == lookalike
+    rounds(mem, q, 6, helpful=helpful, task="deploy", k=2)
+    after = mem.search(q, k=2, task="deploy", now=50, explain=True)
+    assert after.ids[0] == helpful
+    h = {x.id: x for x in after.items}
+    assert h[helpful].score > h[lookalike].score
+    assert h[lookalike].explain is not None and h[lookalike].explain["component.rate_class"] < 0
+
+
+def test_similarity_only_ranking_without_outcome_group_keeps_the_lookalike_on_top(tmp_path: Path) -> None:
+    """Control for the test above: with the outcome features off, feedback changes nothing."""
+    from remem_agent.ranking.features import FeatureConfig
+
+    cfg = RememConfig(features=FeatureConfig(groups=("static",)), retention=RetentionPolicy(enabled=False))
+    mem = ReMem(tmp_path, config=cfg)
+    q = "How do I ship the release to production?"
+    lookalike = mem.add("Release day notes: the production release channel has a new bot avatar.", timestamp=1)
+    helpful = mem.add("Before shipping, run the database migration script, then tag the build.", timestamp=1)
+    rounds(mem, q, 6, helpful=helpful, task="deploy", k=2)
+    assert mem.search(q, k=2, task="deploy", now=50).ids[0] == lookalike
+
+
+def long_note(i: int) -> str:
+    return (
+        f"Weekly status digest number {i}: the coffee machine on floor three was descaled, the plants were "
+        "watered, and the parking garage lights were replaced by facilities."
+    )
+
+
+def test_retention_path_demote_compress_archive_with_reasons(tmp_path: Path) -> None:
+    mem = ReMem(tmp_path)
+    useless = mem.add(long_note(1), role="note", timestamp=1)
+    other = mem.add("Deploys need approval from Dana in the release channel.", role="note", timestamp=1)
+    q = "status digest coffee machine release approval"
+    states = []
+    for r in range(25):
+        res = mem.search(q, k=5, task="ops", now=10 + r)
+        mem.feedback(res.search_id, success=True, used_ids=[other], cited_ids=[other])
+        states.append(mem.get(useless).state)
+        if useless not in res.ids:
+            break
+    info = mem.inspect(useless)
+    kinds = [e.kind for e in info.history]
+    assert kinds == ["add", "demote", "compress", "archive"]
+    assert info.state is State.ARCHIVED
+    assert states.index(State.LOW_VALUE) == 4  # the 5th exposure with no credit demotes
+    assert states.index(State.COMPRESSED) == 9
+    assert states.index(State.ARCHIVED) == 19
+    demote = info.history[1]
+    assert "posterior contribution rate" in demote.reason and demote.evidence["task"] == "ops"
+    assert info.memory.original_text == long_note(1)  # nothing is lost
+    assert len(info.memory.text) < len(info.memory.original_text)
+    assert useless not in mem.search(q, k=5, task="ops", now=100).ids  # archived: not served
+    assert mem.search(q, k=5, task="ops", as_of=5).ids  # as_of still works for other memories
+    assert mem.verify().ok
+
+
+def test_compressed_memory_serves_short_text_and_revives_on_credited_use(tmp_path: Path) -> None:
+    mem = ReMem(tmp_path)
+    target = mem.add(long_note(2), role="note", timestamp=1)
+    q = "status digest coffee machine"
+    rounds(mem, q, 10, helpful=None, task="ops")
+    assert mem.get(target).state is State.COMPRESSED
+    res = mem.search(q, k=5, task="ops", now=100)
+    hit = next(h for h in res.items if h.id == target)
+    assert hit.text == mem.get(target).text != long_note(2)
+    assert hit.token_cost < mem.inspect(target).memory.token_cost or hit.text.endswith("…")
+    mem.feedback(res.search_id, success=True, used_ids=[target], cited_ids=[target])
+    info = mem.inspect(target)
+    assert info.state is State.ACTIVE and info.history[-1].kind == "revive"
+    assert info.memory.text == long_note(2)  # the original text is served again
+
+
+def test_credited_memory_is_never_archived(tmp_path: Path) -> None:
+    mem = ReMem(tmp_path)
+    target = mem.add(long_note(3), role="note", timestamp=1)
+    q = "status digest coffee machine"
+    res = mem.search(q, task="ops", now=2)
+    mem.feedback(res.search_id, success=True, used_ids=[target], cited_ids=[target])  # credited once
+    # then it helps no more for a long time
+    rounds(mem, q, 40, helpful=None, task="ops", t0=10)
+    info = mem.inspect(target)
+    assert info.overall.credit_sum > 0
+    assert info.state is State.COMPRESSED  # demoted and compressed, but never archived
+    assert "archive" not in [e.kind for e in info.history]
+
+
+def test_demotion_is_per_task_class(tmp_path: Path) -> None:
+    mem = ReMem(tmp_path)
+    target = mem.add("Dana approves production deploys.", role="note", timestamp=1)
+    q = "Dana approves production deploys"
+    # useful for approvals ...
+    rounds(mem, q, 3, helpful=target, task="approvals")
+    # ... useless for incident triage
+    rounds(mem, q, 8, helpful=None, task="triage", t0=100)
+    assert mem.get(target).state is State.ACTIVE  # helpful elsewhere: not demoted
+    stats = mem.inspect(target).stats
+    assert stats["triage"].contribution_rate < 0.2 < stats["approvals"].contribution_rate
+
+
+def learned_mem(path: Path) -> ReMem:
+    return ReMem(path, config=RememConfig(staleness=StalenessPolicy(mode="learned")))
+
+
+def test_blamed_stale_memory_is_invalidated_when_a_newer_same_key_fact_exists(tmp_path: Path) -> None:
+    mem = learned_mem(tmp_path)
+    old = mem.add("The billing service runs on host alpha.", entity="billing", attribute="host", timestamp=1)
+    new = mem.add("The billing service runs on host beta.", entity="billing", attribute="host", timestamp=2)
+    # learned mode, no update wording: both stay current (a pending conflict)
+    assert mem.get(old).state is State.ACTIVE and mem.get(new).state is State.ACTIVE
+    res = mem.search("which host runs billing", now=3, explain=True)
+    stale = {h.id: h.explain["feature.stale"] for h in res.items if h.explain}
+    assert stale == {old: 1.0, new: 0.0}
+    r = mem.feedback(res.search_id, success=False, used_ids=[old])
+    info = mem.inspect(old)
+    assert info.state is State.INVALIDATED and info.memory.superseded_by == new
+    assert "outcome-triggered" in (info.reason or "")
+    assert [e.memory_id for e in r.transitions] == [old]
+    assert mem.search("which host runs billing", now=4).ids == [new]
+    assert mem.verify().ok
+
+
+def test_failure_without_a_newer_fact_invalidates_nothing(tmp_path: Path) -> None:
+    mem = learned_mem(tmp_path)
+    only = mem.add("The billing service runs on host alpha.", entity="billing", attribute="host", timestamp=1)
+    res = mem.search("which host runs billing", now=3)
+    mem.feedback(res.search_id, success=False, used_ids=[only])
+    assert mem.get(only).state is State.ACTIVE
+
+
+def test_learned_schema_needs_two_confirmations_and_supersedes_retroactively(tmp_path: Path) -> None:
+    mem = learned_mem(tmp_path)
+    a1 = mem.add("Service a runs on host one.", entity="a", attribute="host", timestamp=1)
+    a2 = mem.add("Service a runs on host two.", entity="a", attribute="host", timestamp=2)
+    b1 = mem.add("Service b runs on host three.", entity="b", attribute="host", timestamp=1)
+    b2 = mem.add("Service b runs on host four.", entity="b", attribute="host", timestamp=2)
+    c1 = mem.add("Service c runs on host five.", entity="c", attribute="host", timestamp=1)
+    c2 = mem.add("Service c runs on host six.", entity="c", attribute="host", timestamp=2)
+    for stale_id, q in ((a1, "service a host one"), (b1, "service b host three")):
+        res = mem.search(q, k=6, now=3)
+        assert stale_id in res.ids
+        mem.feedback(res.search_id, success=False, used_ids=[stale_id])
+    # two confirmations: 'host' is now single-valued, so the pending c conflict is resolved too
+    assert mem.get(c1).state is State.INVALIDATED and mem.get(c1).superseded_by == c2
+    assert "retroactive" in (mem.inspect(c1).reason or "")
+    assert {mem.get(i).state for i in (a2, b2, c2)} == {State.ACTIVE}
+    # from now on a new 'host' fact supersedes on key alone
+    c3 = mem.add("Service c runs on host seven.", entity="c", attribute="host", timestamp=5)
+    assert mem.get(c2).state is State.INVALIDATED and mem.get(c2).superseded_by == c3
+    assert mem.verify().ok
+
+
+def test_counter_evidence_blocks_the_learned_schema(tmp_path: Path) -> None:
+    mem = learned_mem(tmp_path)
+    # deps are multi-valued: the older value is still credited after a newer one arrived
+    d1 = mem.add("The app depends on redis.", entity="app", attribute="dep", timestamp=1)
+    mem.add("The app depends on kafka.", entity="app", attribute="dep", timestamp=2)
+    res = mem.search("app depends redis", k=5, now=3)
+    mem.feedback(res.search_id, success=True, used_ids=[d1])
+    e1 = mem.add("Service e depends on s3.", entity="e", attribute="dep", timestamp=1)
+    mem.add("Service e depends on sqs.", entity="e", attribute="dep", timestamp=2)
+    f1 = mem.add("Service f depends on nats.", entity="f", attribute="dep", timestamp=1)
+    mem.add("Service f depends on grpc.", entity="f", attribute="dep", timestamp=2)
+    for stale_id, q in ((e1, "service e depends s3"), (f1, "service f depends nats")):
+        res = mem.search(q, k=6, now=4)
+        mem.feedback(res.search_id, success=False, used_ids=[stale_id])
+    assert mem.get(d1).state is State.ACTIVE  # no retroactive supersession
+    with mem.store.read() as tx:
+        info = tx.attributes(["dep"])["dep"]
+    assert info.confirmations == 2 and info.counter == 1 and not info.single_valued
+
+
+def test_confidence_decays_only_for_attributes_observed_to_change(tmp_path: Path) -> None:
+    mem = ReMem(tmp_path)
+    mem.add("The API region is us-east.", entity="api", attribute="region", timestamp=0)
+    mem.add("The API moved to eu-west.", entity="api", attribute="region", timestamp=DAY)
+    stable = mem.add("The founder of the company is Ada.", entity="company", attribute="founder", timestamp=0)
+    later = 400 * DAY
+    res = mem.search("API region eu-west founder company Ada", k=5, now=later, explain=True)
+    conf = {h.id: h.explain["feature.confidence"] for h in res.items if h.explain}
+    assert conf[stable] == pytest.approx(1.0)  # old but never changed: not punished for age
+    changed = next(i for i in conf if i != stable)
+    assert conf[changed] < 0.5
+
+
+def test_compress_text_keeps_meaning_bearing_words() -> None:
+    short = compress_text(long_note(7))
+    assert len(short) < len(long_note(7)) and "digest" in short and short.endswith("…")
+    assert compress_text("Tiny fact.") == "Tiny fact."
