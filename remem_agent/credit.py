@@ -1,37 +1,115 @@
 """Credit assignment: turning one outcome into per-memory credit and blame.
 
 Observable signals only (reference §4): whether the agent *cited* a memory (self-reported, noisy)
-and whether it *used* the memory's value (the answer committed to a value the memory holds). Credit
-is per memory, not split equally among the served set. On failure, memories whose value was used are
-blamed; shown memories with neither signal are "wasted" exposures. Only served memories receive
-anything (bandit feedback).
+and whether it *used* the memory's value (the answer committed to a value the memory holds, detected
+lexically by :func:`values_used`). Credit is per memory, not split equally among the served set. On
+failure, memories whose value was used are blamed; shown memories with neither signal are "wasted"
+exposures. Only served memories receive anything (bandit feedback).
+
+Optional leave-one-out replay re-runs the task without one memory at a time (through a caller-given
+callback); a memory whose removal flips success to failure gets full credit. ``loo="ambiguous"``
+replays only memories where exactly one of cited/used holds, which costs far fewer agent calls.
+Limitations: citations are self-reported, value use is lexical (a decoy that mentions the answer
+counts), and LOO under-credits redundant copies. None of it establishes causality.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import re
+import unicodedata
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Literal
+
+CreditMode = Literal["signals", "equal", "usage_only"]
+LooPolicy = Literal["off", "full", "ambiguous"]
+Replay = Callable[[Sequence[str]], bool]
 
 
 @dataclass(frozen=True)
 class CreditPolicy:
+    """``mode``: ``signals`` (default), ``equal`` (every served memory shares a success: the naive
+    baseline), ``usage_only`` (credit from citation/value use, ignoring the success bit)."""
+
+    mode: CreditMode = "signals"
     cited_and_used: float = 1.0
     used_only: float = 0.75
     cited_only: float = 0.5
     blame_used: float = 1.0
     blame_cited_only: float = 0.25
+    loo: LooPolicy = "off"
 
     def assign(
-        self, served: Sequence[str], *, success: bool, cited: Collection[str], used: Collection[str]
+        self,
+        served: Sequence[str],
+        *,
+        success: bool,
+        cited: Collection[str],
+        used: Collection[str],
+        essential: Collection[str] = (),
     ) -> dict[str, tuple[float, float]]:
-        """(credit, blame) for every served id."""
+        """(credit, blame) for every served id. ``essential``: ids whose removal flipped success (LOO)."""
         out: dict[str, tuple[float, float]] = {}
         for mid in served:
             c, u = mid in cited, mid in used
-            if success:
-                credit = self.cited_and_used if (c and u) else self.used_only if u else self.cited_only if c else 0.0
-                out[mid] = (credit, 0.0)
+            signal = self.cited_and_used if (c and u) else self.used_only if u else self.cited_only if c else 0.0
+            if self.mode == "equal":
+                out[mid] = (1.0 / len(served), 0.0) if success else (0.0, 1.0 / len(served))
+            elif self.mode == "usage_only":
+                out[mid] = (signal, 0.0)
+            elif success:
+                out[mid] = (1.0 if mid in essential else signal, 0.0)
             else:
-                blame = self.blame_used if u else self.blame_cited_only if c else 0.0
-                out[mid] = (0.0, blame)
+                out[mid] = (0.0, self.blame_used if u else self.blame_cited_only if c else 0.0)
         return out
+
+    def replay_candidates(self, served: Sequence[str], cited: Collection[str], used: Collection[str]) -> list[str]:
+        """Which served memories leave-one-out should replay under this policy."""
+        if self.loo == "full":
+            return list(served)
+        if self.loo == "ambiguous":
+            return [m for m in served if (m in cited) != (m in used)]
+        return []
+
+
+def leave_one_out(served: Sequence[str], candidates: Iterable[str], replay: Replay) -> tuple[set[str], int]:
+    """Replay the task without each candidate; returns (ids whose removal caused failure, calls made)."""
+    essential, calls = set(), 0
+    for mid in candidates:
+        calls += 1
+        if not replay([s for s in served if s != mid]):
+            essential.add(mid)
+    return essential, calls
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text).casefold()).strip()
+
+
+def answer_values(answer: Any) -> list[str]:
+    """The scalar values an answer committed to (strings and numbers, nested JSON flattened)."""
+    out: list[str] = []
+    if isinstance(answer, Mapping):
+        for k, v in answer.items():
+            if k in ("citations", "cited_ids", "reasoning"):
+                continue
+            out += answer_values(v)
+    elif isinstance(answer, list | tuple):
+        for v in answer:
+            out += answer_values(v)
+    elif isinstance(answer, bool) or answer is None:
+        pass
+    elif isinstance(answer, int | float | str):
+        s = _norm(str(answer))
+        if len(s) >= 2:
+            out.append(s)
+    return out
+
+
+def values_used(texts: Mapping[str, str], answer: Any) -> set[str]:
+    """Ids of memories whose text contains a value the answer committed to (whole-word match)."""
+    values = answer_values(answer)
+    if not values:
+        return set()
+    pats = [re.compile(r"(?<![\w-])" + re.escape(v) + r"(?![\w-])") for v in values]
+    return {mid for mid, text in texts.items() if any(p.search(_norm(text)) for p in pats)}

@@ -22,7 +22,7 @@ import numpy as np
 
 from remem_agent._time import Timestamp, to_epoch
 from remem_agent._time import now as wall_now
-from remem_agent.credit import CreditPolicy
+from remem_agent.credit import CreditPolicy, Replay, leave_one_out, values_used
 from remem_agent.embedders.base import Embedder, check_vectors
 from remem_agent.errors import (
     FeedbackConflictError,
@@ -381,13 +381,18 @@ class ReMem:
         success: bool,
         used_ids: Sequence[str] | None = None,
         cited_ids: Sequence[str] | None = None,
+        answer: Any = None,
+        replay: Replay | None = None,
     ) -> FeedbackReceipt:
         """Report the outcome of the task that used ``search_id``'s memories.
 
         ``used_ids``: served memories whose value the answer relied on; ``cited_ids``: served memories
-        the agent cited. Ids that were not served are an error (only shown memories get feedback).
-        Repeating identical feedback is idempotent (returns the first receipt, counts nothing twice);
-        a different verdict for an answered search raises FeedbackConflictError.
+        the agent cited. With ``answer`` (text or JSON), memories holding a value the answer committed to
+        count as used too. With ``replay`` (a callback that re-runs the task on a subset of the served ids
+        and returns success) and ``RememConfig.credit.loo`` set, leave-one-out credit is computed.
+        Ids that were not served are an error (only shown memories get feedback). Repeating identical
+        feedback is idempotent (returns the first receipt, counts nothing twice); a different verdict
+        for an answered search raises FeedbackConflictError.
         """
         if not isinstance(search_id, str):
             raise UserInputError("search_id must be a string")
@@ -396,22 +401,32 @@ class ReMem:
         success = bool(success)
         used = check_ids(used_ids, "used_ids")
         cited = check_ids(cited_ids, "cited_ids")
-        payload = {"success": success, "used": sorted(used), "cited": sorted(cited)}
-        at = wall_now()
-        with self.store.write() as tx:
+        with self.store.read() as tx:
             rec = tx.search(search_id)
             if rec is None:
                 raise UnknownSearchError(search_id)
-            if rec["feedback"] is not None:
-                if rec["feedback"] == payload:
-                    return self._receipt_from_ledger(tx, search_id, success, repeated=True)
-                raise FeedbackConflictError(search_id, f"first {rec['feedback']}, now {payload}")
             served = [s["id"] for s in rec["served"]]
             unknown = [i for i in used + cited if i not in served]
             if unknown:
                 raise UserInputError(f"ids not served by search {search_id}: {unknown}")
-            tx.record_feedback(search_id, payload, at)
-            assigned = self.config.credit.assign(served, success=success, cited=cited, used=used)
+            if answer is not None:
+                texts = {m.id: m.original_text for m in tx.memories(served).values()}
+                used += sorted(values_used(texts, answer) - set(used))
+        payload = {"success": success, "used": sorted(used), "cited": sorted(cited)}
+        if rec["feedback"] is not None:
+            return self._repeat(search_id, rec["feedback"], payload, success)
+        essential: set[str] = set()
+        calls = 0
+        policy = self.config.credit
+        if replay is not None and success and policy.loo != "off":
+            essential, calls = leave_one_out(served, policy.replay_candidates(served, cited, used), replay)
+        at = wall_now()
+        with self.store.write() as tx:
+            if not tx.record_feedback(search_id, payload, at):  # another writer answered meanwhile
+                first = tx.search(search_id)
+                assert first is not None
+                return self._repeat(search_id, first["feedback"], payload, success, tx)
+            assigned = policy.assign(served, success=success, cited=cited, used=used, essential=essential)
             records = [
                 CreditRecord(search_id, mid, rec["task"], at, success, mid in cited, mid in used, cr, bl)
                 for mid, (cr, bl) in assigned.items()
@@ -428,7 +443,23 @@ class ReMem:
             {r.memory_id: r.credit for r in records},
             {r.memory_id: r.blame for r in records},
             tuple(transitions),
+            replay_calls=calls,
         )
+
+    def _repeat(
+        self,
+        search_id: str,
+        first: Mapping[str, Any],
+        payload: Mapping[str, Any],
+        success: bool,
+        tx: SQLiteTx | None = None,
+    ) -> FeedbackReceipt:
+        if dict(first) != dict(payload):
+            raise FeedbackConflictError(search_id, f"first {dict(first)}, now {dict(payload)}")
+        if tx is not None:
+            return self._receipt_from_ledger(tx, search_id, success, repeated=True)
+        with self.store.read() as rtx:
+            return self._receipt_from_ledger(rtx, search_id, success, repeated=True)
 
     def _receipt_from_ledger(self, tx: SQLiteTx, search_id: str, success: bool, *, repeated: bool) -> FeedbackReceipt:
         rows = tx.c.execute(

@@ -205,6 +205,7 @@ class FeedbackReceipt:
     blame: Mapping[str, float]
     transitions: tuple[Event, ...] = ()
     repeated: bool = False
+    replay_calls: int = 0
 
 
 @dataclass(frozen=True, slots=True)
