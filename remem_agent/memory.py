@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -85,6 +85,21 @@ class RememConfig:
     credit: CreditPolicy = field(default_factory=CreditPolicy)
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     staleness: StalenessPolicy = field(default_factory=StalenessPolicy)
+    # Which utility model ranks candidates when none is passed to ReMem: the documented heuristic, or a
+    # LearnedUtility loaded from ``utility_path`` (JSON written by LearnedUtility.save).
+    utility: Literal["heuristic", "learned"] = "heuristic"
+    utility_path: str | None = None
+
+    def make_utility(self) -> UtilityModel:
+        if self.utility == "heuristic":
+            return HeuristicUtility()
+        if self.utility == "learned":
+            if not self.utility_path:
+                raise UserInputError("utility='learned' needs utility_path (a LearnedUtility JSON file)")
+            from remem_agent.ranking.learned import LearnedUtility
+
+            return LearnedUtility.load(self.utility_path)
+        raise UserInputError(f"unknown utility {self.utility!r}; use 'heuristic' or 'learned'")
 
 
 class ReMem:
@@ -116,7 +131,7 @@ class ReMem:
             raise UserInputError("backend must have ingest(ids, vectors), candidates(query, k) and __len__")
         self.embedder = embedder
         self.config = config or RememConfig()
-        self.utility: UtilityModel = utility or HeuristicUtility()
+        self.utility: UtilityModel = utility or self.config.make_utility()
         self.store = SQLiteStore(path, synchronous=synchronous)
         self.path = self.store.folder
         stored_name = self.store.set_meta_default("embedder", embedder.name)

@@ -225,3 +225,28 @@ def test_compress_text_keeps_meaning_bearing_words() -> None:
     short = compress_text(long_note(7))
     assert len(short) < len(long_note(7)) and "digest" in short and short.endswith("…")
     assert compress_text("Tiny fact.") == "Tiny fact."
+
+
+def test_exploration_modes() -> None:
+    import numpy as np
+
+    from remem_agent.ranking.features import FEATURE_NAMES
+    from remem_agent.ranking.utility import HeuristicUtility
+
+    feats = {n: np.zeros(4) for n in FEATURE_NAMES}
+    feats["post_std"] = np.array([0.0, 0.1, 0.2, 0.3])
+    p_none, _ = HeuristicUtility(explore="none").score(feats)
+    p_ucb, comps = HeuristicUtility(explore="ucb").score(feats)
+    assert np.allclose(p_ucb - p_none, 0.1 * feats["post_std"]) and np.allclose(comps["explore"], p_ucb - p_none)
+    t1, _ = HeuristicUtility(explore="thompson", seed=7).score(feats)
+    t2, _ = HeuristicUtility(explore="thompson", seed=7).score(feats)
+    assert np.array_equal(t1, t2) and not np.allclose(t1, p_ucb)
+    assert t1[0] == p_none[0]  # no uncertainty, no noise
+
+
+def test_utility_is_selectable_by_config(tmp_path: Path) -> None:
+    from remem_agent import UserInputError
+
+    with pytest.raises(UserInputError, match="utility_path"):
+        ReMem(tmp_path / "a", config=RememConfig(utility="learned"))
+    assert ReMem(tmp_path / "b", config=RememConfig(utility="heuristic")).utility.name == "heuristic"

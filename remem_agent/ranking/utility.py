@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -60,6 +60,14 @@ class HeuristicUtility:
     bias: float = -2.0
     # UCB-style exploration bonus: c * posterior std, so rarely-shown memories get tried.
     explore_c: float = 0.1
+    # "ucb" (default) adds c * std; "thompson" adds Gaussian noise with that std (seeded, so a run is
+    # reproducible); "none" turns exploration off. The reference found Thompson worse than UCB.
+    explore: Literal["ucb", "thompson", "none"] = "ucb"
+    seed: int = 0
+    _rng: np.random.Generator = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_rng", np.random.default_rng(self.seed))
 
     def score(self, features: Features) -> tuple[NDArray[np.float64], dict[str, NDArray[np.float64]]]:
         w = self.weights
@@ -72,6 +80,12 @@ class HeuristicUtility:
         comps["blame_rate"] = w.get("blame_rate", 0.0) * features["blame_rate"]
         z = self.bias + sum(comps.values(), np.zeros_like(ev))
         p = _sigmoid(z)
-        bonus = self.explore_c * features["post_std"]
+        std = self.explore_c * features["post_std"]
+        if self.explore == "ucb":
+            bonus = std
+        elif self.explore == "thompson":
+            bonus = self._rng.normal(0.0, 1.0, size=len(std)) * std
+        else:
+            bonus = np.zeros_like(std)
         comps["explore"] = bonus
         return np.clip(p + bonus, 0.0, 1.0), comps
