@@ -21,6 +21,8 @@ from numpy.typing import NDArray
 # Budgets above this are solved on a coarser token grid (weights rounded *up*, so the selection never
 # exceeds the budget); below it the knapsack is exact.
 EXACT_BUDGET_LIMIT = 4096
+# Bound on the backtracking table (items x (k+1) x (budget+1) booleans): ~20 MB.
+MAX_TABLE_CELLS = 20_000_000
 
 
 def knapsack(values: NDArray[np.float64], weights: NDArray[np.int64], budget: int, max_items: int) -> list[int]:
@@ -32,11 +34,13 @@ def knapsack(values: NDArray[np.float64], weights: NDArray[np.int64], budget: in
     if n == 0 or budget < 0 or max_items <= 0:
         return []
     w = np.asarray(weights, dtype=np.int64)
-    if budget > EXACT_BUDGET_LIMIT:
-        scale = math.ceil(budget / EXACT_BUDGET_LIMIT)
+    k = min(max_items, n)
+    # Grid size: exact up to EXACT_BUDGET_LIMIT tokens and MAX_TABLE_CELLS backtracking cells.
+    limit = min(EXACT_BUDGET_LIMIT, max(64, MAX_TABLE_CELLS // (n * (k + 1))))
+    if budget > limit:
+        scale = math.ceil(budget / limit)
         w = -(-w // scale)
         budget = budget // scale
-    k = min(max_items, n)
     neg = -np.inf
     dp = np.full((k + 1, budget + 1), neg)
     dp[0, :] = 0.0

@@ -1,0 +1,198 @@
+"""Training rows for the learned utility, read from the ledger's answered searches.
+
+Every search records, per served memory, the feature snapshot ``f`` taken at retrieval time (in
+``FEATURE_NAMES`` order); every feedback appends one ``credits`` row per served memory. One row
+here is one (answered search, served memory) pair:
+
+* ``X``: the snapshot ``f`` (what the ranker saw when it decided, not today's features);
+* ``y``: 1 when the search's task succeeded *and* the memory's attributed credit is >= 0.5
+  (reference design: "attributed credit >= 0.5 on a successful task"), else 0. Labels are
+  *observed* attributions (cited/used signals), never ground truth, and only served memories
+  get one (bandit feedback: what was never shown has no label).
+
+Rows are grouped by a label (a "world"/seed: by default the store folder's name) so the fit can
+cross-validate by leaving whole groups out; ``concat`` merges several stores.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from remem_agent.errors import UserInputError
+from remem_agent.ranking.features import FEATURE_NAMES
+from remem_agent.store.sqlite import LEDGER_FILE, SQLiteStore
+
+if TYPE_CHECKING:
+    from remem_agent.memory import ReMem
+
+# Attributed credit at or above this, on a successful task, is a positive label.
+CREDIT_THRESHOLD = 0.5
+
+
+@dataclass(frozen=True, eq=False)
+class TrainingSet:
+    """Rows for fitting a utility model. Arrays are read-only; row ``i`` is aligned across fields."""
+
+    X: NDArray[np.float64]  # (n, d) feature snapshots
+    y: NDArray[np.int8]  # (n,) observed labels in {0, 1}
+    groups: NDArray[np.str_]  # (n,) world/seed label per row (for leave-one-group-out CV)
+    feature_names: tuple[str, ...]
+    search_ids: NDArray[np.str_]  # (n,) the search each row came from
+    memory_ids: NDArray[np.str_]  # (n,) the served memory each row describes
+
+    def __post_init__(self) -> None:
+        # Own read-only copies in canonical dtypes, so neither side can mutate the other's arrays.
+        d = len(self.feature_names)
+        fields: dict[str, NDArray[Any]] = {
+            "X": np.array(self.X, dtype=np.float64).reshape(-1, d),
+            "y": np.array(self.y, dtype=np.int8).reshape(-1),
+            "groups": np.array(self.groups, dtype=np.str_).reshape(-1),
+            "search_ids": np.array(self.search_ids, dtype=np.str_).reshape(-1),
+            "memory_ids": np.array(self.memory_ids, dtype=np.str_).reshape(-1),
+        }
+        n = fields["X"].shape[0]
+        for name, arr in fields.items():
+            if arr.shape[0] != n:
+                raise UserInputError(f"{name} has {arr.shape[0]} rows, expected {n}")
+            arr.flags.writeable = False
+            object.__setattr__(self, name, arr)
+        object.__setattr__(self, "feature_names", tuple(self.feature_names))
+        if not set(np.unique(fields["y"]).tolist()) <= {0, 1}:
+            raise UserInputError("labels y must be 0 or 1")
+
+    def __len__(self) -> int:
+        return int(self.X.shape[0])
+
+    @property
+    def positives(self) -> int:
+        return int(self.y.sum())
+
+    @property
+    def group_names(self) -> tuple[str, ...]:
+        """Distinct group labels in first-seen order."""
+        return tuple(dict.fromkeys(self.groups.tolist()))
+
+
+def _make(
+    rows: list[list[float]],
+    labels: list[int],
+    groups: list[str],
+    search_ids: list[str],
+    memory_ids: list[str],
+    names: tuple[str, ...],
+) -> TrainingSet:
+    return TrainingSet(
+        X=np.asarray(rows, dtype=np.float64).reshape(len(rows), len(names)),
+        y=np.asarray(labels, dtype=np.int8),
+        groups=np.asarray(groups, dtype=np.str_),
+        feature_names=names,
+        search_ids=np.asarray(search_ids, dtype=np.str_),
+        memory_ids=np.asarray(memory_ids, dtype=np.str_),
+    )
+
+
+def _check_names(stored: str | None, where: str) -> None:
+    if stored is None:  # a ledger written before the key existed: rows are checked for width below
+        return
+    try:
+        names = tuple(json.loads(stored))
+    except (ValueError, TypeError) as exc:
+        raise UserInputError(f"{where}: meta 'feature_names' is not a JSON list: {stored!r}") from exc
+    if names != FEATURE_NAMES:
+        raise UserInputError(
+            f"{where}: feature snapshots were recorded with features {list(names)}, but this remem-agent "
+            f"uses {list(FEATURE_NAMES)}; rows from a different feature set cannot be mixed into training"
+        )
+
+
+def _read(store: SQLiteStore, group: str) -> TrainingSet:
+    where = str(store.path)
+    _check_names(store.get_meta("feature_names"), where)
+    d = len(FEATURE_NAMES)
+    with store.read() as tx:
+        searches = tx.c.execute(
+            "SELECT search_id, served, feedback FROM searches WHERE feedback IS NOT NULL ORDER BY rowid"
+        ).fetchall()
+        credit_rows = tx.c.execute("SELECT search_id, memory_id, credit FROM credits ORDER BY seq").fetchall()
+    credit: dict[tuple[str, str], float] = {}
+    for sid, mid, cr in credit_rows:
+        credit[(sid, mid)] = float(cr)
+    rows: list[list[float]] = []
+    labels: list[int] = []
+    sids: list[str] = []
+    mids: list[str] = []
+    for sid, served_json, feedback_json in searches:
+        feedback: dict[str, Any] = json.loads(feedback_json)
+        success = bool(feedback.get("success"))
+        for item in json.loads(served_json):
+            f = item.get("f")
+            if f is None:  # served before snapshots were recorded: nothing to learn from
+                continue
+            if len(f) != d:
+                raise UserInputError(
+                    f"{where}: search {sid} has a {len(f)}-feature snapshot; this remem-agent uses {d} features"
+                )
+            mid = str(item["id"])
+            rows.append([float(v) for v in f])
+            labels.append(int(success and credit.get((sid, mid), 0.0) >= CREDIT_THRESHOLD))
+            sids.append(str(sid))
+            mids.append(mid)
+    ts = _make(rows, labels, [group] * len(rows), sids, mids, FEATURE_NAMES)
+    if not np.isfinite(ts.X).all():
+        raise UserInputError(f"{where}: feature snapshots contain non-finite values")
+    return ts
+
+
+def training_rows(source: SQLiteStore | ReMem | str | Path, *, group: str | None = None) -> TrainingSet:
+    """Training rows from every answered search of one store.
+
+    ``source`` is a ``SQLiteStore``, a ``ReMem`` or a store folder (opened, read and closed again;
+    nothing is written to an existing ledger). ``group`` labels every row (default: the folder name).
+    Raises ``UserInputError`` when the snapshots were recorded with other features than
+    ``FEATURE_NAMES``, or when the folder holds no ledger.
+    """
+    if isinstance(source, SQLiteStore):
+        return _read(source, group if group is not None else source.folder.name)
+    store = getattr(source, "store", None)
+    if isinstance(store, SQLiteStore):  # a ReMem (duck-typed to keep this module free of import cycles)
+        return _read(store, group if group is not None else store.folder.name)
+    if isinstance(source, str | Path):
+        folder = Path(source).expanduser()
+        if not (folder / LEDGER_FILE).is_file():
+            raise UserInputError(f"{folder} is not a remem-agent store (no {LEDGER_FILE})")
+        opened = SQLiteStore(folder)
+        try:
+            return _read(opened, group if group is not None else folder.name)
+        finally:
+            opened.close()
+    raise UserInputError(f"expected a SQLiteStore, a ReMem or a store folder, got {type(source).__name__}")
+
+
+def concat(sets: Sequence[TrainingSet]) -> TrainingSet:
+    """Merge several training sets (e.g. one per world/seed), keeping each row's group label."""
+    if not sets:
+        return _make([], [], [], [], [], FEATURE_NAMES)
+    names = sets[0].feature_names
+    for ts in sets[1:]:
+        if ts.feature_names != names:
+            raise UserInputError(
+                f"cannot concatenate training sets with different features: {list(names)} vs {list(ts.feature_names)}"
+            )
+    return TrainingSet(
+        X=np.concatenate([ts.X for ts in sets]),
+        y=np.concatenate([ts.y for ts in sets]),
+        groups=np.concatenate([ts.groups for ts in sets]),
+        feature_names=names,
+        search_ids=np.concatenate([ts.search_ids for ts in sets]),
+        memory_ids=np.concatenate([ts.memory_ids for ts in sets]),
+    )
+
+
+__all__ = ["CREDIT_THRESHOLD", "TrainingSet", "concat", "training_rows"]
