@@ -115,12 +115,26 @@ class StoreBusyError(StoreError):
 
 
 class ModelError(RememError):
-    """A model endpoint failed. ``status`` and ``body`` are set for HTTP failures."""
+    """A model endpoint failed. ``status`` and ``body`` are set for HTTP failures.
 
-    def __init__(self, message: str, *, status: int | None = None, body: str | None = None) -> None:
+    ``retryable`` marks transient failures (timeouts, connection errors, 429, 5xx) that the single retry
+    layer (``remem_agent.adapters.retry``) may try again; ``retry_after`` is the server's hint in seconds.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        body: str | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.body = body
+        self.retryable = retryable
+        self.retry_after = retry_after
 
 
 class OutputValidationError(RememError):
