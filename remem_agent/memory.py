@@ -398,6 +398,7 @@ class ReMem:
         cited_ids: Sequence[str] | None = None,
         answer: Any = None,
         replay: Replay | None = None,
+        weight: float = 1.0,
     ) -> FeedbackReceipt:
         """Report the outcome of the task that used ``search_id``'s memories.
 
@@ -407,13 +408,17 @@ class ReMem:
         and returns success) and ``RememConfig.credit.loo`` set, leave-one-out credit is computed.
         Ids that were not served are an error (only shown memories get feedback). Repeating identical
         feedback is idempotent (returns the first receipt, counts nothing twice); a different verdict
-        for an answered search raises FeedbackConflictError.
+        for an answered search raises FeedbackConflictError. ``weight`` (0, 1] scales credit and blame for
+        weaker evidence, e.g. an inferred outcome.
         """
         if not isinstance(search_id, str):
             raise UserInputError("search_id must be a string")
         if not isinstance(success, bool | np.bool_):
             raise UserInputError("success must be True or False")
         success = bool(success)
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0.0 < float(weight) <= 1.0:
+            raise UserInputError(f"weight must be a number in (0, 1], got {weight!r}")
+        weight = float(weight)
         used = check_ids(used_ids, "used_ids")
         cited = check_ids(cited_ids, "cited_ids")
         with self.store.read() as tx:
@@ -427,7 +432,9 @@ class ReMem:
             if answer is not None:
                 texts = {m.id: m.original_text for m in tx.memories(served).values()}
                 used += sorted(values_used(texts, answer) - set(used))
-        payload = {"success": success, "used": sorted(used), "cited": sorted(cited)}
+        payload: dict[str, Any] = {"success": success, "used": sorted(used), "cited": sorted(cited)}
+        if weight != 1.0:
+            payload["weight"] = weight
         if rec["feedback"] is not None:
             return self._repeat(search_id, rec["feedback"], payload, success)
         essential: set[str] = set()
@@ -443,7 +450,9 @@ class ReMem:
                 return self._repeat(search_id, first["feedback"], payload, success, tx)
             assigned = policy.assign(served, success=success, cited=cited, used=used, essential=essential)
             records = [
-                CreditRecord(search_id, mid, rec["task"], at, success, mid in cited, mid in used, cr, bl)
+                CreditRecord(
+                    search_id, mid, rec["task"], at, success, mid in cited, mid in used, cr * weight, bl * weight
+                )
                 for mid, (cr, bl) in assigned.items()
             ]
             tx.insert_credits(records)

@@ -75,3 +75,19 @@ def test_leave_one_out_upgrades_an_unsignalled_but_essential_memory(tmp_path: Pa
     res = mem.search("vault", k=2, now=2)
     r = mem.feedback(res.search_id, success=True, cited_ids=[other], replay=lambda ids: hidden in ids)
     assert r.credit[hidden] == 1.0 and r.credit[other] == 0.5
+
+
+def test_weighted_feedback_scales_credit(tmp_path: Path) -> None:
+    mem = ReMem(tmp_path)
+    a = mem.add("The billing owner is Alice.", timestamp=1)
+    res = mem.search("billing owner", now=2)
+    r = mem.feedback(res.search_id, success=True, used_ids=[a], cited_ids=[a], weight=0.25)
+    assert r.credit[a] == 0.25
+    assert mem.inspect(a).overall.credit_sum == 0.25
+    import pytest
+
+    from remem_agent import UserInputError
+
+    for bad in (0, 1.5, True, "1"):
+        with pytest.raises(UserInputError):
+            mem.feedback(res.search_id, success=True, weight=bad)  # type: ignore[arg-type]

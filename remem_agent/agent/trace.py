@@ -1,0 +1,148 @@
+"""Trace: one JSON line per ``ask``, for failure analysis by a person or a script.
+
+Line schema (version 1; ``TRACE_SCHEMA`` below is the machine-checkable form)::
+
+    {"v": 1, "ts": ISO-8601, "run": str, "answer_id": str, "task_id": str|null, "task": str|null,
+     "question": str, "system": str|null,
+     "model": {"adapter": str, "name": str, "params": {"temperature": .., "max_tokens": .., "seed": ..}},
+     "search_id": str|null,
+     "served": [{"id", "rank", "score", "similarity", "state", "text"}],
+     "schema": {...the extended answer schema...},
+     "messages": [{"role", "content"}],            # exactly what was sent first
+     "attempts": [{"raw": str|null, "finish_reason": str|null, "errors": [str], "kind": str,
+                   "latency_ms": float, "usage": {...}, "retries": [{"attempt", "status", "error", "wait_s"}]}],
+     "answer": {...}|null, "citations": [str], "error": str|null,
+     "outcome": {"success", "source", "score", "weight"}|null, "truth": any,
+     "credit": {id: credit}, "blame": {id: blame},
+     "latency_ms": {"recall": .., "model": .., "learn": .., "total": ..}}
+
+API keys and authorization headers never appear: secrets are redacted before writing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from remem_agent.errors import UserInputError
+
+TRACE_VERSION = 1
+
+TRACE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": [
+        "v",
+        "ts",
+        "run",
+        "answer_id",
+        "task",
+        "question",
+        "model",
+        "served",
+        "messages",
+        "attempts",
+        "answer",
+        "citations",
+        "outcome",
+        "latency_ms",
+    ],
+    "properties": {
+        "v": {"const": TRACE_VERSION},
+        "ts": {"type": "string"},
+        "run": {"type": "string"},
+        "answer_id": {"type": "string"},
+        "task_id": {"type": ["string", "null"]},
+        "task": {"type": ["string", "null"]},
+        "question": {"type": "string"},
+        "model": {"type": "object", "required": ["adapter", "name"]},
+        "search_id": {"type": ["string", "null"]},
+        "served": {
+            "type": "array",
+            "items": {"type": "object", "required": ["id", "rank", "score", "similarity", "state"]},
+        },
+        "messages": {"type": "array", "items": {"type": "object", "required": ["role", "content"]}},
+        "attempts": {
+            "type": "array",
+            "items": {"type": "object", "required": ["raw", "errors", "kind", "latency_ms"]},
+        },
+        "answer": {"type": ["object", "null"]},
+        "citations": {"type": "array", "items": {"type": "string"}},
+        "error": {"type": ["string", "null"]},
+        "outcome": {"type": ["object", "null"]},
+        "latency_ms": {"type": "object"},
+    },
+}
+_VALIDATOR = Draft202012Validator(TRACE_SCHEMA)
+
+_SECRET_KEYS = re.compile(r"(authorization|api[_-]?key|x-api-key|password|secret|bearer)", re.IGNORECASE)
+_SECRET_VALUES = [
+    re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._\-]{8,}"),
+]
+
+
+def redact(obj: Any, secrets: tuple[str, ...] = ()) -> Any:
+    """Copy ``obj`` with secret-looking keys and values replaced by "[REDACTED]"."""
+    if isinstance(obj, Mapping):
+        return {k: ("[REDACTED]" if _SECRET_KEYS.search(str(k)) else redact(v, secrets)) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [redact(v, secrets) for v in obj]
+    if isinstance(obj, str):
+        s = obj
+        for secret in secrets:
+            if secret:
+                s = s.replace(secret, "[REDACTED]")
+        for pat in _SECRET_VALUES:
+            s = pat.sub("[REDACTED]", s)
+        return s
+    return obj
+
+
+class TraceWriter:
+    """Appends trace lines to a JSONL file; safe for concurrent asks (one lock, one write per line)."""
+
+    def __init__(self, path: str | Path, *, secrets: tuple[str, ...] = ()) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._secrets = secrets
+
+    def write_sync(self, record: Mapping[str, Any]) -> None:
+        line = json.dumps(redact(record, self._secrets), ensure_ascii=False, default=str)
+        with self._lock, self.path.open("a", encoding="utf-8") as f:
+            f.write(line + "\n")
+            f.flush()
+
+    async def write(self, record: Mapping[str, Any]) -> None:
+        await asyncio.to_thread(self.write_sync, record)
+
+
+def iter_traces(path: str | Path, *, strict: bool = True) -> Iterator[dict[str, Any]]:
+    """Yield trace records; with ``strict`` a malformed line raises UserInputError naming the line."""
+    with Path(path).open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                if strict:
+                    raise UserInputError(f"{path}:{n}: not JSON: {exc}") from exc
+                continue
+            errs = list(_VALIDATOR.iter_errors(rec))
+            if errs:
+                if strict:
+                    raise UserInputError(f"{path}:{n}: not a v{TRACE_VERSION} trace line: {errs[0].message}")
+                continue
+            yield rec
+
+
+def load_traces(path: str | Path, *, strict: bool = True) -> list[dict[str, Any]]:
+    return list(iter_traces(path, strict=strict))
