@@ -1,0 +1,163 @@
+"""Chat adapter for an Ollama server's native ``/api/chat``, over ``ollama.AsyncClient``.
+
+Structured output uses Ollama's native ``format=<JSON schema>``; sampling settings travel in ``options``
+(``temperature``, ``seed``, ``num_predict`` = max_tokens, ``stop``). Failures are mapped to
+:class:`~remem_agent.errors.ModelError`: HTTP 408/425/429/5xx, timeouts and connection errors are
+retryable, any other status is not. The adapter never retries by itself (see
+:mod:`remem_agent.adapters.retry`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+import httpx
+
+from remem_agent._extras import require
+from remem_agent.adapters.base import Capabilities, ChatRequest, ChatResponse, FinishReason, Usage
+from remem_agent.errors import ModelError, UserInputError
+
+if TYPE_CHECKING:
+    import ollama
+else:
+    ollama = require("ollama", "ollama", feature="OllamaChat")
+
+_BODY_LIMIT = 2000
+_MESSAGE_BODY_LIMIT = 300
+_TRANSIENT_STATUS = frozenset({408, 425, 429})  # plus every 5xx
+_FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length"}
+
+
+class OllamaChat:
+    """A chat model served by Ollama.
+
+    Args:
+        model: the Ollama model tag (``"llama3.2"``, ``"qwen2.5:0.5b"``...).
+        host: server URL; defaults to ``$OLLAMA_HOST``, else ``http://127.0.0.1:11434``.
+        client: a ready ``ollama.AsyncClient`` (then host/timeout must not be given).
+        timeout: per-request timeout in seconds.
+        keep_alive: how long Ollama keeps the model loaded (``"5m"``, seconds, ``-1``...).
+        options: extra Ollama options (``num_ctx``, ``top_p``...); the request's temperature, seed,
+            max_tokens and stop override the same keys.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        host: str | None = None,
+        client: ollama.AsyncClient | None = None,
+        timeout: float = 120.0,
+        keep_alive: float | str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(model, str) or not model.strip():
+            raise UserInputError("model must be a non-empty string")
+        if not timeout > 0:
+            raise UserInputError(f"timeout must be > 0, got {timeout!r}")
+        self._model = model
+        self._owns_client = client is None
+        if client is not None:
+            if host is not None:
+                raise UserInputError("pass either client or host, not both")
+            self._client = client
+        else:
+            # host=None lets the SDK read $OLLAMA_HOST and fall back to its default.
+            self._client = ollama.AsyncClient(host=host, timeout=timeout)
+        inner = getattr(self._client, "_client", None)  # the SDK's httpx client, for traces/errors only
+        self._host = str(getattr(inner, "base_url", None) or host or os.environ.get("OLLAMA_HOST") or "ollama")
+        self._keep_alive = keep_alive
+        self._options = dict(options or {})
+
+    # ------------------------------------------------------------------ protocol
+    @property
+    def name(self) -> str:
+        return self._model
+
+    @property
+    def adapter(self) -> str:
+        return "ollama"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(native_json_schema=True, json_mode=True)
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    def __repr__(self) -> str:
+        return f"OllamaChat(model={self._model!r}, host={self._host!r})"
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        started = time.perf_counter()
+        options = dict(self._options)
+        options["temperature"] = request.temperature
+        if request.seed is not None:
+            options["seed"] = request.seed
+        if request.max_tokens is not None:
+            options["num_predict"] = request.max_tokens
+        if request.stop:
+            options["stop"] = list(request.stop)
+        kwargs: dict[str, Any] = {
+            "model": self._model,
+            "messages": [m.to_dict() for m in request.messages],
+            "stream": False,
+            "options": options,
+        }
+        if request.json_schema is not None:
+            # A plain-JSON deep copy: the SDK serialises it and must not share the caller's objects.
+            kwargs["format"] = json.loads(json.dumps(request.json_schema))
+        if self._keep_alive is not None:
+            kwargs["keep_alive"] = self._keep_alive
+        where = f"ollama chat {self._model!r} at {self._host}"
+        try:
+            response = await self._client.chat(**kwargs)
+        except ollama.ResponseError as exc:
+            status = exc.status_code
+            body = str(exc.error)[:_BODY_LIMIT]
+            retryable = status in _TRANSIENT_STATUS or status >= 500
+            raise ModelError(
+                f"{where} failed: HTTP {status}: {body[:_MESSAGE_BODY_LIMIT]}",
+                status=status if status > 0 else None,
+                body=body,
+                retryable=retryable,
+            ) from exc
+        except httpx.TimeoutException as exc:
+            raise ModelError(f"{where} timed out ({type(exc).__name__})", retryable=True) from exc
+        except (ConnectionError, httpx.TransportError) as exc:
+            # ollama turns httpx.ConnectError into the builtin ConnectionError (cause suppressed).
+            raise ModelError(f"{where} could not connect ({type(exc).__name__})", retryable=True) from exc
+        except ValueError as exc:  # non-JSON body or a body that is not a chat response (pydantic)
+            raise ModelError(f"{where} returned a malformed response: {type(exc).__name__}") from exc
+        return self._to_response(response, started)
+
+    async def aclose(self) -> None:
+        """Close the SDK client if this adapter created it."""
+        if self._owns_client:
+            close = cast(Callable[[], Awaitable[None]], self._client.close)  # untyped in the SDK
+            await close()
+
+    async def __aenter__(self) -> OllamaChat:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def _to_response(self, response: ollama.ChatResponse, started: float) -> ChatResponse:
+        reason = response.done_reason
+        finish: FinishReason = _FINISH.get(reason, "other") if reason else ("stop" if response.done else "other")
+        return ChatResponse(
+            text=response.message.content or "",
+            finish_reason=finish,
+            usage=Usage(response.prompt_eval_count, response.eval_count),
+            model=response.model or self._model,
+            latency_ms=(time.perf_counter() - started) * 1000.0,
+        )
+
+
+__all__ = ["OllamaChat"]

@@ -1,0 +1,306 @@
+"""Chat adapter for OpenAI and any OpenAI-compatible ``/v1/chat/completions`` server, over ``openai.AsyncOpenAI``.
+
+Structured output goes through the server's own mechanism:
+
+* ``schema_mode="json_schema"``: OpenAI's ``response_format={"type": "json_schema", "json_schema": {...}}``.
+* ``schema_mode="json_object_schema"``: ``response_format={"type": "json_object", "schema": S}``, the dialect
+  of ``llama_cpp.server`` (which rejects ``json_schema`` with HTTP 500) and of Anyscale-style servers.
+* ``schema_mode="auto"`` (default): try ``json_schema``; if the server rejects it (HTTP 400/422/500 whose body
+  mentions ``response_format``/``json_schema``) switch this adapter to ``json_object_schema`` for good and
+  repeat that one call once, immediately.
+
+The SDK's own retries are switched off (``max_retries=0``): transient failures surface as retryable
+:class:`~remem_agent.errors.ModelError` for the single retry layer (:mod:`remem_agent.adapters.retry`).
+The API key never appears in an error message, a ``repr`` or a log line.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import math
+import os
+import re
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from remem_agent._extras import require
+from remem_agent.adapters.base import Capabilities, ChatRequest, ChatResponse, FinishReason, Usage
+from remem_agent.errors import ModelError, UserInputError
+
+if TYPE_CHECKING:
+    import openai
+else:
+    openai = require("openai", "openai", feature="OpenAIChat")
+
+log = logging.getLogger(__name__)
+
+SchemaMode = Literal["json_schema", "json_object_schema", "auto"]
+_SCHEMA_MODES = ("json_schema", "json_object_schema", "auto")
+_NO_KEY = "sk-no-key"
+_BODY_LIMIT = 2000
+_MESSAGE_BODY_LIMIT = 300
+_TRANSIENT_STATUS = frozenset({408, 425, 429})  # plus every 5xx
+_FALLBACK_STATUS = frozenset({400, 422, 500})
+_FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length"}
+
+
+def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (delta-seconds or HTTP-date); None if absent."""
+    if not headers:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            value = float(ms) / 1000.0
+        except ValueError:
+            value = math.nan
+        if math.isfinite(value):
+            return max(0.0, value)
+    raw = headers.get("retry-after")
+    if not raw:
+        return None
+    raw = raw.strip()
+    try:
+        seconds = float(raw)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(raw)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    if not math.isfinite(seconds):
+        return None
+    return max(0.0, seconds)
+
+
+def _strict_ok(schema: Any) -> bool:
+    """True if every object in ``schema`` meets OpenAI strict mode (closed, every property required)."""
+    if isinstance(schema, list):
+        return all(_strict_ok(s) for s in schema)
+    if not isinstance(schema, Mapping):
+        return True
+    props = schema.get("properties")
+    if schema.get("type") == "object" or isinstance(props, Mapping):
+        props = props if isinstance(props, Mapping) else {}
+        if schema.get("additionalProperties") is not False:
+            return False
+        if set(schema.get("required") or ()) != set(props):
+            return False
+    return all(_strict_ok(v) for v in schema.values() if isinstance(v, Mapping | list))
+
+
+def _schema_name(name: str) -> str:
+    cleaned = re.sub(r"[^a-zA-Z0-9_-]", "_", name)[:64]
+    return cleaned or "answer"
+
+
+class OpenAIChat:
+    """An OpenAI-compatible chat model.
+
+    Args:
+        model: the model name the server knows.
+        base_url: API root including ``/v1``; defaults to ``$OPENAI_BASE_URL``, else OpenAI's.
+        api_key: defaults to ``$OPENAI_API_KEY``, else ``"sk-no-key"`` (local servers ignore it).
+        client: a ready ``openai.AsyncOpenAI`` (then base_url/api_key/http_client/timeout must not be given);
+            it is used as ``client.with_options(max_retries=0)``.
+        http_client: an ``httpx``/``httpx2`` ``AsyncClient`` for the SDK (tests pass a MockTransport).
+        timeout: per-request timeout in seconds.
+        schema_mode: ``"json_schema"``, ``"json_object_schema"`` or ``"auto"`` (see the module doc).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        client: openai.AsyncOpenAI | None = None,
+        http_client: Any = None,
+        timeout: float = 60.0,
+        schema_mode: SchemaMode = "auto",
+    ) -> None:
+        if not isinstance(model, str) or not model.strip():
+            raise UserInputError("model must be a non-empty string")
+        if schema_mode not in _SCHEMA_MODES:
+            raise UserInputError(f"schema_mode must be one of {_SCHEMA_MODES}, got {schema_mode!r}")
+        if not timeout > 0:
+            raise UserInputError(f"timeout must be > 0, got {timeout!r}")
+        self._model = model
+        self._auto = schema_mode == "auto"
+        self._mode: Literal["json_schema", "json_object_schema"] = (
+            "json_schema" if schema_mode == "auto" else schema_mode
+        )
+        self._owns_client = client is None
+        if client is not None:
+            if base_url is not None or api_key is not None or http_client is not None:
+                raise UserInputError("pass either client or base_url/api_key/http_client, not both")
+            self._client = client.with_options(max_retries=0)
+            key = client.api_key
+        else:
+            key = api_key or os.environ.get("OPENAI_API_KEY") or _NO_KEY
+            self._client = openai.AsyncOpenAI(
+                api_key=key,
+                base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
+                timeout=timeout,
+                max_retries=0,
+                http_client=http_client,
+            )
+        # Kept only to scrub it out of server-echoed error text; never printed.
+        self._secret = key if isinstance(key, str) and len(key) >= 4 else None
+
+    # ------------------------------------------------------------------ protocol
+    @property
+    def name(self) -> str:
+        return self._model
+
+    @property
+    def adapter(self) -> str:
+        return "openai"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(native_json_schema=True, json_mode=True)
+
+    @property
+    def schema_mode(self) -> str:
+        """The structured-output dialect currently in use (``auto`` resolves to one of the two)."""
+        return self._mode
+
+    @property
+    def base_url(self) -> str:
+        return str(self._client.base_url)
+
+    def __repr__(self) -> str:
+        mode = f"auto->{self._mode}" if self._auto else self._mode
+        return f"OpenAIChat(model={self._model!r}, base_url={self.base_url!r}, schema_mode={mode!r})"
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        started = time.perf_counter()
+        mode = self._mode
+        try:
+            completion = await self._create(request, mode)
+        except ModelError as exc:
+            if not (self._auto and mode == "json_schema" and request.json_schema is not None):
+                raise
+            if not self._is_schema_rejection(exc):
+                raise
+            log.info(
+                "server at %s rejected response_format=json_schema (HTTP %s); switching to json_object+schema",
+                self.base_url,
+                exc.status,
+            )
+            self._mode = "json_object_schema"
+            completion = await self._create(request, "json_object_schema")
+        return self._to_response(completion, started)
+
+    async def aclose(self) -> None:
+        """Close the SDK client if this adapter created it."""
+        if self._owns_client:
+            await self._client.close()
+
+    async def __aenter__(self) -> OpenAIChat:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # ------------------------------------------------------------------ internals
+    def _kwargs(self, request: ChatRequest, mode: str) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "model": self._model,
+            "messages": [m.to_dict() for m in request.messages],
+            "temperature": request.temperature,
+        }
+        if request.max_tokens is not None:
+            kwargs["max_tokens"] = request.max_tokens
+        if request.seed is not None:
+            kwargs["seed"] = request.seed
+        if request.stop:
+            kwargs["stop"] = list(request.stop)
+        if request.json_schema is not None:
+            schema = dict(request.json_schema)
+            if mode == "json_schema":
+                kwargs["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {
+                        "name": _schema_name(request.schema_name),
+                        "schema": schema,
+                        "strict": _strict_ok(schema),
+                    },
+                }
+            else:
+                kwargs["response_format"] = {"type": "json_object", "schema": schema}
+        return kwargs
+
+    async def _create(self, request: ChatRequest, mode: str) -> openai.types.chat.ChatCompletion:
+        kwargs = self._kwargs(request, mode)
+        try:
+            result = await self._client.chat.completions.create(**kwargs)
+        except openai.APIError as exc:
+            raise self._map_error(exc) from exc
+        return cast("openai.types.chat.ChatCompletion", result)
+
+    def _redact(self, text: str) -> str:
+        if self._secret:
+            text = text.replace(self._secret, "[redacted]")
+        return text
+
+    def _map_error(self, exc: openai.APIError) -> ModelError:
+        where = f"chat completion {self._model!r} at {self.base_url}"
+        if isinstance(exc, openai.APITimeoutError):
+            return ModelError(f"{where} timed out", retryable=True)
+        if isinstance(exc, openai.APIConnectionError):
+            cause = exc.__cause__ or exc.__context__
+            detail = type(cause).__name__ if cause is not None else "connection error"
+            return ModelError(f"{where} could not connect ({detail})", retryable=True)
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            try:
+                body = exc.response.text
+            except Exception:  # noqa: BLE001 - a streamed/unread body: fall back to the parsed one
+                body = str(exc.body) if exc.body is not None else ""
+            body = self._redact(body)[:_BODY_LIMIT]
+            retryable = status in _TRANSIENT_STATUS or status >= 500
+            retry_after = parse_retry_after(exc.response.headers) if retryable else None
+            shown = body[:_MESSAGE_BODY_LIMIT]
+            return ModelError(
+                f"{where} failed: HTTP {status}: {shown}",
+                status=status,
+                body=body,
+                retryable=retryable,
+                retry_after=retry_after,
+            )
+        return ModelError(f"{where} failed: {type(exc).__name__}: {self._redact(str(exc))[:_MESSAGE_BODY_LIMIT]}")
+
+    @staticmethod
+    def _is_schema_rejection(exc: ModelError) -> bool:
+        if exc.status not in _FALLBACK_STATUS:
+            return False
+        text = (exc.body or "").lower()
+        return "response_format" in text or "json_schema" in text
+
+    def _to_response(self, completion: openai.types.chat.ChatCompletion, started: float) -> ChatResponse:
+        if not completion.choices:
+            raise ModelError(f"chat completion {self._model!r} returned no choices")
+        choice = completion.choices[0]
+        text = choice.message.content or ""
+        finish = _FINISH.get(str(choice.finish_reason), "other")
+        usage = completion.usage
+        return ChatResponse(
+            text=text,
+            finish_reason=finish,
+            usage=Usage(
+                usage.prompt_tokens if usage is not None else None,
+                usage.completion_tokens if usage is not None else None,
+            ),
+            model=completion.model or self._model,
+            latency_ms=(time.perf_counter() - started) * 1000.0,
+        )
+
+
+__all__ = ["OpenAIChat", "parse_retry_after"]

@@ -1,0 +1,152 @@
+"""A scripted fake Ollama server on 127.0.0.1: a real HTTP server speaking the non-streaming ``/api/chat``.
+
+Each POST /api/chat is recorded (path, headers, parsed JSON body) and answered by the next scripted
+:class:`Reply`; once the script is empty, by a default success. Used with the real ``ollama.AsyncClient``.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    """One scripted answer. ``body``: a dict is sent as JSON, a str as-is. ``delay``: seconds before answering."""
+
+    status: int = 200
+    body: dict[str, Any] | str = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+@dataclass
+class Recorded:
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+def chat_ok(
+    content: str = '{"ok": true}',
+    *,
+    model: str = "fake-model",
+    done_reason: str | None = "stop",
+    prompt_eval_count: int = 11,
+    eval_count: int = 5,
+) -> Reply:
+    body: dict[str, Any] = {
+        "model": model,
+        "created_at": "2025-01-01T00:00:00.000000Z",
+        "message": {"role": "assistant", "content": content},
+        "done": True,
+        "total_duration": 1_000_000,
+        "load_duration": 1_000,
+        "prompt_eval_count": prompt_eval_count,
+        "prompt_eval_duration": 1_000,
+        "eval_count": eval_count,
+        "eval_duration": 1_000,
+    }
+    if done_reason is not None:
+        body["done_reason"] = done_reason
+    return Reply(200, body)
+
+
+def error(status: int, message: str) -> Reply:
+    return Reply(status, {"error": message})
+
+
+class FakeOllama:
+    """Start with :meth:`start` (or as a context manager); ``url`` is ``http://127.0.0.1:<port>``."""
+
+    def __init__(self) -> None:
+        self.requests: list[Recorded] = []
+        self.script: deque[Reply] = deque()
+        self.default: Reply = chat_ok()
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def push(self, *replies: Reply) -> None:
+        with self._lock:
+            self.script.extend(replies)
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "server not started"
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> FakeOllama:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    parsed: Any = json.loads(raw) if raw else None
+                except ValueError:
+                    parsed = raw.decode("utf-8", "replace")
+                with fake._lock:
+                    fake.requests.append(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, parsed))
+                    reply = fake.script.popleft() if fake.script else fake.default
+                if self.path != "/api/chat":
+                    reply = error(404, f"404 page not found: {self.path}")
+                if reply.delay:
+                    time.sleep(reply.delay)
+                payload = reply.body if isinstance(reply.body, str) else json.dumps(reply.body)
+                data = payload.encode()
+                try:
+                    self.send_response(reply.status)
+                    ctype = "application/json" if isinstance(reply.body, dict) else "text/plain; charset=utf-8"
+                    self.send_header("Content-Type", ctype)
+                    self.send_header("Content-Length", str(len(data)))
+                    for key, value in reply.headers.items():
+                        self.send_header(key, value)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout tests)
+                    pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-ollama", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> FakeOllama:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def closed_port_url() -> str:
+    """A loopback URL on which nothing listens (connection refused)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
