@@ -15,6 +15,7 @@ one base class. The tree::
     │   ├── LedgerIntegrityError                verify() found violated invariants
     │   └── StoreBusyError                      the database stayed locked past every retry
     ├── ModelError                              a chat/embedding model call failed (status, body)
+    │   └── ModelNotAvailableError (also ImportError)  a local model package is not installed
     └── OutputValidationError                   the model never produced a valid answer
                                                 (attempts, last_raw)
 
@@ -137,6 +138,10 @@ class ModelError(RememError):
         self.retry_after = retry_after
 
 
+class ModelNotAvailableError(ModelError, ImportError):
+    """A package that ships a local model is not installed (or its files are missing)."""
+
+
 class OutputValidationError(RememError):
     """The model never produced an answer that parses and validates."""
 
@@ -153,6 +158,7 @@ __all__ = [
     "InvalidTransition",
     "LedgerIntegrityError",
     "ModelError",
+    "ModelNotAvailableError",
     "OutputValidationError",
     "RememError",
     "SchemaVersionError",

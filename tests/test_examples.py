@@ -1,0 +1,106 @@
+"""The examples/ scripts run as users would run them, against loopback servers (no network)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _ollama_server import FakeOllama, chat_ok
+
+ROOT = Path(__file__).resolve().parents[1]
+ANSWER = json.dumps({"answer": "west-2", "citations": []})
+
+
+def run_example(name: str, env_extra: dict[str, str], tmp_path: Path, *args: str) -> str:
+    env = {**os.environ, "HOME": str(tmp_path), **env_extra}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / name), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_wrap_ollama_example(tmp_path: Path) -> None:
+    pytest.importorskip("ollama")
+    with FakeOllama() as fake:
+        fake.default = chat_ok(ANSWER)
+        out = run_example("wrap_ollama.py", {"OLLAMA_HOST": fake.url}, tmp_path, "qwen2.5:3b")
+        body = fake.requests[0].body
+    assert "west-2" in out and "success=True" in out
+    assert body["model"] == "qwen2.5:3b" and body["format"]["required"][-1] == "citations"
+    assert "Our server moved to west-2." in body["messages"][1]["content"]
+
+
+@pytest.fixture()
+def fake_openai() -> Iterator[tuple[str, list[Any]]]:
+    seen: list[Any] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+            data = json.dumps(
+                {
+                    "id": "c1",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body["model"],
+                    "choices": [
+                        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": ANSWER}}
+                    ],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                }
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_wrap_openai_example(tmp_path: Path, fake_openai: tuple[str, list[Any]]) -> None:
+    pytest.importorskip("openai")
+    url, seen = fake_openai
+    out = run_example(
+        "wrap_openai.py", {"OPENAI_BASE_URL": url, "OPENAI_API_KEY": "sk-test-0123456789"}, tmp_path, "my-model"
+    )
+    assert "west-2" in out and "success=True" in out
+    req = seen[0]
+    assert req["path"] == "/v1/chat/completions" and req["body"]["model"] == "my-model"
+    assert req["body"]["response_format"]["type"] == "json_schema"
+    # the trace the example wrote never contains the key
+    traces = list((tmp_path / "traces").glob("*.jsonl"))
+    assert traces and "sk-test-0123456789" not in traces[0].read_text()
+
+
+def test_examples_are_short() -> None:
+    for name in ("wrap_openai.py", "wrap_ollama.py"):
+        src = (ROOT / "examples" / name).read_text()
+        body = src.split('"""', 2)[2]  # after the docstring
+        code = [ln for ln in body.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+        assert len(code) <= 15, (name, len(code))
