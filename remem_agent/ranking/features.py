@@ -24,7 +24,7 @@ GROUPS = ("static", "history", "outcome", "contradiction")
 FEATURES: dict[str, tuple[str, ...]] = {
     "static": ("similarity", "gap", "rank", "recency", "confidence", "tokens"),
     "history": ("retrievals", "retrieval_recency"),
-    "outcome": ("rate_all", "rate_class", "waste_rate", "blame_rate", "post_std", "evidence"),
+    "outcome": ("rate_all", "rate_class", "waste_rate", "blame_rate", "post_std", "evidence", "evidence_all"),
     "contradiction": ("stale", "contradictions"),
 }
 FEATURE_NAMES: tuple[str, ...] = tuple(f for g in GROUPS for f in FEATURES[g])
@@ -88,6 +88,8 @@ def build_features(
         f["blame_rate"] = np.array([s.blame_sum if s else 0.0 for s in cls], dtype=np.float64) / denom
         f["post_std"] = np.array([s.posterior_std if s else 0.2887 for s in cls])
         f["evidence"] = shown / (shown + config.evidence_k)
+        shown_all = np.array([s.shown if s else 0 for s in overall], dtype=np.float64)
+        f["evidence_all"] = shown_all / (shown_all + config.evidence_k)
     if "contradiction" in on:
         keys = keys or {}
         stale, contra = np.zeros(n), np.zeros(n)

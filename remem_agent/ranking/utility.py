@@ -46,7 +46,8 @@ class HeuristicUtility:
             # Long memories cost context; a mild penalty per log-token.
             "tokens": -0.1,
             # Outcome evidence, centred at the 0.5 prior and scaled by how much evidence exists
-            # (see "evidence" below): contribution rate for this task class dominates the overall rate.
+            # (evidence = n / (n + 2) exposures, per class for rate_class and overall for rate_all):
+            # the contribution rate for this task class dominates the overall rate.
             "rate_class": 5.0,
             "rate_all": 1.5,
             # Shown and blamed on failures: worse than merely wasted.
@@ -76,7 +77,7 @@ class HeuristicUtility:
         for name in ("similarity", "gap", "recency", "confidence", "tokens", "stale", "retrievals"):
             comps[name] = w.get(name, 0.0) * features[name]
         comps["rate_class"] = w.get("rate_class", 0.0) * ev * (features["rate_class"] - 0.5)
-        comps["rate_all"] = w.get("rate_all", 0.0) * ev * (features["rate_all"] - 0.5)
+        comps["rate_all"] = w.get("rate_all", 0.0) * features["evidence_all"] * (features["rate_all"] - 0.5)
         comps["blame_rate"] = w.get("blame_rate", 0.0) * features["blame_rate"]
         z = self.bias + sum(comps.values(), np.zeros_like(ev))
         p = _sigmoid(z)

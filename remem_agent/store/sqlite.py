@@ -469,15 +469,25 @@ class SQLiteStore:
             self._retry(lambda: self._conn.execute("BEGIN IMMEDIATE"))
             try:
                 yield SQLiteTx(self._conn)
+            except sqlite3.Error as exc:
+                self._rollback()
+                raise StoreError(f"ledger {self.path}: {exc}") from exc
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                self._rollback()
                 raise
             try:
                 self._retry(lambda: self._conn.execute("COMMIT"))
+            except sqlite3.Error as exc:
+                self._rollback()
+                raise StoreError(f"ledger {self.path}: commit failed: {exc}") from exc
             except BaseException:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
+                self._rollback()
                 raise
+
+    def _rollback(self) -> None:
+        # SQLite may already have rolled back by itself (disk full, I/O error): only roll back what is open.
+        if self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")
 
     @contextmanager
     def read(self) -> Iterator[SQLiteTx]:

@@ -125,6 +125,19 @@ def verify_sqlite(c: sqlite3.Connection, dim: int | None) -> list[str]:
     for key in sums.keys() - seen_keys:
         problems.append(f"credits for {key} have no stats row")
 
+    # 6b. retrieval counters == how often the searches served each memory
+    served_counts: dict[tuple[str, str], int] = defaultdict(int)
+    for task, mid in c.execute("SELECT s.task, json_extract(j.value, '$.id') FROM searches s, json_each(s.served) j"):
+        served_counts[(mid, ALL_TASKS)] += 1
+        if task not in (None, ALL_TASKS):
+            served_counts[(mid, task)] += 1
+    for mid, task, retrieved in c.execute("SELECT memory_id, task, retrieved FROM stats"):
+        if retrieved != served_counts.get((mid, task), 0):
+            problems.append(
+                f"stats ({mid}, {task}) retrieved={retrieved} but searches served it "
+                f"{served_counts.get((mid, task), 0)} times"
+            )
+
     # 7. answered searches have one credit row per served memory
     credit_counts = dict(c.execute("SELECT search_id, COUNT(*) FROM credits GROUP BY search_id").fetchall())
     for sid, served, fb in c.execute("SELECT search_id, served, feedback FROM searches"):
