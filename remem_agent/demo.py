@@ -20,7 +20,7 @@ from typing import Literal
 
 from remem_agent.adapters.base import ChatModel
 from remem_agent.agent.middleware import MemoryAgent
-from remem_agent.errors import ModelError
+from remem_agent.errors import ModelError, OutputValidationError
 from remem_agent.memory import ReMem
 
 DemoModel = Literal["auto", "qwen", "smollm2", "none"]
@@ -91,7 +91,12 @@ async def _agent_part(mem: ReMem, choice: DemoModel, folder: Path, out: Callable
         ("Which region was our server in at the start?", {"region": "east-1"}, T0 + 3 * DAY),
     ):
         as_of = now if now < T0 + 7 * DAY else None
-        ans = await agent.ask(q, task="ops", schema=schema, truth=truth, now=now, as_of=as_of)
+        try:
+            ans = await agent.ask(q, task="ops", schema=schema, truth=truth, now=now, as_of=as_of)
+        except OutputValidationError as exc:
+            out(f"   Q: {q}\n      the model gave no valid answer after {exc.attempts} attempts (see the trace)")
+            results.append(False)
+            continue
         ok = ans.outcome.success if ans.outcome else None
         out(f"   Q: {q}")
         out(f"      served: {[h.text for h in ans.served]}")

@@ -13,7 +13,7 @@ from remem_agent.demo import run_demo
 
 def test_demo_learns_and_verifies(tmp_path: Path) -> None:
     lines: list[str] = []
-    summary = run_demo(tmp_path / "demo", out=lines.append)
+    summary = run_demo(tmp_path / "demo", out=lines.append, model="none")
     assert summary["current_region"] == "Our server moved to west-2."
     assert summary["as_of_region"] == "Our server is in east-1."
     assert summary["east_state"] == "INVALIDATED"
@@ -27,8 +27,24 @@ def test_demo_learns_and_verifies(tmp_path: Path) -> None:
 
 
 def test_cli_demo_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo"]) == 0
+    assert main(["demo", "--model", "none"]) == 0
     assert "Our server moved to west-2." in capsys.readouterr().out
+
+
+def test_demo_runs_the_agent_loop_with_a_local_model(tmp_path: Path) -> None:
+    """The real local GGUF (SmolLM2: fast, weak content) through MemoryAgent: valid cited answers + trace."""
+    pytest.importorskip("llama_cpp")
+    from remem_agent.agent import load_traces
+
+    lines: list[str] = []
+    summary = run_demo(tmp_path / "demo", out=lines.append, model="smollm2")
+    agent = summary["agent"]
+    assert isinstance(agent, dict) and agent["ran"] is True, agent
+    traces = load_traces(agent["trace"])
+    assert len(traces) == 2
+    for t in traces:
+        assert t["model"]["adapter"] == "llamacpp" and t["answer"] is not None  # schema-valid answer
+        assert t["outcome"]["source"] == "truth" and set(t["citations"]) <= {s["id"] for s in t["served"]}
 
 
 def test_cli_verify_and_stats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
