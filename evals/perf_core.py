@@ -1,0 +1,789 @@
+"""Core performance benchmark of ``ReMem`` with the default hash embedder (a benchmark, not a test).
+
+Measures, for each store size, on synthetic but varied facts:
+
+* batched add throughput (``ReMem.add_many`` in batches) into a fresh store in a temp dir;
+* latency of ``ReMem.search`` (default config: every ranking mechanism on), with and without a
+  token budget (the budgeted path runs the knapsack);
+* latency of a plain similarity-only search on the same data (embed query, ``index.candidates``,
+  fetch the rows' text from the ledger) and the ratio full / similarity-only at p50;
+* latency of ``ReMem.feedback`` over fresh searches.
+
+Usage::
+
+    python -m evals.perf_core [--sizes 10000,100000] [--queries 300] [--out results/perf_core.json]
+    python -m evals.perf_core --quick          # CI smoke: small store, few queries, < 20 s
+    python -m evals.perf_core --profile        # also cProfile search (largest size) and add (smallest)
+
+Everything runs on the main thread; no background work competes for the GIL while timing. Search
+paths are interleaved per query (rotating order) so none always runs on a warmer cache.
+
+Reading the JSON: latencies are wall time (``time.perf_counter_ns``). ``cpu_mean_ms`` / ``per_cpu_s``
+are process CPU time, which includes BLAS worker threads (idle OpenBLAS workers spin, so with 2
+BLAS threads CPU can exceed wall time). ``loadavg_start``/``loadavg_end`` show whether other
+processes shared the machine; on a 2-core box that inflates tails and lowers add/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import gc
+import io
+import json
+import os
+import platform
+import pstats
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from remem_agent import MemoryInput, ReMem
+
+# -- targets ------------------------------------------------------------------------------------
+SEARCH_P50_MS_10K = 2.0  # search p50 at <= 10k memories
+SEARCH_P50_MS_100K = 10.0  # search p50 at <= 100k memories
+ADD_PER_S = 5000.0
+FEEDBACK_P50_MS = 1.0
+FULL_VS_SIM_RATIO = 1.5  # full search p50 / similarity-only p50, at the 10k size
+
+TASKS = ("deploy", "billing", "support", "oncall", "planning")
+DAY = 86_400.0
+
+ATTRIBUTES = (
+    "region",
+    "owner",
+    "database",
+    "plan",
+    "cache",
+    "deploy cadence",
+    "oncall rotation",
+    "language",
+    "version",
+    "budget",
+    "status",
+    "endpoint",
+    "timezone",
+    "approver",
+    "tier",
+    "queue",
+    "port",
+    "framework",
+    "storage",
+    "team",
+    "runbook",
+    "dashboard",
+    "alert channel",
+    "backup schedule",
+    "release branch",
+    "ci provider",
+    "log retention",
+    "sla",
+    "cost center",
+    "vendor",
+    "contact",
+    "office",
+    "meeting day",
+    "password manager",
+    "feature flag",
+    "build tool",
+    "test suite",
+    "cluster",
+    "node pool",
+    "billing cycle",
+)
+_DOMAIN_TEXT = (
+    "server host machine node instance database postgres mysql redis memcached cache region zone "
+    "datacenter owner maintainer lead deploy release rollout approval budget price plan tier "
+    "subscription migration customer client account error incident outage password token secret "
+    "meeting standup sync kubernetes terraform ansible docker grafana prometheus kafka rabbitmq "
+    "nginx envoy python golang rust java typescript react django flask fastapi celery airflow "
+    "snowflake bigquery s3 gcs azure aws gcp east west north south central europe asia weekly daily "
+    "monthly quarterly friday monday tuesday wednesday thursday latency throughput backup restore "
+    "failover replica primary shard index schema ticket escalation pager slack email invoice refund "
+    "discount contract renewal vendor license audit compliance gdpr soc2 encryption firewall vpn "
+    "proxy gateway endpoint webhook api sdk cli dashboard alert metric log trace span sampling quota "
+    "limit retry timeout circuit breaker canary bluegreen hotfix patch branch merge review build"
+)
+DOMAIN_WORDS = tuple(_DOMAIN_TEXT.split())
+FILLER_STOP = ("the", "a", "for", "of", "to", "in", "on", "with", "and", "after", "before", "since", "per")
+USERS = ("alice", "bob", "carol", "dmitri", "esther", "farid", "grace", "hiro", "ines", "jamal")
+
+
+# -- synthetic data -----------------------------------------------------------------------------
+def _pseudo_words(rng: random.Random, n: int) -> list[str]:
+    cons, vows = "bcdfghjklmnprstvz", "aeiou"
+    out: set[str] = set()
+    while len(out) < n:
+        syll = rng.choice((2, 2, 3, 3, 4))
+        out.add(
+            "".join(rng.choice(cons) + rng.choice(vows) for _ in range(syll))
+            + rng.choice(("", "", "n", "r", "s"))
+        )
+    return sorted(out)
+
+
+@dataclass
+class World:
+    """A generated world: memories to add (in order) and queries to ask about them."""
+
+    items: list[MemoryInput]
+    queries: list[tuple[str, str]]  # (query, task)
+    n_state_updates: int = 0
+    n_restatements: int = 0
+    roles: dict[str, int] = field(default_factory=dict)
+
+
+class _Gen:
+    def __init__(self, seed: int, n: int) -> None:
+        self.rng = random.Random(seed)
+        vocab = _pseudo_words(self.rng, 3000) + list(DOMAIN_WORDS)
+        self.rng.shuffle(vocab)
+        self.vocab = vocab
+        # Zipf-like word frequencies: a few words are common, most are rare.
+        self.cum = list(np.cumsum([1.0 / (r + 1) ** 0.9 for r in range(len(vocab))]))
+        n_entities = max(100, n // 25)
+        self.entities = [
+            f"{self.rng.choice(('svc', 'team', 'proj', 'db', 'app', 'acct'))}-{self.rng.choice(vocab)}-{i}"
+            for i in range(n_entities)
+        ]
+        self.values = {
+            a: self.rng.sample(vocab, 40) + [str(self.rng.randint(1, 9999)) for _ in range(5)]
+            for a in ATTRIBUTES
+        }
+
+    def words(self, k: int) -> list[str]:
+        return self.rng.choices(self.vocab, cum_weights=self.cum, k=k)
+
+    def pad(self, base: str, length: int) -> str:
+        """Append a clause of vocabulary words (with some function words) up to ``length`` words."""
+        words = base.split()
+        extra = length - len(words)
+        if extra > 0:
+            clause = self.words(extra)
+            for j in range(1, len(clause), 3):
+                clause[j] = self.rng.choice(FILLER_STOP)
+            words += clause
+        return " ".join(words) + "."
+
+    def state_text(self, ent: str, attr: str, val: str) -> str:
+        tmpl = self.rng.choice(
+            (
+                "The {a} of {e} is {v}",
+                "{e} {a} is {v}",
+                "{e} now uses {v} as its {a}",
+                "As of this week the {a} for {e} changed to {v}",
+                "{e} has {v} set as {a}",
+                "We moved {e} {a} to {v}",
+            )
+        )
+        return self.pad(tmpl.format(a=attr, e=ent, v=val), self.rng.randint(6, 20))
+
+
+def make_world(n: int, n_queries: int, seed: int = 7) -> World:
+    g = _Gen(seed, n)
+    rng = g.rng
+    t0 = time.time() - 200 * DAY
+    step = 190 * DAY / max(1, n)
+    items: list[MemoryInput] = []
+    current: dict[tuple[str, str], str] = {}  # key -> current text (for restatements)
+    keys: list[tuple[str, str]] = []
+    updates = restated = 0
+    roles = {"state": 0, "note": 0, "preference": 0}
+    for i in range(n):
+        ts = t0 + i * step
+        task: str | None = rng.choice(TASKS) if rng.random() < 0.3 else None
+        r = rng.random()
+        if r < 0.55:
+            u = rng.random()
+            if keys and u < 0.02:  # the same fact stated again (reconfirmation)
+                key = rng.choice(keys)
+                text = current[key]
+                restated += 1
+            else:
+                if keys and u < 0.22:  # a new value for a known key: supersession
+                    key = rng.choice(keys)
+                    updates += 1
+                else:
+                    key = (rng.choice(g.entities), rng.choice(ATTRIBUTES))
+                    if key not in current:
+                        keys.append(key)
+                    else:
+                        updates += 1
+                text = g.state_text(key[0], key[1], rng.choice(g.values[key[1]]))
+                current[key] = text
+            items.append(
+                MemoryInput(text, entity=key[0], attribute=key[1], role="state", task=task, timestamp=ts)
+            )
+            roles["state"] += 1
+        elif r < 0.85:
+            ent = rng.choice(g.entities)
+            length = rng.randint(6, 20)
+            base = f"Note about {ent}:" if rng.random() < 0.7 else "Note:"
+            items.append(MemoryInput(g.pad(base, length), role="note", task=task, timestamp=ts))
+            roles["note"] += 1
+        else:
+            user, attr = rng.choice(USERS), rng.choice(ATTRIBUTES)
+            val = rng.choice(g.values[attr])
+            base = rng.choice((f"{user} prefers {val} for {attr}", f"{user} likes to use {val} as {attr}"))
+            items.append(
+                MemoryInput(
+                    g.pad(base, rng.randint(6, 20)),
+                    entity=user,
+                    attribute=attr,
+                    role="preference",
+                    task=task,
+                    timestamp=ts,
+                )
+            )
+            roles["preference"] += 1
+
+    queries: list[tuple[str, str]] = []
+    for _ in range(n_queries):
+        it = rng.choice(items)
+        task = it.task if isinstance(it.task, str) else rng.choice(TASKS)
+        r = rng.random()
+        if r < 0.1:  # off-topic / vague
+            q = "what about " + " ".join(g.words(rng.randint(2, 5)))
+        elif it.role == "state":
+            q = rng.choice(
+                (
+                    "What is the {a} of {e}?",
+                    "Which {a} does {e} use?",
+                    "{e} {a}?",
+                    "Remind me the current {a} for {e}",
+                    "who or what handles {a} for {e} now",
+                )
+            ).format(a=it.attribute, e=it.entity)
+        elif it.role == "preference":
+            q = f"What does {it.entity} prefer for {it.attribute}?"
+        else:
+            content = [w for w in it.text.rstrip(".").split() if w.lower() not in FILLER_STOP][1:]
+            pick = rng.sample(content, min(len(content), rng.randint(3, 6)))
+            q = "what do we know about " + " ".join(pick)
+        queries.append((q, task))
+    return World(items, queries, updates, restated, roles)
+
+
+# -- timing helpers -----------------------------------------------------------------------------
+def _pct(samples_ns: Sequence[int]) -> dict[str, float]:
+    a = np.asarray(samples_ns, dtype=np.float64) / 1e6
+    if a.size == 0:
+        return {"n": 0}
+    return {
+        "n": int(a.size),
+        "mean_ms": round(float(a.mean()), 4),
+        "p50_ms": round(float(np.percentile(a, 50)), 4),
+        "p95_ms": round(float(np.percentile(a, 95)), 4),
+        "p99_ms": round(float(np.percentile(a, 99)), 4),
+        "max_ms": round(float(a.max()), 4),
+    }
+
+
+def _similarity_only(mem: ReMem, query: str, k: int) -> list[str]:
+    """The baseline: embed the query, take the index's top k, read those rows' text."""
+    q = mem.embedder.embed([query])[0]
+    ids, _sims = mem.index.candidates(q, k)
+    with mem.store.read() as tx:
+        rows = tx.memories(ids)
+    return [rows[i].text for i in ids if i in rows]
+
+
+def _search_full(mem: ReMem, query: str, task: str, k: int) -> Any:
+    return mem.search(query, k=k, task=task)
+
+
+# -- one size -----------------------------------------------------------------------------------
+def bench_size(
+    n: int,
+    n_queries: int,
+    *,
+    batch: int,
+    k: int,
+    budget: int,
+    warmup: int,
+    seed: int,
+    root: Path,
+    log: Callable[[str], None],
+) -> tuple[dict[str, Any], ReMem, World]:
+    load_start = _loadavg()
+    t_gen = time.perf_counter_ns()
+    world = make_world(n, n_queries + warmup + n_queries, seed=seed)
+    gen_s = (time.perf_counter_ns() - t_gen) / 1e9
+    log(f"[{n}] generated {len(world.items)} facts and {len(world.queries)} queries in {gen_s:.1f}s")
+
+    folder = root / f"store_{n}"
+    mem = ReMem(folder)
+    # -- add
+    batch_ns: list[int] = []
+    gc.collect()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "also ..." wording warnings are expected on synthetic data
+        c0 = time.process_time_ns()
+        t0 = time.perf_counter_ns()
+        for start in range(0, n, batch):
+            chunk = world.items[start : start + batch]
+            tb = time.perf_counter_ns()
+            mem.add_many(chunk)
+            batch_ns.append(time.perf_counter_ns() - tb)
+        add_ns = time.perf_counter_ns() - t0
+        add_cpu_ns = time.process_time_ns() - c0
+    starts = range(0, n, batch)
+    per_batch = [len(world.items[s : s + batch]) / (ns / 1e9) for s, ns in zip(starts, batch_ns, strict=True)]
+    tenth = max(1, len(per_batch) // 10)
+    stats = mem.stats()
+    add = {
+        "batch_size": batch,
+        "memories": n,
+        "seconds": round(add_ns / 1e9, 3),
+        "per_s": round(n / (add_ns / 1e9), 1),
+        "cpu_seconds": round(add_cpu_ns / 1e9, 3),
+        "per_cpu_s": round(n / max(add_cpu_ns / 1e9, 1e-9), 1),
+        "batch_per_s_first_10pct": round(float(np.mean(per_batch[:tenth])), 1),
+        "batch_per_s_last_10pct": round(float(np.mean(per_batch[-tenth:])), 1),
+        "batch_ms": _pct(batch_ns),
+        "state_updates_generated": world.n_state_updates,
+        "restatements_generated": world.n_restatements,
+        "roles": world.roles,
+        "by_state_after": {s: c for s, c in stats.by_state.items() if c},
+        "rows_in_ledger": stats.memories,
+        "ledger_mb": round(sum(p.stat().st_size for p in folder.iterdir()) / 2**20, 1),
+    }
+    log(
+        f"[{n}] add: {add['per_s']:.0f}/s ({add['seconds']}s); first/last 10% batches "
+        f"{add['batch_per_s_first_10pct']:.0f}/{add['batch_per_s_last_10pct']:.0f}/s"
+    )
+
+    queries = world.queries
+    warm, measure, fb_queries = (
+        queries[:warmup],
+        queries[warmup : warmup + n_queries],
+        queries[warmup + n_queries :],
+    )
+
+    # -- warm-up (all three paths)
+    for q, task in warm:
+        _search_full(mem, q, task, k)
+        mem.search(q, k=k, task=task, token_budget=budget)
+        _similarity_only(mem, q, k)
+
+    # -- search: the three paths interleaved per query, order rotated so no path always runs on a
+    # warmer cache than another.
+    full_ns: list[int] = []
+    budget_ns: list[int] = []
+    sim_ns: list[int] = []
+    cpu_ns = [0, 0, 0]  # process CPU time per path (wall minus CPU = waiting: I/O, other processes)
+    served_full = served_budget = 0
+    tokens_budget: list[int] = []
+    gc.collect()
+    for j, (q, task) in enumerate(measure):
+        order = (0, 1, 2) if j % 3 == 0 else (1, 2, 0) if j % 3 == 1 else (2, 0, 1)
+        for which in order:
+            c = time.process_time_ns()
+            if which == 0:
+                t = time.perf_counter_ns()
+                res = mem.search(q, k=k, task=task)
+                full_ns.append(time.perf_counter_ns() - t)
+                served_full += len(res.items)
+            elif which == 1:
+                t = time.perf_counter_ns()
+                res = mem.search(q, k=k, task=task, token_budget=budget)
+                budget_ns.append(time.perf_counter_ns() - t)
+                served_budget += len(res.items)
+                tokens_budget.append(sum(h.token_cost for h in res.items))
+            else:
+                t = time.perf_counter_ns()
+                _similarity_only(mem, q, k)
+                sim_ns.append(time.perf_counter_ns() - t)
+            cpu_ns[which] += time.process_time_ns() - c
+    full, bud, sim = _pct(full_ns), _pct(budget_ns), _pct(sim_ns)
+    for d, c in ((full, cpu_ns[0]), (bud, cpu_ns[1]), (sim, cpu_ns[2])):
+        d["cpu_mean_ms"] = round(c / 1e6 / max(1, len(measure)), 4)
+    search = {
+        "k": k,
+        "task_set": True,
+        "full": full,
+        "full_mean_served": round(served_full / max(1, len(measure)), 2),
+        "token_budget": budget,
+        "budgeted": bud,
+        "budgeted_mean_served": round(served_budget / max(1, len(measure)), 2),
+        "budgeted_max_tokens_served": max(tokens_budget, default=0),
+        "similarity_only": sim,
+        "ratio_full_vs_similarity_p50": round(full["p50_ms"] / sim["p50_ms"], 2),
+        "ratio_budgeted_vs_similarity_p50": round(bud["p50_ms"] / sim["p50_ms"], 2),
+    }
+    log(
+        f"[{n}] search p50/p95/p99 ms: full {full['p50_ms']:.2f}/{full['p95_ms']:.2f}/{full['p99_ms']:.2f}, "
+        f"budget {bud['p50_ms']:.2f}/{bud['p95_ms']:.2f}, sim-only {sim['p50_ms']:.2f}/{sim['p95_ms']:.2f}"
+    )
+
+    # -- feedback over fresh searches (the search itself is not timed)
+    rng = random.Random(seed + 1)
+    fb_ns: list[int] = []
+    fb_cpu = 0
+    gc.collect()
+    for q, task in fb_queries:
+        res = mem.search(q, k=k, task=task)
+        ids = [h.id for h in res.items]
+        used = rng.sample(ids, min(len(ids), rng.randint(0, 2)))
+        cited = [i for i in ids if i in used or rng.random() < 0.2]
+        success = rng.random() < 0.7
+        c = time.process_time_ns()
+        t = time.perf_counter_ns()
+        mem.feedback(res.search_id, success=success, used_ids=used, cited_ids=cited)
+        fb_ns.append(time.perf_counter_ns() - t)
+        fb_cpu += time.process_time_ns() - c
+    fb = _pct(fb_ns)
+    fb["cpu_mean_ms"] = round(fb_cpu / 1e6 / max(1, len(fb_queries)), 4)
+    log(f"[{n}] feedback p50/p95 ms: {fb['p50_ms']:.3f}/{fb['p95_ms']:.3f}")
+    res = {
+        "size": n,
+        "generate_s": round(gen_s, 2),
+        "add": add,
+        "search": search,
+        "feedback": fb,
+        "loadavg_start": load_start,
+        "loadavg_end": _loadavg(),
+    }
+    return res, mem, world
+
+
+# -- profiling ----------------------------------------------------------------------------------
+def _top(prof: cProfile.Profile, n: int = 25) -> list[dict[str, Any]]:
+    st = pstats.Stats(prof, stream=io.StringIO())
+    total = st.total_tt  # type: ignore[attr-defined]
+    rows = []
+    for (file, line, func), (_cc, nc, tt, ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
+        short = file
+        if "site-packages" in file or "remem_agent" in file or "evals" in file:
+            parts = Path(file).parts
+            for anchor in ("remem_agent", "evals", "site-packages"):
+                if anchor in parts:
+                    short = "/".join(parts[parts.index(anchor) + (anchor == "site-packages") :])
+                    break
+        rows.append(
+            {
+                "function": f"{short}:{line}({func})",
+                "calls": nc,
+                "tottime_s": round(tt, 4),
+                "cumtime_s": round(ct, 4),
+                "cum_pct": round(100 * ct / total, 1) if total else 0.0,
+            }
+        )
+    rows.sort(key=lambda r: -r["cumtime_s"])
+    return rows[:n]
+
+
+def profile_search(mem: ReMem, queries: Sequence[tuple[str, str]], k: int) -> dict[str, Any]:
+    prof = cProfile.Profile()
+    prof.enable()
+    for q, task in queries:
+        mem.search(q, k=k, task=task)
+    prof.disable()
+    return {"searches": len(queries), "top_cumulative": _top(prof)}
+
+
+def profile_add(n: int, batch: int, seed: int, root: Path) -> dict[str, Any]:
+    world = make_world(n, 0, seed=seed)
+    mem = ReMem(root / f"profile_add_{n}")
+    prof = cProfile.Profile()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prof.enable()
+        for start in range(0, n, batch):
+            mem.add_many(world.items[start : start + batch])
+        prof.disable()
+    mem.close()
+    return {"memories": n, "batch_size": batch, "top_cumulative": _top(prof)}
+
+
+# -- environment --------------------------------------------------------------------------------
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            cwd=Path(__file__).resolve().parent.parent,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _git_dirty() -> list[str] | None:
+    """Tracked files with uncommitted changes (the numbers describe the working tree, not HEAD)."""
+    try:
+        out = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            cwd=Path(__file__).resolve().parent.parent,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return [line[3:] for line in out.stdout.splitlines() if line.strip()]
+
+
+def machine_facts() -> dict[str, Any]:
+    import sqlite3
+
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "numpy": np.__version__,
+        "sqlite": sqlite3.sqlite_version,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "thread_env": {
+            v: os.environ[v]
+            for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+            if v in os.environ
+        },
+        "blas": _blas_info(),
+    }
+
+
+def _blas_info() -> list[dict[str, Any]] | None:
+    """BLAS libraries and their thread counts (needs the optional ``threadpoolctl``)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return None
+    return [
+        {k: d.get(k) for k in ("internal_api", "version", "num_threads", "threading_layer")}
+        for d in threadpool_info()
+        if d.get("user_api") == "blas"
+    ]
+
+
+def _loadavg() -> list[float] | None:
+    """1/5/15-minute load averages: other processes on a 2-core box distort latencies."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+# -- targets ------------------------------------------------------------------------------------
+def evaluate_targets(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+
+    def add(name: str, size: int, measured: float, op: str, target: float) -> None:
+        met = measured <= target if op == "<=" else measured >= target
+        out.append({"name": name, "size": size, "measured": measured, "op": op, "target": target, "met": met})
+
+    for s in sizes:
+        n = s["size"]
+        p50 = s["search"]["full"]["p50_ms"]
+        if n <= 10_000:
+            add("search_p50_ms", n, p50, "<=", SEARCH_P50_MS_10K)
+        elif n <= 100_000:
+            add("search_p50_ms", n, p50, "<=", SEARCH_P50_MS_100K)
+        add("add_per_s", n, s["add"]["per_s"], ">=", ADD_PER_S)
+        add("feedback_p50_ms", n, s["feedback"]["p50_ms"], "<=", FEEDBACK_P50_MS)
+    small = [s for s in sizes if s["size"] <= 10_000]
+    if small:
+        s = max(small, key=lambda s: s["size"])
+        add(
+            "ratio_full_vs_similarity_p50",
+            s["size"],
+            s["search"]["ratio_full_vs_similarity_p50"],
+            "<=",
+            FULL_VS_SIM_RATIO,
+        )
+    return out
+
+
+def print_table(result: dict[str, Any]) -> None:
+    print()
+    hdr = (
+        f"{'size':>8} {'add/s':>8} {'full p50':>9} {'p95':>7} {'p99':>7} {'budg p50':>9} {'p95':>7} "
+        f"{'sim p50':>8} {'ratio':>6} {'fb p50':>7} {'fb p95':>7}"
+    )
+    print(hdr)
+    print("-" * len(hdr))
+    for s in result["sizes"]:
+        f, b, m, fb = (
+            s["search"]["full"],
+            s["search"]["budgeted"],
+            s["search"]["similarity_only"],
+            s["feedback"],
+        )
+        print(
+            f"{s['size']:>8} {s['add']['per_s']:>8.0f} "
+            f"{f['p50_ms']:>9.2f} {f['p95_ms']:>7.2f} {f['p99_ms']:>7.2f} "
+            f"{b['p50_ms']:>9.2f} {b['p95_ms']:>7.2f} {m['p50_ms']:>8.2f} "
+            f"{s['search']['ratio_full_vs_similarity_p50']:>6.2f} {fb['p50_ms']:>7.3f} {fb['p95_ms']:>7.3f}"
+        )
+    print("(latencies in ms; ratio = full p50 / similarity-only p50)")
+    cpus = result["machine"].get("cpu_count") or 1
+    busy = [s["size"] for s in result["sizes"] if (s.get("loadavg_start") or [0])[0] > 0.5 * cpus]
+    if busy:
+        print(
+            f"NOTE: load average was above {0.5 * cpus:g} when sizes {busy} started: other processes "
+            "were using the CPU, so latencies and add/s are pessimistic (compare cpu_mean_ms, per_cpu_s)."
+        )
+    print()
+    for t in result["targets"]:
+        print(
+            f"  {'PASS' if t['met'] else 'FAIL'}  {t['name']:<30} n={t['size']:<7} "
+            f"{t['measured']:>10} {t['op']} {t['target']}"
+        )
+    print(f"\nwall time {result['wall_time_s']:.1f}s -> {result['out']}")
+
+
+# -- main ---------------------------------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m evals.perf_core", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="10000,100000", help="comma-separated store sizes")
+    ap.add_argument("--queries", type=int, default=300, help="measured queries per path and size")
+    ap.add_argument("--batch", type=int, default=1000, help="add_many batch size")
+    ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--token-budget", type=int, default=60)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--out", default="results/perf_core.json")
+    ap.add_argument("--tmpdir", default=None, help="where the temporary stores go (default: system temp)")
+    ap.add_argument("--quick", action="store_true", help="CI smoke: size 2000, 100 queries")
+    ap.add_argument(
+        "--blas-threads",
+        type=int,
+        default=None,
+        help="limit BLAS threads while measuring (needs threadpoolctl); default: the library default",
+    )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="also cProfile search at the largest size and add at the smallest size",
+    )
+    args = ap.parse_args(argv)
+
+    if args.quick:
+        sizes, n_queries, warmup = [2000], min(args.queries, 100), min(args.warmup, 10)
+    else:
+        try:
+            sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
+        except ValueError:
+            ap.error("--sizes must be comma-separated integers")
+        n_queries, warmup = args.queries, args.warmup
+    if not sizes or min(sizes) < 100 or n_queries < 1:
+        ap.error("sizes must be >= 100 and --queries >= 1")
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    blas_limit: Any = contextlib.nullcontext()
+    if args.blas_threads is not None:
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:
+            ap.error("--blas-threads needs threadpoolctl (pip install threadpoolctl)")
+        blas_limit = threadpool_limits(limits=args.blas_threads, user_api="blas")
+
+    t_wall = time.perf_counter_ns()
+    root = Path(tempfile.mkdtemp(prefix="remem_perf_", dir=args.tmpdir))
+    per_size: list[dict[str, Any]] = []
+    profiles: dict[str, Any] = {}
+    embedder: dict[str, Any] = {}
+    machine: dict[str, Any] = {}
+    try:
+        with blas_limit:
+            machine = machine_facts()
+            for n in sizes:
+                res, mem, world = bench_size(
+                    n,
+                    n_queries,
+                    batch=args.batch,
+                    k=args.k,
+                    budget=args.token_budget,
+                    warmup=warmup,
+                    seed=args.seed,
+                    root=root,
+                    log=log,
+                )
+                embedder = {
+                    "class": type(mem.embedder).__name__,
+                    "name": mem.embedder.name,
+                    "dim": mem.dim,
+                    "index": type(mem.index).__name__,
+                }
+                per_size.append(res)
+                if args.profile and n == max(sizes):
+                    log(f"[{n}] profiling search ...")
+                    profiles[f"search_{n}"] = profile_search(
+                        mem, world.queries[warmup : warmup + n_queries], args.k
+                    )
+                mem.close()
+                del mem, world
+                shutil.rmtree(root / f"store_{n}", ignore_errors=True)
+                gc.collect()
+            if args.profile:
+                n = min(sizes)
+                log(f"[{n}] profiling add ...")
+                profiles[f"add_{n}"] = profile_add(n, args.batch, args.seed, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    result: dict[str, Any] = {
+        "benchmark": "perf_core",
+        "quick": bool(args.quick),
+        "config": {
+            "sizes": sizes,
+            "queries": n_queries,
+            "warmup": warmup,
+            "batch": args.batch,
+            "k": args.k,
+            "token_budget": args.token_budget,
+            "seed": args.seed,
+            "remem_config": "default",
+        },
+        "machine": machine,
+        "blas_threads_limit": args.blas_threads,
+        "embedder": embedder,
+        "git_commit": _git_commit(),
+        "git_dirty": _git_dirty(),
+        "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "sizes": per_size,
+        "targets": evaluate_targets(per_size),
+        "target_thresholds": {
+            "search_p50_ms_at_10k": SEARCH_P50_MS_10K,
+            "search_p50_ms_at_100k": SEARCH_P50_MS_100K,
+            "add_per_s": ADD_PER_S,
+            "feedback_p50_ms": FEEDBACK_P50_MS,
+            "ratio_full_vs_similarity_p50_at_10k": FULL_VS_SIM_RATIO,
+        },
+        "wall_time_s": round((time.perf_counter_ns() - t_wall) / 1e9, 2),
+        "out": args.out,
+    }
+    result["all_targets_met"] = all(t["met"] for t in result["targets"])
+    if profiles:
+        result["profiles"] = profiles
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    print_table(result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
