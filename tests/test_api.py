@@ -249,3 +249,17 @@ def test_feedback_ids_must_have_been_served(mem: ReMem) -> None:
     assert mem.feedback(hits.search_id, success=True, used_ids=[a]).credit[a] > 0
     with pytest.raises(UserInputError):
         mem.feedback(hits.search_id, success="yes")  # type: ignore[arg-type]
+
+
+def test_two_store_objects_see_each_others_writes(tmp_path: Path) -> None:
+    """Row caches are invalidated when another connection commits (PRAGMA data_version)."""
+    a, b = ReMem(tmp_path / "s"), ReMem(tmp_path / "s")
+    east = a.add("Our server is in east-1.", entity="server", attribute="region", timestamp=1)
+    assert a.search("Where is our server?", now=5).ids == [east]  # rows now cached in a
+    west = b.add("Our server moved to west-2.", entity="server", attribute="region", timestamp=2)
+    assert a.search("Where is our server?", now=5).ids == [west]  # a sees b's supersession
+    res = a.search("Where is our server?", now=5)
+    b.feedback(res.search_id, success=True, used_ids=[west])  # feedback through the other object
+    assert a.inspect(west).overall.credited == 1
+    a.close()
+    b.close()

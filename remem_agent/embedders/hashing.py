@@ -91,6 +91,7 @@ class ConceptHashEmbedder:
         fp = hashlib.blake2b(lexicon.encode(), digest_size=4).hexdigest()
         self._name = f"hash-concept-v1-d{self._dim}-b{self._bigram_weight:g}-{fp}"
         self._bucket = lru_cache(maxsize=200_000)(self._bucket_uncached)
+        self._token_terms: dict[str, tuple[str, ...]] = {}  # memo: raw token -> its normalised terms
 
     @property
     def name(self) -> str:
@@ -102,39 +103,61 @@ class ConceptHashEmbedder:
 
     def terms(self, text: str) -> list[str]:
         """The normalised terms of ``text`` (exposed for tests and explanations)."""
+        memo = self._token_terms
         out: list[str] = []
         for tok in _WORD_RE.findall(text.lower()):
-            parts = [tok]
-            if any(c in tok for c in "-_.") and not tok.replace(".", "").isdigit():
-                parts += [p for p in re.split(r"[-_.]", tok) if p]
-            for p in parts:
-                if p in STOPWORDS:
-                    continue
-                s = _stem(p)
-                out.append(self._concepts.get(s, s))
+            t = memo.get(tok)
+            if t is None:
+                t = self._terms_of_token(tok)
+                if len(memo) < 200_000:
+                    memo[tok] = t
+            out.extend(t)
         return out
+
+    def _terms_of_token(self, tok: str) -> tuple[str, ...]:
+        parts = [tok]
+        if any(c in tok for c in "-_.") and not tok.replace(".", "").isdigit():
+            parts += [p for p in re.split(r"[-_.]", tok) if p]
+        out = []
+        for p in parts:
+            if p in STOPWORDS:
+                continue
+            s = _stem(p)
+            out.append(self._concepts.get(s, s))
+        return tuple(out)
 
     def _bucket_uncached(self, feature: str) -> tuple[int, float]:
         h = int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest(), "little")
         return h % self._dim, (1.0 if (h >> 63) & 1 else -1.0)
 
     def embed(self, texts: Sequence[str]) -> Vectors:
+        # Collect (row, bucket, weight) triples in Python and scatter-add them once with np.add.at
+        # (same order of additions as the per-element loop, so the vectors are bit-identical);
+        # per-element numpy scalar updates were ~40% of embedding time.
         n = len(texts)
-        out = np.zeros((n, self._dim), dtype=np.float32)
         bw = self._bigram_weight
+        bucket = self._bucket
+        rows: list[int] = []
+        cols: list[int] = []
+        vals: list[float] = []
         for row, text in enumerate(texts):
             terms = self.terms(text)
             if not terms:  # only stopwords/punctuation: fall back to the raw text
                 terms = [text.strip().lower() or "<empty>"]
-            vec = out[row]
             for t in terms:
-                i, s = self._bucket(t)
-                vec[i] += s
+                i, s = bucket(t)
+                rows.append(row)
+                cols.append(i)
+                vals.append(s)
             if bw:
                 for a, b in itertools.pairwise(terms):
-                    i, s = self._bucket(a + " " + b)
-                    vec[i] += s * bw
-            if not vec.any():  # features cancelled out exactly; keep the vector usable
-                i, s = self._bucket(text)
-                vec[i] += s
+                    i, s = bucket(a + " " + b)
+                    rows.append(row)
+                    cols.append(i)
+                    vals.append(s * bw)
+        out = np.zeros((n, self._dim), dtype=np.float32)
+        np.add.at(out, (np.array(rows, dtype=np.intp), np.array(cols, dtype=np.intp)), np.array(vals, np.float32))
+        for r in np.flatnonzero(~out.any(axis=1)).tolist():  # features cancelled out exactly; keep it usable
+            i, s = bucket(texts[r])
+            out[r, i] += s
         return check_vectors(out, n, self._dim, source=self._name)

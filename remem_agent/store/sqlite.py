@@ -48,6 +48,9 @@ _STAT_COLS = "retrieved, shown, credited, wasted, blamed, credit_sum, blame_sum,
 _STAT_FIELDS = ("retrieved", "shown", "credited", "wasted", "blamed", "credit_sum", "blame_sum")
 
 
+_STATE_BY_VALUE: dict[str, State] = {s.value: s for s in State}
+
+
 def _row_to_memory(r: Sequence[Any]) -> Memory:
     return Memory(
         id=r[0],
@@ -56,15 +59,34 @@ def _row_to_memory(r: Sequence[Any]) -> Memory:
         entity=r[3],
         attribute=r[4],
         role=r[5],
-        tasks=tuple(json.loads(r[6])),
+        tasks=() if r[6] == "[]" else tuple(json.loads(r[6])),
         created_at=r[7],
         valid_from=r[8],
         valid_to=r[9],
         superseded_by=r[10],
-        state=State(r[11]),
+        state=_STATE_BY_VALUE[r[11]],
         token_cost=r[12],
         confidence=r[13],
     )
+
+
+class _RowCache:
+    """Decoded memory rows by id, for the search hot path (one per store object).
+
+    Valid while no other connection has committed (``PRAGMA data_version`` unchanged; this
+    connection's own commits do not change it) and kept exact for this connection's own writes:
+    ``SQLiteTx.transition`` (the only statement that updates a memories row) drops the id, and a
+    rolled-back write transaction drops everything.
+    """
+
+    def __init__(self, max_items: int = 100_000) -> None:
+        self.rows: dict[str, Memory] = {}
+        self.data_version = -1
+        self.max_items = max_items
+
+    def clear(self) -> None:
+        self.rows.clear()
+        self.data_version = -1
 
 
 def _row_to_event(r: Sequence[Any]) -> Event:
@@ -88,11 +110,30 @@ def _is_locked(exc: sqlite3.OperationalError) -> bool:
 class SQLiteTx:
     """Reads and writes inside one open transaction (obtained from ``SQLiteStore.write/read``)."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, cache: _RowCache | None = None) -> None:
         self.c = conn
+        self._cache = cache
 
     # -- memories -------------------------------------------------------------------------------
     def memories(self, ids: Sequence[str]) -> dict[str, Memory]:
+        cache = self._cache
+        if cache is None:
+            return self._memories_sql(ids)
+        # Read the version before the rows: the rows are then at least as new as the stamp.
+        dv = self.c.execute("PRAGMA data_version").fetchone()[0]
+        if dv != cache.data_version:
+            cache.rows.clear()
+            cache.data_version = dv
+        rows = cache.rows
+        missing = [i for i in ids if i not in rows]
+        if missing:
+            fetched = self._memories_sql(missing)
+            if len(rows) + len(fetched) > cache.max_items:
+                rows.clear()
+            rows.update(fetched)
+        return {i: rows[i] for i in ids if i in rows}
+
+    def _memories_sql(self, ids: Sequence[str]) -> dict[str, Memory]:
         out: dict[str, Memory] = {}
         ids = list(ids)
         for start in range(0, len(ids), 900):
@@ -168,6 +209,8 @@ class SQLiteTx:
         fields["state"] = to_state.value
         assignments = ", ".join(f"{k} = ?" for k in fields)
         self.c.execute(f"UPDATE memories SET {assignments} WHERE id = ?", (*fields.values(), memory_id))
+        if self._cache is not None:
+            self._cache.rows.pop(memory_id, None)
         return self._append_event(memory_id, at, event, from_state, to_state, reason, dict(evidence or {}))
 
     def _append_event(
@@ -409,6 +452,7 @@ class SQLiteStore:
         self.path = self.folder / LEDGER_FILE
         self._lock = threading.RLock()
         self._lock_retry_s = lock_retry_s
+        self._row_cache = _RowCache()
         try:
             self._conn = sqlite3.connect(
                 self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
@@ -417,6 +461,8 @@ class SQLiteStore:
             self._retry(lambda: self._conn.execute("PRAGMA journal_mode = WAL").fetchone())
             self._conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
             self._conn.execute("PRAGMA foreign_keys = ON")
+            # 64 MiB page cache (default 2 MiB): the id/key/event indexes of a 100k store stay hot.
+            self._conn.execute("PRAGMA cache_size = -65536")
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open ledger {self.path}: {exc}") from exc
         self._migrate()
@@ -468,7 +514,7 @@ class SQLiteStore:
         with self._lock:
             self._retry(lambda: self._conn.execute("BEGIN IMMEDIATE"))
             try:
-                yield SQLiteTx(self._conn)
+                yield SQLiteTx(self._conn, self._row_cache)
             except sqlite3.Error as exc:
                 self._rollback()
                 raise StoreError(f"ledger {self.path}: {exc}") from exc
@@ -485,6 +531,7 @@ class SQLiteStore:
                 raise
 
     def _rollback(self) -> None:
+        self._row_cache.clear()  # rows read or changed inside the aborted transaction may be stale
         # SQLite may already have rolled back by itself (disk full, I/O error): only roll back what is open.
         if self._conn.in_transaction:
             self._conn.execute("ROLLBACK")
@@ -495,7 +542,7 @@ class SQLiteStore:
         with self._lock:
             self._retry(lambda: self._conn.execute("BEGIN"))
             try:
-                yield SQLiteTx(self._conn)
+                yield SQLiteTx(self._conn, self._row_cache)
             finally:
                 if self._conn.in_transaction:
                     self._conn.execute("COMMIT")
