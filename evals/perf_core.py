@@ -7,6 +7,9 @@ Measures, for each store size, on synthetic but varied facts:
   token budget (the budgeted path runs the knapsack);
 * latency of a plain similarity-only search on the same data (embed query, ``index.candidates``,
   fetch the rows' text from the ledger) and the ratio full / similarity-only at p50;
+* latency of ``ReMem`` configured as system A (``RememConfig.similarity_only()``: cosine ranking,
+  but the same recorded, state-filtered search path) and the ratio full / that, which isolates what
+  the ranking, credit and lifecycle mechanisms cost;
 * latency of ``ReMem.feedback`` over fresh searches.
 
 Usage::
@@ -49,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from remem_agent import MemoryInput, ReMem
+from remem_agent import MemoryInput, ReMem, RememConfig
 
 # -- targets ------------------------------------------------------------------------------------
 SEARCH_P50_MS_10K = 2.0  # search p50 at <= 10k memories
@@ -372,23 +375,29 @@ def bench_size(
         queries[warmup + n_queries :],
     )
 
-    # -- warm-up (all three paths)
+    # System A through the same library path (ranking by cosine only; the search is still recorded
+    # for feedback and filtered by lifecycle state): what "all mechanisms on" costs over it.
+    mem_a = ReMem(folder, config=RememConfig.similarity_only())
+
+    # -- warm-up (all four paths)
     for q, task in warm:
         _search_full(mem, q, task, k)
         mem.search(q, k=k, task=task, token_budget=budget)
         _similarity_only(mem, q, k)
+        mem_a.search(q, k=k, task=task)
 
     # -- search: the three paths interleaved per query, order rotated so no path always runs on a
     # warmer cache than another.
     full_ns: list[int] = []
     budget_ns: list[int] = []
     sim_ns: list[int] = []
-    cpu_ns = [0, 0, 0]  # process CPU time per path (wall minus CPU = waiting: I/O, other processes)
+    a_ns: list[int] = []
+    cpu_ns = [0, 0, 0, 0]  # process CPU time per path (wall minus CPU = waiting: I/O, other processes)
     served_full = served_budget = 0
     tokens_budget: list[int] = []
     gc.collect()
     for j, (q, task) in enumerate(measure):
-        order = (0, 1, 2) if j % 3 == 0 else (1, 2, 0) if j % 3 == 1 else (2, 0, 1)
+        order = ((0, 1, 2, 3), (1, 2, 3, 0), (2, 3, 0, 1), (3, 0, 1, 2))[j % 4]
         for which in order:
             c = time.process_time_ns()
             if which == 0:
@@ -402,13 +411,18 @@ def bench_size(
                 budget_ns.append(time.perf_counter_ns() - t)
                 served_budget += len(res.items)
                 tokens_budget.append(sum(h.token_cost for h in res.items))
-            else:
+            elif which == 2:
                 t = time.perf_counter_ns()
                 _similarity_only(mem, q, k)
                 sim_ns.append(time.perf_counter_ns() - t)
+            else:
+                t = time.perf_counter_ns()
+                mem_a.search(q, k=k, task=task)
+                a_ns.append(time.perf_counter_ns() - t)
             cpu_ns[which] += time.process_time_ns() - c
-    full, bud, sim = _pct(full_ns), _pct(budget_ns), _pct(sim_ns)
-    for d, c in ((full, cpu_ns[0]), (bud, cpu_ns[1]), (sim, cpu_ns[2])):
+    mem_a.close()
+    full, bud, sim, sys_a = _pct(full_ns), _pct(budget_ns), _pct(sim_ns), _pct(a_ns)
+    for d, c in ((full, cpu_ns[0]), (bud, cpu_ns[1]), (sim, cpu_ns[2]), (sys_a, cpu_ns[3])):
         d["cpu_mean_ms"] = round(c / 1e6 / max(1, len(measure)), 4)
     search = {
         "k": k,
@@ -422,10 +436,13 @@ def bench_size(
         "similarity_only": sim,
         "ratio_full_vs_similarity_p50": round(full["p50_ms"] / sim["p50_ms"], 2),
         "ratio_budgeted_vs_similarity_p50": round(bud["p50_ms"] / sim["p50_ms"], 2),
+        "remem_similarity_only": sys_a,
+        "ratio_full_vs_remem_similarity_only_p50": round(full["p50_ms"] / sys_a["p50_ms"], 2),
     }
     log(
         f"[{n}] search p50/p95/p99 ms: full {full['p50_ms']:.2f}/{full['p95_ms']:.2f}/{full['p99_ms']:.2f}, "
-        f"budget {bud['p50_ms']:.2f}/{bud['p95_ms']:.2f}, sim-only {sim['p50_ms']:.2f}/{sim['p95_ms']:.2f}"
+        f"budget {bud['p50_ms']:.2f}/{bud['p95_ms']:.2f}, sim-only {sim['p50_ms']:.2f}/{sim['p95_ms']:.2f}, "
+        f"ReMem similarity-only {sys_a['p50_ms']:.2f}/{sys_a['p95_ms']:.2f}"
     )
 
     # -- feedback over fresh searches (the search itself is not timed)
@@ -608,6 +625,13 @@ def evaluate_targets(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "ratio_full_vs_similarity_p50",
             s["size"],
             s["search"]["ratio_full_vs_similarity_p50"],
+            "<=",
+            FULL_VS_SIM_RATIO,
+        )
+        add(
+            "ratio_full_vs_remem_similarity_only_p50",
+            s["size"],
+            s["search"]["ratio_full_vs_remem_similarity_only_p50"],
             "<=",
             FULL_VS_SIM_RATIO,
         )

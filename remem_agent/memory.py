@@ -45,7 +45,7 @@ from remem_agent.ingest import (
 )
 from remem_agent.ranking.features import FEATURE_NAMES, FeatureConfig, build_features
 from remem_agent.ranking.features import matrix as feature_matrix
-from remem_agent.ranking.utility import HeuristicUtility, UtilityModel
+from remem_agent.ranking.utility import HeuristicUtility, SimilarityUtility, UtilityModel
 from remem_agent.retention import RetentionPolicy
 from remem_agent.select import select
 from remem_agent.staleness import StalenessPolicy
@@ -87,12 +87,29 @@ class RememConfig:
     staleness: StalenessPolicy = field(default_factory=StalenessPolicy)
     # Which utility model ranks candidates when none is passed to ReMem: the documented heuristic, or a
     # LearnedUtility loaded from ``utility_path`` (JSON written by LearnedUtility.save).
-    utility: Literal["heuristic", "learned"] = "heuristic"
+    utility: Literal["heuristic", "learned", "similarity"] = "heuristic"
     utility_path: str | None = None
+
+    @classmethod
+    def similarity_only(cls, **overrides: Any) -> RememConfig:
+        """System A: cosine ranking only; no guard, no outcome features, no retention or outcome staleness.
+
+        Ingest-time supersession still applies (it is a property of the ledger, not of ranking).
+        """
+        base: dict[str, Any] = {
+            "utility": "similarity",
+            "guard_top": 0,
+            "features": FeatureConfig(groups=("static",)),
+            "retention": RetentionPolicy(enabled=False),
+            "staleness": StalenessPolicy(outcome_invalidation=False),
+        }
+        return cls(**{**base, **overrides})
 
     def make_utility(self) -> UtilityModel:
         if self.utility == "heuristic":
             return HeuristicUtility()
+        if self.utility == "similarity":
+            return SimilarityUtility()
         if self.utility == "learned":
             if not self.utility_path:
                 raise UserInputError("utility='learned' needs utility_path (a LearnedUtility JSON file)")
@@ -277,11 +294,19 @@ class ReMem:
         served_features: list[list[float]] = []  # feature snapshot at retrieval time, for training
         if cands:
             tasks = (ALL_TASKS, task) if task else (ALL_TASKS,)
+            groups = set(self.config.features.groups)
+            need_stats = bool(groups & {"history", "outcome"}) or self.config.guard_top > 0
             with self.store.read() as tx:
-                stats = tx.stats([m.id for m in cands], tasks)
+                stats = tx.stats([m.id for m in cands], tasks) if need_stats else {}
                 keyed = [m.key for m in cands if m.key is not None and m.role == "state"]
-                keys = tx.key_summary(keyed) if keyed else {}
-                changing = {a for a, info in tx.attributes([k[1] for k in keyed]).items() if info.changes > 0}
+                # Pending same-key conflicts exist only in learned-schema mode (key mode supersedes on arrival).
+                learned = self.config.staleness.mode == "learned"
+                keys = tx.key_summary(keyed) if keyed and learned and "contradiction" in groups else {}
+                changing = (
+                    {a for a, info in tx.attributes([k[1] for k in keyed]).items() if info.changes > 0}
+                    if keyed and "static" in groups
+                    else set()
+                )
             feats = build_features(
                 cands,
                 sims,

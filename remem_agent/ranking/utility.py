@@ -90,3 +90,14 @@ class HeuristicUtility:
             bonus = np.zeros_like(std)
         comps["explore"] = bonus
         return np.clip(p + bonus, 0.0, 1.0), comps
+
+
+@dataclass(frozen=True)
+class SimilarityUtility:
+    """Rank by cosine similarity alone (system A of the evaluation): p = (1 + similarity) / 2."""
+
+    name: str = "similarity"
+
+    def score(self, features: Features) -> tuple[NDArray[np.float64], dict[str, NDArray[np.float64]]]:
+        sim = features["similarity"]
+        return np.clip((1.0 + sim) / 2.0, 0.0, 1.0), {"similarity": sim}
