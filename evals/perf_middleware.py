@@ -36,7 +36,7 @@ TARGET_P50_MS = 5.0
 ENTITIES = [f"service-{i}" for i in range(400)]
 ATTRS = ["region", "owner", "database", "cache", "oncall", "version", "queue", "budget"]
 VALUES = ["west-2", "east-1", "alice", "bob", "postgres", "redis", "kafka", "v3", "v4", "carol", "sqs", "dana"]
-FILLER = "the team noted that during the last review this was checked again by the platform group".split()
+FILLER = "the team noted that during the last review this was checked again by the platform group".split()  # noqa: SIM905
 
 
 def corpus(n: int, rng: random.Random) -> list[dict[str, Any]]:
@@ -111,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     res = asyncio.run(measure(args.memories, args.asks, args.seed))
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
+        git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+        commit = git.stdout.strip()
     except OSError:
         commit = ""
     p50 = res["overhead"]["p50_ms"]
