@@ -1,0 +1,44 @@
+"""The benchmark scripts run and write well-formed JSON (structure only: tests never assert timings)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from evals import perf_core, perf_middleware
+
+
+def test_perf_core_quick_writes_its_report(tmp_path: Path) -> None:
+    out = tmp_path / "core.json"
+    perf_core.main(["--quick", "--out", str(out)])
+    rep = json.loads(out.read_text())
+    names = {t["name"] for t in rep["targets"]}
+    assert {"search_p50_ms", "add_per_s", "feedback_p50_ms", "ratio_full_vs_similarity_p50"} <= names
+    size = rep["sizes"][0]
+    for path in ("full", "budgeted", "similarity_only", "remem_similarity_only"):
+        assert size["search"][path]["p50_ms"] > 0
+    assert rep["machine"]["cpu_count"] >= 1 and rep["wall_time_s"] > 0
+
+
+def test_perf_middleware_quick_writes_its_report(tmp_path: Path) -> None:
+    out = tmp_path / "mw.json"
+    assert perf_middleware.main(["--quick", "--out", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    assert rep["result"]["verify_ok"] is True
+    assert rep["result"]["overhead"]["n"] == 40 and rep["result"]["overhead"]["p50_ms"] > 0
+    assert "met" in rep["target"]
+
+
+def test_similarity_only_preset_ranks_by_cosine_and_ignores_feedback(tmp_path: Path) -> None:
+    from remem_agent import ReMem, RememConfig
+
+    mem = ReMem(tmp_path, config=RememConfig.similarity_only())
+    q = "How do I ship the release to production?"
+    look = mem.add("Release day notes: the production release channel has a new bot avatar.", timestamp=1)
+    good = mem.add("Before shipping, run the database migration script, then tag the build.", timestamp=1)
+    for r in range(8):
+        res = mem.search(q, k=2, task="deploy", now=10 + r)
+        assert res.ids[0] == look
+        assert [h.similarity for h in res.items] == sorted((h.similarity for h in res.items), reverse=True)
+        mem.feedback(res.search_id, success=True, used_ids=[good])
+    assert mem.get(look).state.value == "ACTIVE"  # retention off in system A
