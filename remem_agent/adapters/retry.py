@@ -1,7 +1,8 @@
 """The one retry layer for model calls.
 
 Transient failures (``ModelError(retryable=True)``: timeouts, connection errors, 429, 5xx) are retried
-with exponential backoff and full jitter, honouring the server's Retry-After; anything else fails fast.
+with tenacity: exponential backoff with full jitter, honouring the server's Retry-After, a bounded number
+of attempts; anything else fails fast.
 Adapters never retry on their own, so the policy is the same for every provider and every attempt is
 visible to the caller (``on_retry``) and therefore to the trace.
 """
@@ -13,6 +14,8 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from remem_agent.errors import ModelError
 
@@ -42,17 +45,29 @@ async def call_with_retries(
     on_retry: Callable[[int, ModelError, float], None] | None = None,
     rng: random.Random | None = None,
 ) -> T:
-    """Run ``fn``; retry retryable ModelErrors up to ``policy.max_attempts`` attempts in total."""
+    """Run ``fn``; retry retryable ModelErrors up to ``policy.max_attempts`` attempts in total (tenacity)."""
     rng = rng or random.Random()
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            return await fn()
-        except ModelError as exc:
-            if not exc.retryable or attempt >= policy.max_attempts:
-                raise
-            delay = policy.wait(attempt, exc, rng)
-            if on_retry is not None:
-                on_retry(attempt, exc, delay)
-            await sleep(delay)
+
+    def wait(state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        assert isinstance(exc, ModelError)
+        return policy.wait(state.attempt_number, exc, rng)
+
+    def before_sleep(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        if on_retry is not None and isinstance(exc, ModelError):
+            on_retry(state.attempt_number, exc, state.upcoming_sleep)
+
+    retrying = AsyncRetrying(
+        sleep=sleep,
+        stop=stop_after_attempt(policy.max_attempts),
+        wait=wait,
+        retry=retry_if_exception(lambda e: isinstance(e, ModelError) and e.retryable),
+        before_sleep=before_sleep,
+        reraise=True,  # the caller sees the last ModelError itself, not a tenacity RetryError
+    )
+
+    async def attempt() -> T:  # a real coroutine function: tenacity would not await a plain lambda's result
+        return await fn()
+
+    return await retrying(attempt)
