@@ -16,18 +16,16 @@ The API key never appears in an error message, a ``repr`` or a log line.
 
 from __future__ import annotations
 
-import email.utils
 import logging
-import math
 import os
 import re
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from remem_agent._extras import require
 from remem_agent.adapters.base import Capabilities, ChatRequest, ChatResponse, FinishReason, Usage
+from remem_agent.adapters.retry import parse_retry_after
 from remem_agent.errors import ModelError, UserInputError
 
 if TYPE_CHECKING:
@@ -45,37 +43,6 @@ _MESSAGE_BODY_LIMIT = 300
 _TRANSIENT_STATUS = frozenset({408, 425, 429})  # plus every 5xx
 _FALLBACK_STATUS = frozenset({400, 422, 500})
 _FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length"}
-
-
-def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (delta-seconds or HTTP-date); None if absent."""
-    if not headers:
-        return None
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            value = float(ms) / 1000.0
-        except ValueError:
-            value = math.nan
-        if math.isfinite(value):
-            return max(0.0, value)
-    raw = headers.get("retry-after")
-    if not raw:
-        return None
-    raw = raw.strip()
-    try:
-        seconds = float(raw)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(raw)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = (when - datetime.now(UTC)).total_seconds()
-    if not math.isfinite(seconds):
-        return None
-    return max(0.0, seconds)
 
 
 def _strict_ok(schema: Any) -> bool:

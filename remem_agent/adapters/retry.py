@@ -10,9 +10,12 @@ visible to the caller (``on_retry``) and therefore to the trace.
 from __future__ import annotations
 
 import asyncio
+import email.utils
+import math
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
@@ -71,3 +74,34 @@ async def call_with_retries(
         return await fn()
 
     return await retrying(attempt)
+
+
+def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (delta-seconds or HTTP-date); None if absent."""
+    if not headers:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            value = float(ms) / 1000.0
+        except ValueError:
+            value = math.nan
+        if math.isfinite(value):
+            return max(0.0, value)
+    raw = headers.get("retry-after")
+    if not raw:
+        return None
+    raw = raw.strip()
+    try:
+        seconds = float(raw)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(raw)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    if not math.isfinite(seconds):
+        return None
+    return max(0.0, seconds)

@@ -9,22 +9,20 @@ header and is never logged nor put in an exception message.
 
 from __future__ import annotations
 
-import email.utils
 import json
 import logging
-import math
 import os
 import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import numpy as np
 import tenacity
 
+from remem_agent.adapters.retry import parse_retry_after
 from remem_agent.embedders.base import Vectors, check_vectors
 from remem_agent.errors import EmbeddingError, ModelError, UserInputError
 
@@ -51,26 +49,6 @@ class _TransientError(Exception):
         self.status = status
         self.body = body
         self.retry_after = retry_after
-
-
-def _parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or HTTP-date); None if absent/garbled."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = (when - datetime.now(UTC)).total_seconds()
-    if not math.isfinite(seconds):
-        return None
-    return max(0.0, seconds)
 
 
 class OpenAIEmbedder:
@@ -247,7 +225,7 @@ class OpenAIEmbedder:
                 f"HTTP {status}",
                 status=status,
                 body=self._body_of(response),
-                retry_after=_parse_retry_after(response.headers.get("Retry-After")),
+                retry_after=parse_retry_after(response.headers),
             )
         if status >= 400 or status < 200:
             raise ModelError(
