@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
-from remem_agent.errors import EmbeddingError
+from remem_agent.errors import EmbeddingError, UserInputError
 
 Vectors = NDArray[np.float32]
 
@@ -29,6 +29,17 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> Vectors:
         """Return an array of shape (len(texts), dim), float32, rows L2-normalised."""
         ...
+
+
+def check_texts(texts: Sequence[str]) -> list[str]:
+    """The texts an embedder was given, as a list; a bare string or a non-string item is a UserInputError."""
+    if isinstance(texts, str):
+        raise UserInputError("embed() takes a sequence of texts, not a single string")
+    items = list(texts)
+    for i, text in enumerate(items):
+        if not isinstance(text, str):
+            raise UserInputError(f"texts[{i}] is {type(text).__name__}, expected str")
+    return items
 
 
 def check_vectors(vectors: object, n: int, dim: int, *, source: str = "embedder") -> Vectors:

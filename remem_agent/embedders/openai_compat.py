@@ -23,7 +23,7 @@ import numpy as np
 import tenacity
 
 from remem_agent.adapters.retry import parse_retry_after
-from remem_agent.embedders.base import Vectors, check_vectors
+from remem_agent.embedders.base import Vectors, check_texts, check_vectors
 from remem_agent.errors import EmbeddingError, ModelError, UserInputError
 
 log = logging.getLogger(__name__)
@@ -147,12 +147,7 @@ class OpenAIEmbedder:
         self.close()
 
     def embed(self, texts: Sequence[str]) -> Vectors:
-        if isinstance(texts, str):
-            raise UserInputError("embed() takes a sequence of texts, not a single string")
-        items = list(texts)
-        for i, text in enumerate(items):
-            if not isinstance(text, str):
-                raise UserInputError(f"texts[{i}] is {type(text).__name__}, expected str")
+        items = check_texts(texts)
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
         rows: list[list[float]] = []

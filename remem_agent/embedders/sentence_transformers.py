@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from remem_agent._extras import require
-from remem_agent.embedders.base import Vectors, check_vectors
+from remem_agent.embedders.base import Vectors, check_texts, check_vectors
 from remem_agent.errors import ModelError, UserInputError
 
 PACKAGED_MODEL = "all-MiniLM-L6-v2"
@@ -118,12 +118,7 @@ class SentenceTransformerEmbedder:
             return model
 
     def embed(self, texts: Sequence[str]) -> Vectors:
-        if isinstance(texts, str):
-            raise UserInputError("embed() takes a sequence of texts, not a single string")
-        items = list(texts)
-        for i, text in enumerate(items):
-            if not isinstance(text, str):
-                raise UserInputError(f"texts[{i}] is {type(text).__name__}, expected str")
+        items = check_texts(texts)
         model = self._load()
         dim = self.dim
         if not items:
