@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from remem_agent.embedders.base import Vectors, check_vectors
+from remem_agent.embedders.base import Vectors, check_texts, check_vectors
 
 _WORD_RE = re.compile(r"[a-z0-9]+(?:[-_.][a-z0-9]+)*")
 
@@ -134,6 +134,7 @@ class ConceptHashEmbedder:
         # Collect (row, bucket, weight) triples in Python and scatter-add them once with np.add.at
         # (same order of additions as the per-element loop, so the vectors are bit-identical);
         # per-element numpy scalar updates were ~40% of embedding time.
+        texts = check_texts(texts)
         n = len(texts)
         bw = self._bigram_weight
         bucket = self._bucket
