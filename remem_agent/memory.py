@@ -52,6 +52,7 @@ from remem_agent.staleness import StalenessPolicy
 from remem_agent.store.sqlite import SQLiteStore, SQLiteTx
 from remem_agent.types import (
     ALL_TASKS,
+    OUTCOME_SOURCES,
     ROLES,
     SERVABLE_STATES,
     CreditRecord,
@@ -60,6 +61,7 @@ from remem_agent.types import (
     Hit,
     Memory,
     MemoryInfo,
+    OutcomeSource,
     Role,
     SearchResult,
     State,
@@ -424,6 +426,7 @@ class ReMem:
         answer: Any = None,
         replay: Replay | None = None,
         weight: float = 1.0,
+        source: OutcomeSource = "api",
     ) -> FeedbackReceipt:
         """Report the outcome of the task that used ``search_id``'s memories.
 
@@ -434,7 +437,8 @@ class ReMem:
         Ids that were not served are an error (only shown memories get feedback). Repeating identical
         feedback is idempotent (returns the first receipt, counts nothing twice); a different verdict
         for an answered search raises FeedbackConflictError. ``weight`` (0, 1] scales credit and blame for
-        weaker evidence, e.g. an inferred outcome.
+        weaker evidence, e.g. an inferred outcome. ``source`` records where the verdict came from
+        ("api" for a direct call, or the middleware's "truth" / "user" / "inferred") in the ledger.
         """
         if not isinstance(search_id, str):
             raise UserInputError("search_id must be a string")
@@ -444,6 +448,8 @@ class ReMem:
         if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0.0 < float(weight) <= 1.0:
             raise UserInputError(f"weight must be a number in (0, 1], got {weight!r}")
         weight = float(weight)
+        if source not in OUTCOME_SOURCES:
+            raise UserInputError(f"source must be one of {OUTCOME_SOURCES}, got {source!r}")
         used = check_ids(used_ids, "used_ids")
         cited = check_ids(cited_ids, "cited_ids")
         with self.store.read() as tx:
@@ -460,6 +466,8 @@ class ReMem:
         payload: dict[str, Any] = {"success": success, "used": sorted(used), "cited": sorted(cited)}
         if weight != 1.0:
             payload["weight"] = weight
+        if source != "api":
+            payload["source"] = source
         if rec["feedback"] is not None:
             return self._repeat(search_id, rec["feedback"], payload, success)
         essential: set[str] = set()
@@ -493,6 +501,7 @@ class ReMem:
             {r.memory_id: r.blame for r in records},
             tuple(transitions),
             replay_calls=calls,
+            source=source,
         )
 
     def _repeat(

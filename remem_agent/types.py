@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Role = Literal["state", "preference", "note"]
+OutcomeSource = Literal["api", "truth", "user", "inferred"]
+OUTCOME_SOURCES: tuple[OutcomeSource, ...] = ("api", "truth", "user", "inferred")
 ROLES: tuple[Role, ...] = ("state", "preference", "note")
 
 # The overall statistics row of a memory uses this task class; per-class rows use the caller's name.
@@ -206,6 +208,7 @@ class FeedbackReceipt:
     transitions: tuple[Event, ...] = ()
     repeated: bool = False
     replay_calls: int = 0
+    source: OutcomeSource = "api"
 
 
 @dataclass(frozen=True, slots=True)

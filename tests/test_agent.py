@@ -204,3 +204,31 @@ async def test_fifty_concurrent_asks_never_cross_credit(mem: ReMem, tmp_path: Pa
         assert by_id[a.answer_id]["credit"] == dict(a.credit)
     assert mem.verify().ok
     assert sum(mem.inspect(i).overall.shown for i in ids) == sum(len(a.served) for a in answers)
+
+
+def ledger_source(mem: ReMem, search_id: str) -> str:
+    with mem.store.read() as tx:
+        rec = tx.search(search_id)
+    assert rec is not None and rec["feedback"] is not None
+    return str(rec["feedback"].get("source", "api"))
+
+
+async def test_every_outcome_is_tagged_with_its_source_in_the_ledger(mem: ReMem, tmp_path: Path) -> None:
+    east = mem.add("Our server is in east-1.", entity="server", attribute="region", timestamp=1)
+    note = mem.add("Deploys need Dana's approval.", role="note", timestamp=1)
+    model = ScriptedChatModel([reply("east-1", [east])] * 3 + [reply("x", [])] * 2)
+    agent = agent_for(mem, model, tmp_path)
+    truth = await agent.ask("Where is our server?", task="a", schema=SCHEMA, truth={"region": "east-1"}, now=2)
+    user = await agent.ask("Where is our server?", task="b", schema=SCHEMA, now=2)
+    await agent.feedback(user.answer_id, success=True)
+    wrong = await agent.ask("Where is the server?", task="c", schema=SCHEMA, now=2)
+    await agent.remember("Our server moved to west-2.", entity="server", attribute="region", timestamp=3)
+    moved = await agent.ask("Who approves deploys?", task="d", schema=SCHEMA, now=4)
+    await agent.ask("And who approves releases?", task="d", schema=SCHEMA, now=5)
+    assert ledger_source(mem, truth.search_id) == "truth"
+    assert ledger_source(mem, user.search_id) == "user"
+    assert ledger_source(mem, wrong.search_id) == "inferred"
+    assert ledger_source(mem, moved.search_id) == "inferred"
+    assert note in {h.id for h in moved.served}
+    with pytest.raises(UserInputError):
+        mem.feedback(moved.search_id, success=True, source="guess")  # type: ignore[arg-type]

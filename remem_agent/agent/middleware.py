@@ -286,7 +286,11 @@ class MemoryAgent:
             score = float(self.scorer(value, truth))
             outcome = Outcome(score >= self.success_threshold, "truth", score)
             receipt = await self.memory.afeedback(
-                res.search_id, success=outcome.success, cited_ids=list(checked.citations), answer=value
+                res.search_id,
+                success=outcome.success,
+                cited_ids=list(checked.citations),
+                answer=value,
+                source="truth",
             )
         answer = Answer(
             answer_id,
@@ -354,7 +358,12 @@ class MemoryAgent:
         a = pending.answer
         try:
             return await self.memory.afeedback(
-                a.search_id, success=success, used_ids=used_ids, cited_ids=list(a.citations), answer=a.value
+                a.search_id,
+                success=success,
+                used_ids=used_ids,
+                cited_ids=list(a.citations),
+                answer=a.value,
+                source="user",
             )
         except BaseException:
             pending.scored = False
@@ -391,7 +400,11 @@ class MemoryAgent:
             blamed = sorted(corrected & {h.id for h in p.answer.served})
             log.debug("inferred failure of %s: corrected %s", p.answer.answer_id, blamed)
             await self.memory.afeedback(
-                p.answer.search_id, success=False, used_ids=blamed, cited_ids=list(p.answer.citations)
+                p.answer.search_id,
+                success=False,
+                used_ids=blamed,
+                cited_ids=list(p.answer.citations),
+                source="inferred",
             )
 
     async def _infer_moved_on(self, task: str | None) -> None:
@@ -408,4 +421,5 @@ class MemoryAgent:
             cited_ids=list(p.answer.citations),
             answer=p.answer.value,
             weight=WEAK_SUCCESS_WEIGHT,
+            source="inferred",
         )

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-OutcomeSource = Literal["truth", "user", "inferred"]
+OutcomeSource = Literal["truth", "user", "inferred"]  # the middleware's sources (ReMem also knows "api")
 
 
 @dataclass(frozen=True, slots=True)
