@@ -344,7 +344,7 @@ class ReMem:
             fmat = feature_matrix(feats)
             for rank, i in enumerate(chosen):
                 m = cands[i]
-                served_features.append([round(float(v), 5) for v in fmat[i]])
+                served_features.append(fmat[i].round(5).tolist())
                 detail = None
                 if explain:
                     detail = {f"feature.{n}": float(v[i]) for n, v in feats.items()}
