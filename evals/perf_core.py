@@ -130,10 +130,7 @@ def _pseudo_words(rng: random.Random, n: int) -> list[str]:
     out: set[str] = set()
     while len(out) < n:
         syll = rng.choice((2, 2, 3, 3, 4))
-        out.add(
-            "".join(rng.choice(cons) + rng.choice(vows) for _ in range(syll))
-            + rng.choice(("", "", "n", "r", "s"))
-        )
+        out.add("".join(rng.choice(cons) + rng.choice(vows) for _ in range(syll)) + rng.choice(("", "", "n", "r", "s")))
     return sorted(out)
 
 
@@ -162,8 +159,7 @@ class _Gen:
             for i in range(n_entities)
         ]
         self.values = {
-            a: self.rng.sample(vocab, 40) + [str(self.rng.randint(1, 9999)) for _ in range(5)]
-            for a in ATTRIBUTES
+            a: self.rng.sample(vocab, 40) + [str(self.rng.randint(1, 9999)) for _ in range(5)] for a in ATTRIBUTES
         }
 
     def words(self, k: int) -> list[str]:
@@ -226,9 +222,7 @@ def make_world(n: int, n_queries: int, seed: int = 7) -> World:
                         updates += 1
                 text = g.state_text(key[0], key[1], rng.choice(g.values[key[1]]))
                 current[key] = text
-            items.append(
-                MemoryInput(text, entity=key[0], attribute=key[1], role="state", task=task, timestamp=ts)
-            )
+            items.append(MemoryInput(text, entity=key[0], attribute=key[1], role="state", task=task, timestamp=ts))
             roles["state"] += 1
         elif r < 0.85:
             ent = rng.choice(g.entities)
@@ -572,9 +566,7 @@ def machine_facts() -> dict[str, Any]:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "thread_env": {
-            v: os.environ[v]
-            for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-            if v in os.environ
+            v: os.environ[v] for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS") if v in os.environ
         },
         "blas": _blas_info(),
     }
@@ -754,9 +746,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 per_size.append(res)
                 if args.profile and n == max(sizes):
                     log(f"[{n}] profiling search ...")
-                    profiles[f"search_{n}"] = profile_search(
-                        mem, world.queries[warmup : warmup + n_queries], args.k
-                    )
+                    profiles[f"search_{n}"] = profile_search(mem, world.queries[warmup : warmup + n_queries], args.k)
                 mem.close()
                 del mem, world
                 shutil.rmtree(root / f"store_{n}", ignore_errors=True)

@@ -36,7 +36,7 @@ TARGET_P50_MS = 5.0
 ENTITIES = [f"service-{i}" for i in range(400)]
 ATTRS = ["region", "owner", "database", "cache", "oncall", "version", "queue", "budget"]
 VALUES = ["west-2", "east-1", "alice", "bob", "postgres", "redis", "kafka", "v3", "v4", "carol", "sqs", "dana"]
-FILLER = "the team noted that during the last review this was checked again by the platform group".split()  # noqa: SIM905
+FILLER = "the team noted that during the last review this was checked again by the platform group".split()
 
 
 def corpus(n: int, rng: random.Random) -> list[dict[str, Any]]:

@@ -65,8 +65,8 @@ def _task(p: int, i: int) -> str | None:
 
 
 def _config(mode: str) -> RememConfig | None:
-    """Shared workload: retention off, so no seed is demoted or archived and every search serves all seeds."""
-    return RememConfig(retention=RetentionPolicy(enabled=False)) if mode == "shared" else None
+    """Shared workload: retention off and no utility floor, so every search serves all seeds."""
+    return RememConfig(retention=RetentionPolicy(enabled=False), p_floor=0.0) if mode == "shared" else None
 
 
 # -- the workers (forked: nothing is pickled, the parent holds no store open) -----------------------

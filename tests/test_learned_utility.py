@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from remem_agent import ReMem, UserInputError
+from remem_agent import ReMem, RememConfig, UserInputError
 from remem_agent.ranking.features import FEATURE_NAMES
 from remem_agent.ranking.learned import DEFAULT_LAMBDAS, FORMAT_VERSION, LearnedUtility, irls, metrics, objective
 from remem_agent.ranking.traces import TrainingSet, concat, training_rows
@@ -326,7 +326,7 @@ def _populate(mem: ReMem) -> tuple[dict[str, str], dict[str, list[str]]]:
 
 def test_end_to_end_train_on_a_real_ledger_and_serve_with_it(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
-    mem = ReMem(tmp_path / "world_a")
+    mem = ReMem(tmp_path / "world_a", config=RememConfig(p_floor=0.0))  # always 5 served: 300 rows
     helpful, lookalikes = _populate(mem)  # 30 memories
     for r in range(60):
         topic = TOPICS[r % len(TOPICS)]

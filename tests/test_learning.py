@@ -25,7 +25,8 @@ def rounds(
 
 
 def test_lookalike_that_never_helps_drops_below_a_less_similar_helpful_memory(tmp_path: Path) -> None:
-    mem = ReMem(tmp_path, config=RememConfig(retention=RetentionPolicy(enabled=False)))
+    # p_floor 0: keep serving the look-alike so its score can be compared (the default floor drops it).
+    mem = ReMem(tmp_path, config=RememConfig(retention=RetentionPolicy(enabled=False), p_floor=0.0))
     q = "How do I ship the release to production?"
     lookalike = mem.add(
         "Release day notes: the production release channel has a new bot avatar.", role="note", timestamp=1
@@ -58,6 +59,10 @@ def test_similarity_only_ranking_without_outcome_group_keeps_the_lookalike_on_to
     assert mem.search(q, k=2, task="deploy", now=50).ids[0] == lookalike
 
 
+# Retention reacts to exposures; with the default p_floor a useless memory soon stops being shown at all.
+SHOW_ALL = RememConfig(p_floor=0.0)
+
+
 def long_note(i: int) -> str:
     return (
         f"Weekly status digest number {i}: the coffee machine on floor three was descaled, the plants were "
@@ -66,7 +71,7 @@ def long_note(i: int) -> str:
 
 
 def test_retention_path_demote_compress_archive_with_reasons(tmp_path: Path) -> None:
-    mem = ReMem(tmp_path)
+    mem = ReMem(tmp_path, config=SHOW_ALL)
     useless = mem.add(long_note(1), role="note", timestamp=1)
     other = mem.add("Deploys need approval from Dana in the release channel.", role="note", timestamp=1)
     q = "status digest coffee machine release approval"
@@ -94,7 +99,7 @@ def test_retention_path_demote_compress_archive_with_reasons(tmp_path: Path) -> 
 
 
 def test_compressed_memory_serves_short_text_and_revives_on_credited_use(tmp_path: Path) -> None:
-    mem = ReMem(tmp_path)
+    mem = ReMem(tmp_path, config=SHOW_ALL)
     target = mem.add(long_note(2), role="note", timestamp=1)
     q = "status digest coffee machine"
     rounds(mem, q, 10, helpful=None, task="ops")
@@ -110,7 +115,7 @@ def test_compressed_memory_serves_short_text_and_revives_on_credited_use(tmp_pat
 
 
 def test_credited_memory_is_never_archived(tmp_path: Path) -> None:
-    mem = ReMem(tmp_path)
+    mem = ReMem(tmp_path, config=SHOW_ALL)
     target = mem.add(long_note(3), role="note", timestamp=1)
     q = "status digest coffee machine"
     res = mem.search(q, task="ops", now=2)
@@ -250,3 +255,17 @@ def test_utility_is_selectable_by_config(tmp_path: Path) -> None:
     with pytest.raises(UserInputError, match="utility_path"):
         ReMem(tmp_path / "a", config=RememConfig(utility="learned"))
     assert ReMem(tmp_path / "b", config=RememConfig(utility="heuristic")).utility.name == "heuristic"
+
+
+def test_default_floor_stops_serving_a_learned_lookalike(tmp_path: Path) -> None:
+    mem = ReMem(tmp_path, config=RememConfig(retention=RetentionPolicy(enabled=False)))
+    q = "How do I ship the release to production?"
+    lookalike = mem.add(
+        "Release day notes: the production release channel has a new bot avatar.", role="note", timestamp=1
+    )
+    helpful = mem.add(
+        "Before shipping, run the database migration script, then tag the build.", role="note", timestamp=1
+    )
+    assert lookalike in mem.search(q, k=2, task="deploy", now=5).ids
+    rounds(mem, q, 8, helpful=helpful, task="deploy", k=2)
+    assert mem.search(q, k=2, task="deploy", now=50).ids == [helpful]  # the look-alike is not worth context

@@ -25,7 +25,7 @@ STOPWORDS = frozenset(
     """a an the is are was were be been being of to in on at for from by with and or our we you your
     it its this that these those as into do does did has have had what which who whom where when
     how i me my us they them their there here than then so if not no but about over under up down
-    out off again just also very can will would should could may might must shall""".split()  # noqa: SIM905
+    out off again just also very can will would should could may might must shall""".split()
 )
 
 # Default concept lexicon: each group maps to its first word. Worlds of the benchmark extend it.

@@ -1,0 +1,196 @@
+"""Run one system on one world with one reader, task by task, and measure what happened.
+
+The runner is the only place that holds both views of the world. It gives the memory system the public
+view (facts as an extractor would emit them, the task's query, class and time) and gives the reader
+the hidden facts behind the *served* memories. Systems never see truth.
+
+Shared candidate pool: every system's store is filled with the same facts in the same order and
+embedded by the same deterministic embedder, and ``FlatIndex`` is exact, so each query's over-fetched
+pool is identical across systems (``tests/test_eval_harness.py`` checks it); systems differ only in
+ranking, selection and lifecycle.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from evals.reader import ReaderParams, read
+from evals.systems import System
+from evals.world import Fact, World
+from remem_agent import ReMem, State
+from remem_agent.embedders.hashing import DEFAULT_CONCEPT_GROUPS, ConceptHashEmbedder
+
+_SCRATCH = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
+
+
+@dataclass
+class TaskRow:
+    tid: str
+    task_class: str
+    success: bool
+    tokens: int
+    served: int
+    stale_in_context: bool
+    gold_served: bool
+    distracted: bool
+    guessed: bool
+    historical: bool
+    critical: bool
+    search_ms: float
+
+
+@dataclass
+class RunResult:
+    family: str
+    seed: int
+    system: str
+    reader: str
+    n_tasks: int
+    success: float
+    tokens_per_task: float
+    stale_in_context: float
+    gold_never_served: float
+    historical_success: float | None
+    critical_success: float | None
+    false_invalidations: int
+    missed_invalidations: int
+    states: dict[str, int]
+    search_ms_p50: float
+    wall_s: float
+    rows: list[TaskRow] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("rows")
+        return d
+
+
+def embedder_for(world: World) -> ConceptHashEmbedder:
+    return ConceptHashEmbedder(concepts=[*DEFAULT_CONCEPT_GROUPS, *world.lexicon])
+
+
+def _public(f: Fact, keys: bool) -> Any:
+    item = f.public()
+    return item if keys else replace(item, entity=None, attribute=None)
+
+
+def run(world: World, system: System, reader: ReaderParams, *, workdir: Path | None = None) -> RunResult:
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="remem-eval-", dir=workdir or _SCRATCH) as tmp:
+        mem = ReMem(Path(tmp) / "store", embedder=embedder_for(world), config=system.config)
+        try:
+            rows, states, false_inv, missed = _run(mem, world, system, reader)
+        finally:
+            mem.close()
+
+    def rate(xs: list[bool]) -> float | None:
+        return sum(xs) / len(xs) if xs else None
+
+    n = len(rows)
+    return RunResult(
+        family=world.family,
+        seed=world.seed,
+        system=system.name,
+        reader=reader.mode,
+        n_tasks=n,
+        success=sum(r.success for r in rows) / n,
+        tokens_per_task=sum(r.tokens for r in rows) / n,
+        stale_in_context=sum(r.stale_in_context for r in rows) / n,
+        gold_never_served=sum(not r.gold_served for r in rows) / n,
+        historical_success=rate([r.success for r in rows if r.historical]),
+        critical_success=rate([r.success for r in rows if r.critical]),
+        false_invalidations=false_inv,
+        missed_invalidations=missed,
+        states=states,
+        search_ms_p50=statistics.median(r.search_ms for r in rows),
+        wall_s=round(time.perf_counter() - t0, 3),
+        rows=rows,
+    )
+
+
+def _run(
+    mem: ReMem, world: World, system: System, reader: ReaderParams
+) -> tuple[list[TaskRow], dict[str, int], int, int]:
+    fact_of: dict[str, Fact] = {}  # memory id -> the (first) fact behind it
+    mid_of: dict[str, str] = {}
+    rows: list[TaskRow] = []
+    k, budget = world.params.k, world.params.token_budget
+    for step in world.steps:
+        if step.facts:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # additive-wording warnings are part of the worlds
+                ids = mem.add_many([_public(f, system.keys) for f in step.facts])
+            for mid, f in zip(ids, step.facts, strict=True):
+                fact_of.setdefault(mid, f)
+                mid_of[f.fid] = mid
+        task = step.task
+        if task is None:
+            continue
+        ts = time.perf_counter()
+        res = mem.search(
+            task.query,
+            k=k,
+            task=task.task_class,
+            now=task.t,
+            as_of=task.as_of if system.as_of else None,
+            token_budget=budget,
+        )
+        search_ms = (time.perf_counter() - ts) * 1000
+        served = [fact_of[h.id] for h in res.items]
+        reading = read(task, served, seed=world.seed, params=reader, domains=world.domains)
+        if system.learn:
+            mem.feedback(
+                res.search_id,
+                success=reading.success,
+                cited_ids=[mid_of[fid] for fid in reading.cited],
+                answer=reading.answer,
+            )
+        rows.append(
+            TaskRow(
+                tid=task.tid,
+                task_class=task.task_class,
+                success=reading.success,
+                tokens=res.tokens,
+                served=len(res.items),
+                stale_in_context=reading.stale_in_context,
+                gold_served=reading.gold_served,
+                distracted=reading.distracted,
+                guessed=reading.guessed,
+                historical=task.as_of is not None,
+                critical=task.critical,
+                search_ms=round(search_ms, 4),
+            )
+        )
+    false_inv, missed = _invalidation_errors(mem, world, fact_of)
+    states = {s.value: n for s, n in ((s, len(mem.list(s))) for s in State) if n}
+    return rows, states, false_inv, missed
+
+
+def _invalidation_errors(mem: ReMem, world: World, fact_of: dict[str, Fact]) -> tuple[int, int]:
+    """False invalidations: facts invalidated while still true (current value, or multi-valued).
+    Missed: single-valued facts replaced in truth but still not invalidated at the end."""
+    latest: dict[tuple[str, str], Fact] = {}
+    for f in world.facts():
+        if f.key is not None and not f.multi_valued and (f.key not in latest or f.t >= latest[f.key].t):
+            latest[f.key] = f
+    false_inv = missed = 0
+    for mid, f in fact_of.items():
+        if f.key is None:
+            continue
+        invalidated = mem.get(mid).state is State.INVALIDATED
+        still_true = (
+            f.multi_valued
+            or latest.get(f.key) is f
+            or (latest.get(f.key) is not None and latest[f.key].value == f.value)
+        )
+        if (invalidated and still_true and f.multi_valued) or (invalidated and still_true and latest.get(f.key) is f):
+            false_inv += 1
+        elif not invalidated and not still_true:
+            missed += 1
+    return false_inv, missed

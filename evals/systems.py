@@ -1,0 +1,74 @@
+"""Systems of the benchmark, loaded from ``evals/systems.yaml``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from remem_agent import RememConfig
+from remem_agent.ranking.features import FeatureConfig
+from remem_agent.retention import RetentionPolicy
+from remem_agent.staleness import StalenessPolicy
+
+SYSTEMS_FILE = Path(__file__).with_name("systems.yaml")
+
+
+@dataclass(frozen=True)
+class System:
+    name: str
+    description: str
+    config: RememConfig
+    keys: bool = True
+    as_of: bool = True
+    learn: bool = True
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+def _preset(name: str) -> RememConfig:
+    if name == "similarity_only":
+        return RememConfig.similarity_only()
+    if name == "static":
+        return RememConfig(
+            guard_top=0,
+            p_floor=0.0,
+            features=FeatureConfig(groups=("static",)),
+            retention=RetentionPolicy(enabled=False),
+            staleness=StalenessPolicy(outcome_invalidation=False),
+        )
+    if name == "default":
+        return RememConfig()
+    raise ValueError(f"unknown preset {name!r}")
+
+
+def _override(cfg: Any, dotted: str, value: Any) -> Any:
+    head, _, rest = dotted.partition(".")
+    if not hasattr(cfg, head):
+        raise ValueError(f"unknown config field {dotted!r}")
+    if rest:
+        return replace(cfg, **{head: _override(getattr(cfg, head), rest, value)})
+    if head == "groups" and isinstance(value, list):
+        value = tuple(value)
+    return replace(cfg, **{head: value})
+
+
+def build(name: str, spec: dict[str, Any]) -> System:
+    cfg = _preset(spec.get("preset", "default"))
+    for dotted, value in (spec.get("overrides") or {}).items():
+        cfg = _override(cfg, dotted, value)
+    return System(
+        name=name,
+        description=spec.get("description", ""),
+        config=cfg,
+        keys=bool(spec.get("keys", True)),
+        as_of=bool(spec.get("as_of", True)),
+        learn=bool(spec.get("learn", True)),
+        raw=spec,
+    )
+
+
+def load_systems(path: str | Path = SYSTEMS_FILE) -> dict[str, System]:
+    data = yaml.safe_load(Path(path).read_text())
+    return {name: build(name, spec) for name, spec in data["systems"].items()}
