@@ -427,7 +427,7 @@ def _budget(seed: int, params: WorldParams, family: str, budget: int) -> World:
     keys = g.keys(40)
     for e, a in keys:
         g.state(e, a, long=True)
-        for _ in range(2):
+        if g.rng.random() < 0.5:
             g.trap(e, a)
     for _ in range(30):
         g.noise()

@@ -43,6 +43,7 @@ class TaskRow:
     historical: bool
     critical: bool
     search_ms: float
+    served_fids: tuple[str, ...] = ()
 
 
 @dataclass
@@ -165,6 +166,7 @@ def _run(
                 historical=task.as_of is not None,
                 critical=task.critical,
                 search_ms=round(search_ms, 4),
+                served_fids=tuple(f.fid for f in served),
             )
         )
     false_inv, missed = _invalidation_errors(mem, world, fact_of)

@@ -34,6 +34,7 @@ def _preset(name: str) -> RememConfig:
         return RememConfig(
             guard_top=0,
             p_floor=0.0,
+            selection="greedy",
             features=FeatureConfig(groups=("static",)),
             retention=RetentionPolicy(enabled=False),
             staleness=StalenessPolicy(outcome_invalidation=False),

@@ -83,6 +83,9 @@ class RememConfig:
     guard_top: int = 3
     guard_min_shown: int = 3  # guard exemption: shown at least this often ...
     guard_max_rate: float = 0.2  # ... with class contribution rate below this
+    # Under a token budget: "knapsack" maximises the summed utility exactly; "greedy" fills the budget in
+    # rank order (what a plain similarity search truncated to a budget does).
+    selection: Literal["knapsack", "greedy"] = "knapsack"
     features: FeatureConfig = field(default_factory=FeatureConfig)
     credit: CreditPolicy = field(default_factory=CreditPolicy)
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
@@ -91,6 +94,9 @@ class RememConfig:
     # LearnedUtility loaded from ``utility_path`` (JSON written by LearnedUtility.save).
     utility: Literal["heuristic", "learned", "similarity"] = "heuristic"
     utility_path: str | None = None
+    # Exploration of the heuristic utility: "ucb" adds explore_c * posterior std; "thompson" samples.
+    explore: Literal["ucb", "thompson", "none"] = "ucb"
+    explore_c: float = 0.1
 
     @classmethod
     def similarity_only(cls, **overrides: Any) -> RememConfig:
@@ -102,6 +108,7 @@ class RememConfig:
             "utility": "similarity",
             "guard_top": 0,
             "p_floor": 0.0,
+            "selection": "greedy",
             "features": FeatureConfig(groups=("static",)),
             "retention": RetentionPolicy(enabled=False),
             "staleness": StalenessPolicy(outcome_invalidation=False),
@@ -110,7 +117,7 @@ class RememConfig:
 
     def make_utility(self) -> UtilityModel:
         if self.utility == "heuristic":
-            return HeuristicUtility()
+            return HeuristicUtility(explore=self.explore, explore_c=self.explore_c)
         if self.utility == "similarity":
             return SimilarityUtility()
         if self.utility == "learned":
@@ -341,6 +348,7 @@ class ReMem:
                 p_floor=self.config.p_floor,
                 guard_top=self.config.guard_top,
                 guard_exempt=exempt,
+                method=self.config.selection,
             )
             fmat = feature_matrix(feats)
             for rank, i in enumerate(chosen):

@@ -79,8 +79,13 @@ def select(
     p_floor: float = 0.0,
     guard_top: int = 0,
     guard_exempt: NDArray[np.bool_] | None = None,
+    method: str = "knapsack",
 ) -> list[int]:
-    """Indices to serve, ordered by ``p`` (best first)."""
+    """Indices to serve, ordered by ``p`` (best first).
+
+    ``method="greedy"`` fills the budget in ``p`` order, skipping what does not fit: what a plain
+    similarity search truncated to a budget does (system A/B of the evaluation).
+    """
     n = len(p)
     if n == 0 or k <= 0:
         return []
@@ -102,7 +107,12 @@ def select(
                 chosen.append(i)
                 used += int(tokens[i])
         idx = np.array(eligible, dtype=np.int64)
-        if len(idx) and len(chosen) < k:
+        if method == "greedy":
+            for i in sorted(eligible, key=lambda i: -p[i]):
+                if len(chosen) < k and used + int(tokens[i]) <= token_budget:
+                    chosen.append(i)
+                    used += int(tokens[i])
+        elif len(idx) and len(chosen) < k:
             picked = knapsack(p[idx], tokens[idx], token_budget - used, k - len(chosen))
             chosen += [int(idx[j]) for j in picked]
     return sorted(chosen, key=lambda i: (-p[i], -similarity[i]))

@@ -191,3 +191,13 @@ def test_select_properties(
         assert p[i] >= p_floor or i in guarded
     if budget is None:  # without a budget, forced items come first (up to k)
         assert set(guarded[:k]) <= set(out)
+
+
+def test_greedy_fills_the_budget_in_rank_order() -> None:
+    p = np.array([0.9, 0.8, 0.7, 0.6])
+    tokens = np.array([30, 30, 10, 10], dtype=np.int64)
+    sims = p.copy()
+    assert select(p, sims, tokens, k=4, token_budget=45, method="greedy") == [0, 2]
+    # the knapsack instead maximises summed utility: 0.8 + 0.7 + ... ; both stay within the budget
+    knap = select(p, sims, tokens, k=4, token_budget=45)
+    assert sum(tokens[knap]) <= 45 and sum(p[knap]) >= sum(p[[0, 2]])

@@ -1,0 +1,165 @@
+"""Run the synthetic benchmark: families x seeds x systems x readers, resumable, in parallel.
+
+    python -m evals.run_benchmark                  # full protocol: test seeds 0-14, all families, A/B/C, both readers
+    python -m evals.run_benchmark --quick          # smoke run (< 1 minute)
+    python -m evals.run_benchmark --families contradiction,state_change --seeds 0-4 --workers 2
+
+Each (family, seed) world is one job; its per-run summaries and per-task rows are written to
+``<out>/runs/<family>/<seed>.json`` as soon as it finishes, so an interrupted run resumes where it
+stopped (``--fresh`` starts over). The aggregate goes to ``<out>/benchmark.json`` and the tables to
+``<out>/RESULTS.md`` (see :mod:`evals.report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from evals.reader import ReaderParams
+from evals.runner import run
+from evals.systems import load_systems
+from evals.world import CONTROL_FAMILIES, CORE_FAMILIES, FAMILIES, WorldParams, make_world
+
+TEST_SEEDS = tuple(range(15))
+DEV_SEEDS = (200, 201)
+TRAIN_SEEDS = (100, 101, 102, 103)
+ALL_FAMILIES = (*CORE_FAMILIES, "budget_medium", *CONTROL_FAMILIES)
+
+
+def parse_seeds(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            out += list(range(int(lo), int(hi) + 1))
+        else:
+            out.append(int(part))
+    return out
+
+
+def _job(args: tuple[str, int, tuple[str, ...], tuple[str, ...], int | None, float, str]) -> dict[str, Any]:
+    family, seed, systems, readers, n_tasks, distraction, out = args
+    specs = load_systems()
+    params = WorldParams() if n_tasks is None else WorldParams(n_tasks=n_tasks)
+    world = make_world(family, seed, params)
+    runs = []
+    for reader in readers:
+        for name in systems:
+            res = run(world, specs[name], ReaderParams(mode=reader, distraction=distraction))  # type: ignore[arg-type]
+            d = res.summary()
+            d["rows"] = [asdict(r) for r in res.rows]
+            runs.append(d)
+    record = {"family": family, "seed": seed, "runs": runs}
+    path = Path(out) / "runs" / family / f"{seed}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, path)  # atomic: a killed run never leaves a half-written result
+    return {"family": family, "seed": seed, "wall_s": sum(r["wall_s"] for r in runs)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m evals.run_benchmark", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="3 families, 2 seeds, 120 tasks: a smoke run")
+    ap.add_argument("--families", help=f"comma list (default: all: {','.join(ALL_FAMILIES)})")
+    ap.add_argument("--seeds", help="e.g. 0-14 or 0,1,2 (default: test seeds 0-14)")
+    ap.add_argument("--systems", default="A,B,C")
+    ap.add_argument("--readers", default="first,latest")
+    ap.add_argument("--tasks", type=int, help="tasks per world (default 300)")
+    ap.add_argument("--distraction", type=float, default=0.05, help="reader distraction per irrelevant item")
+    ap.add_argument("--workers", type=int, default=max(1, min(2, os.cpu_count() or 1)))
+    ap.add_argument("--out", default="results/benchmark")
+    ap.add_argument("--fresh", action="store_true", help="ignore finished worlds in --out and run everything")
+    args = ap.parse_args(argv)
+
+    if args.quick:
+        families = ["distractor", "contradiction", "state_change"]
+        seeds = [0, 1]
+        n_tasks: int | None = args.tasks or 120
+        out = Path(args.out if args.out != "results/benchmark" else "results/quick")
+    else:
+        families = args.families.split(",") if args.families else list(ALL_FAMILIES)
+        seeds = parse_seeds(args.seeds) if args.seeds else list(TEST_SEEDS)
+        n_tasks = args.tasks
+        out = Path(args.out)
+    systems = tuple(s for s in args.systems.split(",") if s)
+    readers = tuple(r for r in args.readers.split(",") if r)
+    unknown = [f for f in families if f not in FAMILIES and f not in ALL_FAMILIES]
+    if unknown:
+        ap.error(f"unknown families {unknown}")
+    specs = load_systems()
+    if missing := [s for s in systems if s not in specs]:
+        ap.error(f"unknown systems {missing}; defined in evals/systems.yaml: {sorted(specs)}")
+
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = []
+    for family in families:
+        for seed in seeds:
+            done = out / "runs" / family / f"{seed}.json"
+            if done.exists() and not args.fresh:
+                prev = json.loads(done.read_text())
+                have = {(r["system"], r["reader"]) for r in prev["runs"]}
+                if all((s, r) in have for s in systems for r in readers):
+                    continue
+            jobs.append((family, seed, systems, readers, n_tasks, args.distraction, str(out)))
+    total = len(families) * len(seeds)
+    print(
+        f"{total} worlds ({len(jobs)} to run, {total - len(jobs)} already done) x systems {','.join(systems)} "
+        f"x readers {','.join(readers)}; {args.workers} worker(s) -> {out}",
+        flush=True,
+    )
+    t0 = time.perf_counter()
+    done_n = 0
+    if jobs:
+        ctx = mp.get_context("fork")
+        with ctx.Pool(args.workers) as pool:
+            for res in pool.imap_unordered(_job, jobs):
+                done_n += 1
+                el = time.perf_counter() - t0
+                eta = el / done_n * (len(jobs) - done_n)
+                bar = "#" * int(30 * done_n / len(jobs))
+                print(
+                    f"\r[{bar:<30}] {done_n}/{len(jobs)} {res['family']}/{res['seed']} "
+                    f"elapsed {el:5.0f}s eta {eta:5.0f}s",
+                    end="",
+                    flush=True,
+                )
+        print()
+    wall = time.perf_counter() - t0
+
+    from evals.report import aggregate, write_report
+
+    bench = aggregate(out, families, seeds, systems, readers)
+    bench["wall_time_s_this_invocation"] = round(wall, 1)
+    bench["command"] = "python -m evals.run_benchmark " + " ".join(argv if argv is not None else sys.argv[1:])
+    bench["params"] = {
+        "tasks_per_world": n_tasks or WorldParams().n_tasks,
+        "distraction": args.distraction,
+        "workers": args.workers,
+    }
+    (out / "benchmark.json").write_text(json.dumps(bench, indent=1, sort_keys=True) + "\n")
+    write_report(bench, out / "RESULTS.md")
+    h = bench["headline"]
+    for reader in readers:
+        if reader in h and "C-A" in h[reader]:
+            print(
+                f"reader {reader}: C-A = {h[reader]['C-A']['text']} pp over core families "
+                f"(A {h[reader]['A']['text']}, C {h[reader]['C']['text']})"
+            )
+    print(f"wall time {wall:.0f}s -> {out / 'benchmark.json'}, {out / 'RESULTS.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

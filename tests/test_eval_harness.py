@@ -1,0 +1,124 @@
+"""The synthetic harness: determinism, hidden truth, shared pools, the reader, and the --quick run."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import evals.runner as runner_mod
+from evals import run_benchmark
+from evals.reader import ReaderParams, Reading, read
+from evals.systems import load_systems
+from evals.world import DAY, T0, Fact, Step, Task, World, make_world
+from remem_agent import ReMem
+
+SYSTEMS = load_systems()
+
+
+def test_worlds_are_deterministic_and_well_formed() -> None:
+    for fam in ("distractor", "contradiction", "state_change", "rare_critical", "budget_tight"):
+        a, b = make_world(fam, 3), make_world(fam, 3)
+        assert a == b
+        assert make_world(fam, 4) != a
+        for task in a.tasks():
+            assert task.needs and all(task.truth.get(f"{e}.{at}") for e, at in task.needs)
+        for f in a.facts():
+            if f.value is not None:
+                assert f.value in f.text  # value use is detectable lexically, as for an LLM answer
+    assert sum(t.as_of is not None for t in make_world("state_change", 0).tasks()) > 50
+    assert sum(t.critical for t in make_world("rare_critical", 0).tasks()) == 16
+
+
+def test_public_view_carries_no_truth() -> None:
+    w = make_world("contradiction", 0)
+    f = next(f for f in w.facts() if f.value)
+    pub = f.public()
+    assert set(vars(pub)) == {"text", "entity", "attribute", "role", "task", "timestamp", "confidence"}
+    t = next(w.tasks())
+    assert set(t.public()) == {"tid", "t", "task_class", "query", "as_of"}
+
+
+def _scramble(world: World) -> World:
+    """Same public view, different hidden truth."""
+    steps = []
+    for s in world.steps:
+        facts = tuple(
+            replace(f, key=("x", "y") if f.key else None, value="garbage" if f.value else None, kind="noise")
+            for f in s.facts
+        )
+        task = replace(s.task, truth={"x.y": "nothing"}, needs=(("x", "y"),)) if s.task else None
+        steps.append(Step(facts, task))
+    return replace(world, steps=tuple(steps))
+
+
+def test_no_system_can_read_ground_truth(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a reader that ignores truth, changing only the hidden truth changes no system decision."""
+
+    def blind_reader(task: Task, served: list[Fact], **_: object) -> Reading:
+        ok = len(task.tid) % 2 == 0 or len(served) % 3 == 0
+        first = tuple(f.fid for f in served[:1])
+        return Reading({}, ok, first, first, False, False, False, True)
+
+    monkeypatch.setattr(runner_mod, "read", blind_reader)
+    world = make_world("contradiction", 1, replace(make_world("contradiction", 1).params, n_tasks=80))
+    for name in ("A", "C"):
+        a = runner_mod.run(world, SYSTEMS[name], ReaderParams())
+        b = runner_mod.run(_scramble(world), SYSTEMS[name], ReaderParams())
+        assert [r.served_fids for r in a.rows] == [r.served_fids for r in b.rows]
+        assert a.states == b.states
+
+
+def test_every_system_sees_the_same_candidate_pool(tmp_path: Path) -> None:
+    world = make_world("distractor", 2)
+    facts = list(world.facts())
+    queries = [t.query for t in list(world.tasks())[:25]]
+    pools = {}
+    for name in ("A", "B", "C"):
+        system = SYSTEMS[name]
+        mem = ReMem(tmp_path / name, embedder=runner_mod.embedder_for(world), config=system.config)
+        ids = mem.add_many([runner_mod._public(f, system.keys) for f in facts])
+        fid = {m: f.fid for m, f in zip(ids, facts, strict=True)}
+        pools[name] = [[fid[i] for i in mem.index.candidates(mem.embedder.embed([q])[0], 40)[0]] for q in queries]
+        mem.close()
+    assert pools["A"] == pools["B"] == pools["C"]
+
+
+def _fact(fid: str, value: str, t: float) -> Fact:
+    return Fact(fid, f"x is {value}", "svc", "x", "state", t, ("svc", "x"), value)
+
+
+def test_reader_modes_distraction_and_guessing() -> None:
+    old, new = _fact("f1", "old", T0), _fact("f2", "new", T0 + DAY)
+    noise = [Fact(f"n{i}", "noise", None, None, "note", T0, None, None, "noise") for i in range(20)]
+    task = Task("t1", T0 + 2 * DAY, "c", "x?", None, (("svc", "x"),), {"svc.x": "new"})
+    domains = {"x": ("old", "new")}
+    first = read(task, [old, new], seed=0, params=ReaderParams(mode="first", distraction=0), domains=domains)
+    latest = read(task, [old, new], seed=0, params=ReaderParams(mode="latest", distraction=0), domains=domains)
+    assert not first.success and first.answer == {"svc.x": "old"} and first.stale_in_context
+    assert latest.success and latest.used == ("f2",)
+    lost = read(task, [new, *noise], seed=0, params=ReaderParams(distraction=0.05), domains=domains)
+    assert lost.distracted and lost.guessed  # 20 irrelevant items x 0.05: always distracted
+    none = read(task, [], seed=0, params=ReaderParams(), domains=domains)
+    assert none.guessed and not none.gold_served and none.answer["svc.x"] in domains["x"]
+    # coins depend only on (seed, task, key): the same for every system
+    assert read(task, [new], seed=5, params=ReaderParams(), domains=domains) == read(
+        task, [new], seed=5, params=ReaderParams(), domains=domains
+    )
+
+
+def test_quick_benchmark_runs_and_is_sane(tmp_path: Path) -> None:
+    assert run_benchmark.main(["--quick", "--out", str(tmp_path)]) == 0
+    bench = json.loads((tmp_path / "benchmark.json").read_text())
+    assert set(bench["headline"]) == {"first", "latest"}
+    for reader in ("first", "latest"):
+        h = bench["headline"][reader]
+        assert {"A", "B", "C", "C-A", "C-B"} <= set(h)
+        fam = bench["per_family"][reader]["contradiction"]
+        assert fam["C"]["success"]["mean"] >= fam["A"]["success"]["mean"]
+        assert fam["C"]["stale_in_context"]["mean"] == 0.0
+    assert (tmp_path / "RESULTS.md").read_text().startswith("# Synthetic benchmark results")
+    # resumable: a second invocation finds every world done
+    assert run_benchmark.main(["--quick", "--out", str(tmp_path)]) == 0
