@@ -333,7 +333,7 @@ def contradiction(seed: int, params: WorldParams) -> World:
             g.trap(e, a)
     for _ in range(30):
         g.noise()
-    for e in {e for e, _ in keys[:10]}:
+    for e in dict.fromkeys(e for e, _ in keys[:10]):  # ordered: set order depends on PYTHONHASHSEED
         g.depends(e)
         g.depends(e)
     for _ in range(params.n_tasks):

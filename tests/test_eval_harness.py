@@ -122,3 +122,26 @@ def test_quick_benchmark_runs_and_is_sane(tmp_path: Path) -> None:
     assert (tmp_path / "RESULTS.md").read_text().startswith("# Synthetic benchmark results")
     # resumable: a second invocation finds every world done
     assert run_benchmark.main(["--quick", "--out", str(tmp_path)]) == 0
+
+
+def test_worlds_do_not_depend_on_the_hash_seed() -> None:
+    """Set iteration order changes with PYTHONHASHSEED; a world must not."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import hashlib; from evals.world import make_world, FAMILIES; import evals.families;"
+        "print(hashlib.sha256(repr([make_world(f, 0) for f in sorted(FAMILIES)]).encode()).hexdigest())"
+    )
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(digests) == 1
