@@ -12,19 +12,23 @@ ranking, selection and lifecycle.
 
 from __future__ import annotations
 
+import hashlib
 import statistics
 import tempfile
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from evals.reader import ReaderParams, read
 from evals.systems import System
-from evals.world import Fact, World
+from evals.world import DAY, Fact, Task, World
 from remem_agent import ReMem, State
 from remem_agent.embedders.hashing import DEFAULT_CONCEPT_GROUPS, ConceptHashEmbedder
+from remem_agent.lifecycle import LifecycleEvent
+from remem_agent.types import ALL_TASKS
 
 _SCRATCH = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
 
@@ -64,6 +68,8 @@ class RunResult:
     states: dict[str, int]
     search_ms_p50: float
     wall_s: float
+    replays_per_task: float = 0.0  # extra agent calls for leave-one-out credit
+    pruned: int = 0  # memories archived by the frequency-prune control
     rows: list[TaskRow] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
@@ -81,12 +87,15 @@ def _public(f: Fact, keys: bool) -> Any:
     return item if keys else replace(item, entity=None, attribute=None)
 
 
-def run(world: World, system: System, reader: ReaderParams, *, workdir: Path | None = None) -> RunResult:
+def run(
+    world: World, system: System, reader: ReaderParams, *, workdir: Path | None = None, keep_store: Path | None = None
+) -> RunResult:
+    """Run ``system`` on ``world``; the store lives in a temporary folder unless ``keep_store`` names one."""
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="remem-eval-", dir=workdir or _SCRATCH) as tmp:
-        mem = ReMem(Path(tmp) / "store", embedder=embedder_for(world), config=system.config)
+        mem = ReMem(keep_store or Path(tmp) / "store", embedder=embedder_for(world), config=system.config)
         try:
-            rows, states, false_inv, missed = _run(mem, world, system, reader)
+            rows, states, false_inv, missed, counters = _run(mem, world, system, reader)
         finally:
             mem.close()
 
@@ -111,13 +120,16 @@ def run(world: World, system: System, reader: ReaderParams, *, workdir: Path | N
         states=states,
         search_ms_p50=statistics.median(r.search_ms for r in rows),
         wall_s=round(time.perf_counter() - t0, 3),
+        replays_per_task=counters["replays"] / max(1, n),
+        pruned=counters["pruned"],
         rows=rows,
     )
 
 
 def _run(
     mem: ReMem, world: World, system: System, reader: ReaderParams
-) -> tuple[list[TaskRow], dict[str, int], int, int]:
+) -> tuple[list[TaskRow], dict[str, int], int, int, dict[str, int]]:
+    counters = {"replays": 0, "pruned": 0}
     fact_of: dict[str, Fact] = {}  # memory id -> the (first) fact behind it
     mid_of: dict[str, str] = {}
     rows: list[TaskRow] = []
@@ -146,12 +158,27 @@ def _run(
         served = [fact_of[h.id] for h in res.items]
         reading = read(task, served, seed=world.seed, params=reader, domains=world.domains)
         if system.learn:
+            success = reading.success
+            if system.label_noise and _coin(world.seed, task.tid, "noise") < system.label_noise:
+                success = not success  # outcome-label noise study
+            replay = None
+            if system.loo_replay:
+
+                def replay(ids: Sequence[str], task: Task = task) -> bool:
+                    counters["replays"] += 1
+                    return read(
+                        task, [fact_of[i] for i in ids], seed=world.seed, params=reader, domains=world.domains
+                    ).success
+
             mem.feedback(
                 res.search_id,
-                success=reading.success,
+                success=success,
                 cited_ids=[mid_of[fid] for fid in reading.cited],
                 answer=reading.answer,
+                replay=replay,
             )
+        if system.prune == "frequency" and len(rows) % PRUNE_EVERY == PRUNE_EVERY - 1:
+            counters["pruned"] += frequency_prune(mem, protect_after=task.t - PRUNE_EVERY * DAY / 8)
         rows.append(
             TaskRow(
                 tid=task.tid,
@@ -171,7 +198,44 @@ def _run(
         )
     false_inv, missed = _invalidation_errors(mem, world, fact_of)
     states = {s.value: n for s, n in ((s, len(mem.list(s))) for s in State) if n}
-    return rows, states, false_inv, missed
+    return rows, states, false_inv, missed, counters
+
+
+PRUNE_EVERY = 50  # tasks between two passes of the frequency-prune control
+PRUNE_FRACTION = 0.6  # ... which keeps this share of all (non-invalidated) memories archived
+
+
+def frequency_prune(mem: ReMem, *, protect_after: float) -> int:
+    """The retention control the reference warns about: archive the least *retrieved* memories.
+
+    It ignores outcomes, so rarely needed but critical memories go first. Memories younger than
+    ``protect_after`` are spared (they had no chance to be retrieved yet). Returns how many were archived.
+    """
+    kept = [m for m in mem.list() if m.state is not State.INVALIDATED]
+    archived = sum(m.state is State.ARCHIVED for m in kept)
+    target = int(len(kept) * PRUNE_FRACTION) - archived
+    live = [m for m in kept if m.state is not State.ARCHIVED and m.valid_from < protect_after]
+    if not live or target <= 0:
+        return 0
+    with mem.store.read() as tx:
+        stats = tx.stats([m.id for m in live])
+    live.sort(key=lambda m: (s.retrieved if (s := stats.get((m.id, ALL_TASKS))) else 0, m.valid_from))
+    victims = live[:target]
+    path = {
+        State.ACTIVE: (LifecycleEvent.DEMOTE, LifecycleEvent.COMPRESS, LifecycleEvent.ARCHIVE),
+        State.LOW_VALUE: (LifecycleEvent.COMPRESS, LifecycleEvent.ARCHIVE),
+        State.COMPRESSED: (LifecycleEvent.ARCHIVE,),
+    }
+    with mem.store.write() as tx:
+        for m in victims:
+            for ev in path[m.state]:
+                tx.transition(m.id, ev, reason="frequency-prune control: rarely retrieved", at=protect_after)
+    return len(victims)
+
+
+def _coin(seed: int, tid: str, salt: str) -> float:
+    h = hashlib.blake2b(f"{seed}|{tid}|{salt}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") / 2**64
 
 
 def _invalidation_errors(mem: ReMem, world: World, fact_of: dict[str, Fact]) -> tuple[int, int]:

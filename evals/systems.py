@@ -24,6 +24,9 @@ class System:
     keys: bool = True
     as_of: bool = True
     learn: bool = True
+    prune: str | None = None  # "frequency": the retention control that archives rarely retrieved memories
+    label_noise: float = 0.0  # fraction of outcome labels flipped before feedback
+    loo_replay: bool = False  # give feedback a replay callback (leave-one-out credit through the reader)
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
@@ -52,6 +55,8 @@ def _override(cfg: Any, dotted: str, value: Any) -> Any:
         return replace(cfg, **{head: _override(getattr(cfg, head), rest, value)})
     if head == "groups" and isinstance(value, list):
         value = tuple(value)
+    if isinstance(getattr(cfg, head), float) and isinstance(value, int):
+        value = float(value)
     return replace(cfg, **{head: value})
 
 
@@ -66,6 +71,9 @@ def build(name: str, spec: dict[str, Any]) -> System:
         keys=bool(spec.get("keys", True)),
         as_of=bool(spec.get("as_of", True)),
         learn=bool(spec.get("learn", True)),
+        prune=spec.get("prune"),
+        label_noise=float(spec.get("label_noise", 0.0)),
+        loo_replay=bool(spec.get("loo_replay", False)),
         raw=spec,
     )
 

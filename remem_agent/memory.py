@@ -14,7 +14,7 @@ import logging
 import re
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -97,6 +97,8 @@ class RememConfig:
     # Exploration of the heuristic utility: "ucb" adds explore_c * posterior std; "thompson" samples.
     explore: Literal["ucb", "thompson", "none"] = "ucb"
     explore_c: float = 0.1
+    # Overrides of HeuristicUtility's documented weights (ablations, experiments); None keeps them.
+    heuristic_weights: Mapping[str, float] | None = None
 
     @classmethod
     def similarity_only(cls, **overrides: Any) -> RememConfig:
@@ -117,7 +119,13 @@ class RememConfig:
 
     def make_utility(self) -> UtilityModel:
         if self.utility == "heuristic":
-            return HeuristicUtility(explore=self.explore, explore_c=self.explore_c)
+            base = HeuristicUtility(explore=self.explore, explore_c=self.explore_c)
+            if self.heuristic_weights:
+                unknown = set(self.heuristic_weights) - set(base.weights)
+                if unknown:
+                    raise UserInputError(f"unknown heuristic weights {sorted(unknown)}; known: {sorted(base.weights)}")
+                base = replace(base, weights={**base.weights, **self.heuristic_weights})
+            return base
         if self.utility == "similarity":
             return SimilarityUtility()
         if self.utility == "learned":
