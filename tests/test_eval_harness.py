@@ -145,3 +145,44 @@ def test_worlds_do_not_depend_on_the_hash_seed() -> None:
         for seed in ("1", "2", "3")
     }
     assert len(digests) == 1
+
+
+def test_study_controls_frequency_prune_label_noise_and_loo() -> None:
+    from evals.systems import build
+
+    world = make_world("rare_critical", 0, replace(make_world("rare_critical", 0).params, n_tasks=200))
+    reader = ReaderParams()
+    c = runner_mod.run(world, SYSTEMS["C"], reader)
+    pruned = runner_mod.run(world, SYSTEMS["C_freqprune"], reader)
+    assert pruned.pruned > 0 and pruned.states.get("ARCHIVED", 0) > 0.4 * sum(pruned.states.values())
+    assert c.states.get("ARCHIVED", 0) == 0
+    assert (pruned.critical_success or 0) < (c.critical_success or 0)  # pruning by frequency hurts rare needs
+    loo = runner_mod.run(world, SYSTEMS["C_loo_full"], reader)
+    amb = runner_mod.run(world, SYSTEMS["C_loo_ambiguous"], reader)
+    assert loo.replays_per_task > amb.replays_per_task > 0
+    noisy = runner_mod.run(world, build("noisy", {"preset": "default", "label_noise": 1.0}), reader)
+    assert noisy.success != c.success  # every label flipped: learning goes the wrong way
+
+
+def test_study_table_renders(tmp_path: Path) -> None:
+    from evals.studies import Study, study_table
+
+    study = Study("t", "Tiny", ("A", "C"), "A", families=("distractor",))
+    run_benchmark.main(
+        [
+            "--families",
+            "distractor",
+            "--seeds",
+            "0,1",
+            "--systems",
+            "A,C",
+            "--readers",
+            "first",
+            "--tasks",
+            "60",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    table = study_table(study, tmp_path)
+    assert "| A |" in table and "| C |" in table and "Δ vs A" in table
