@@ -124,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     t0 = time.perf_counter()
     done_n = 0
+    tty = sys.stdout.isatty()
     if jobs:
         ctx = mp.get_context("fork")
         with ctx.Pool(args.workers) as pool:
@@ -132,13 +133,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 el = time.perf_counter() - t0
                 eta = el / done_n * (len(jobs) - done_n)
                 bar = "#" * int(30 * done_n / len(jobs))
-                print(
-                    f"\r[{bar:<30}] {done_n}/{len(jobs)} {res['family']}/{res['seed']} "
-                    f"elapsed {el:5.0f}s eta {eta:5.0f}s",
-                    end="",
-                    flush=True,
+                line = (
+                    f"[{bar:<30}] {done_n}/{len(jobs)} {res['family']}/{res['seed']} elapsed {el:5.0f}s eta {eta:5.0f}s"
                 )
-        print()
+                if tty:
+                    print("\r" + line, end="", flush=True)
+                elif done_n == len(jobs) or done_n % max(1, len(jobs) // 10) == 0:
+                    print(line, flush=True)  # a log file gets ~10 lines, not one line per world
+        if tty:
+            print()
     wall = time.perf_counter() - t0
 
     from evals.report import aggregate, write_report
