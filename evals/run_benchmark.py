@@ -19,7 +19,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +48,9 @@ def parse_seeds(text: str) -> list[int]:
     return out
 
 
-def _job(args: tuple[str, int, tuple[str, ...], tuple[str, ...], int | None, float, str]) -> dict[str, Any]:
-    family, seed, systems, readers, n_tasks, distraction, out = args
+def _job(args: tuple[str, int, tuple[str, ...], tuple[str, ...], WorldParams, float, str]) -> dict[str, Any]:
+    family, seed, systems, readers, params, distraction, out = args
     specs = load_systems()
-    params = WorldParams() if n_tasks is None else WorldParams(n_tasks=n_tasks)
     world = make_world(family, seed, params)
     runs = []
     for reader in readers:
@@ -78,6 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--readers", default="first,latest")
     ap.add_argument("--tasks", type=int, help="tasks per world (default 300)")
     ap.add_argument("--distraction", type=float, default=0.05, help="reader distraction per irrelevant item")
+    ap.add_argument("--drop-keys", type=float, default=0.0, help="fraction of facts whose extracted key is lost")
+    ap.add_argument("--no-wording", action="store_true", help="updates carry no explicit update wording")
     ap.add_argument("--workers", type=int, default=max(1, min(2, os.cpu_count() or 1)))
     ap.add_argument("--out", default="results/benchmark")
     ap.add_argument("--fresh", action="store_true", help="ignore finished worlds in --out and run everything")
@@ -106,6 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"unknown systems {missing}; defined in evals/systems.yaml: {sorted(specs)}")
 
     out.mkdir(parents=True, exist_ok=True)
+    params = WorldParams(drop_keys=args.drop_keys, wording=not args.no_wording)
+    if n_tasks is not None:
+        params = replace(params, n_tasks=n_tasks)
     jobs = []
     for family in families:
         for seed in seeds:
@@ -115,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 have = {(r["system"], r["reader"]) for r in prev["runs"]}
                 if all((s, r) in have for s in systems for r in readers):
                     continue
-            jobs.append((family, seed, systems, readers, n_tasks, args.distraction, str(out)))
+            jobs.append((family, seed, systems, readers, params, args.distraction, str(out)))
     total = len(families) * len(seeds)
     print(
         f"{total} worlds ({len(jobs)} to run, {total - len(jobs)} already done) x systems {','.join(systems)} "
@@ -150,8 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench["wall_time_s_this_invocation"] = round(wall, 1)
     bench["command"] = "python -m evals.run_benchmark " + " ".join(argv if argv is not None else sys.argv[1:])
     bench["params"] = {
-        "tasks_per_world": n_tasks or WorldParams().n_tasks,
+        "tasks_per_world": params.n_tasks,
         "distraction": args.distraction,
+        "drop_keys": params.drop_keys,
+        "wording": params.wording,
         "workers": args.workers,
     }
     (out / "benchmark.json").write_text(json.dumps(bench, indent=1, sort_keys=True) + "\n")
@@ -177,6 +183,7 @@ def _run_study(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     families = list(study.families or CORE_FAMILIES)
     seeds = parse_seeds(args.seeds) if args.seeds else list(TEST_SEEDS)
     sub = [
+        *study.extra_args,
         "--families",
         ",".join(families),
         "--seeds",

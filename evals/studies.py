@@ -27,6 +27,7 @@ class Study:
     distraction: float = 0.05
     reference: dict[str, str] = field(default_factory=dict)  # system -> the reference's number (text)
     notes: str = ""
+    extra_args: tuple[str, ...] = ()  # world knobs passed to run_benchmark (--drop-keys, --no-wording)
 
 
 STUDIES: dict[str, Study] = {
@@ -98,6 +99,27 @@ STUDIES: dict[str, Study] = {
             ("C", "C_learned"),
             baseline="C",
             reference={"C": "76.8 (heuristic)", "C_learned": "76.4 (learned); AUC 0.954 vs 0.958"},
+        ),
+        Study(
+            "extraction",
+            "Imperfect extraction: 20% of facts lose their entity/attribute key (reader first)",
+            ("A", "B", "C"),
+            baseline="A",
+            families=("contradiction", "state_change"),
+            extra_args=("--drop-keys", "0.2"),
+            reference={"A": "48.7", "B": "55.9", "C": "70.4 (the two update families)"},
+        ),
+        Study(
+            "learned_schema",
+            "Learned single-valued schema, no update wording (reader first)",
+            ("A", "C", "C_learned_schema"),
+            baseline="A",
+            families=("contradiction", "state_change"),
+            extra_args=("--no-wording",),
+            reference={
+                "C_learned_schema": "recovers about half of the gap to a hand-written schema; "
+                "never a false invalidation"
+            },
         ),
         Study("sensitivity_d002", "Distraction 0.02 per irrelevant item", ("A", "C"), "A", distraction=0.02),
         Study("sensitivity_d010", "Distraction 0.10 per irrelevant item", ("A", "C"), "A", distraction=0.10),

@@ -16,13 +16,14 @@ import json
 import multiprocessing as mp
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from evals.reader import ReaderParams
 from evals.runner import run
-from evals.systems import load_systems
+from evals.systems import System, load_systems
 from evals.world import CORE_FAMILIES, make_world
 from remem_agent.ranking.features import FEATURE_NAMES
 from remem_agent.ranking.learned import LearnedUtility, metrics
@@ -30,13 +31,58 @@ from remem_agent.ranking.traces import TrainingSet, concat, training_rows
 from remem_agent.ranking.utility import HeuristicUtility
 
 TRAIN_SEEDS = (100, 101, 102, 103)
+DEV_SEEDS = (200, 201)
 
 
-def _collect(args: tuple[str, int, str]) -> TrainingSet:
-    family, seed, root = args
+def _system(model_path: str | None) -> System:
+    c = load_systems()["C"]
+    if model_path is None:
+        return c
+    return replace(c, name="C_learned", config=replace(c.config, utility="learned", utility_path=model_path))
+
+
+def _collect(args: tuple[str, int, str, str | None]) -> TrainingSet:
+    family, seed, root, model_path = args
     store = Path(root) / f"{family}-{seed}"
-    run(make_world(family, seed), load_systems()["C"], ReaderParams(mode="first"), keep_store=store)
+    run(make_world(family, seed), _system(model_path), ReaderParams(mode="first"), keep_store=store)
     return training_rows(store, group=str(seed))  # one group per seed: leave-one-seed-out CV
+
+
+def _dev_success(args: tuple[str, int, str | None]) -> float:
+    family, seed, model_path = args
+    return run(make_world(family, seed), _system(model_path), ReaderParams(mode="first")).success
+
+
+def dev_success(model_path: str | None, workers: int) -> float:
+    jobs = [(f, s, model_path) for s in DEV_SEEDS for f in CORE_FAMILIES]
+    with mp.get_context("fork").Pool(workers) as pool:
+        return float(np.mean(pool.map(_dev_success, jobs)))
+
+
+def dagger(rounds: int, first: TrainingSet, out: Path, workers: int) -> dict[str, object]:
+    """On-policy retraining: collect traces with the learned model itself, aggregate, refit; compare on dev seeds."""
+    out.mkdir(parents=True, exist_ok=True)
+    model_path = str(out / "round0.json")
+    LearnedUtility.fit(first, explore="none").save(model_path)
+    data = first
+    rows = [{"round": 0, "rows": len(data), "dev_success": dev_success(model_path, workers)}]
+    for r in range(1, rounds + 1):
+        with tempfile.TemporaryDirectory(prefix="remem-dagger-") as root:
+            jobs = [(f, s, root, model_path) for s in TRAIN_SEEDS for f in CORE_FAMILIES]
+            with mp.get_context("fork").Pool(workers) as pool:
+                data = concat([data, *pool.map(_collect, jobs)])
+        model_path = str(out / f"round{r}.json")
+        LearnedUtility.fit(data, explore="none").save(model_path)
+        rows.append({"round": r, "rows": len(data), "dev_success": dev_success(model_path, workers)})
+        print(f"  round {r}: {len(data)} rows, dev success {rows[-1]['dev_success'] * 100:.1f}%", flush=True)
+    report = {
+        "command": f"python -m evals.train_utility --dagger {rounds}",
+        "dev_seeds": list(DEV_SEEDS),
+        "heuristic_dev_success": dev_success(None, workers),
+        "rounds": rows,
+    }
+    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    return report
 
 
 def _score(model: object, ts: TrainingSet) -> np.ndarray:
@@ -49,12 +95,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m evals.train_utility", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="results/models")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--dagger", type=int, default=0, help="also run N rounds of on-policy retraining (dev seeds)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="remem-train-") as root:
-        jobs = [(f, s, root) for s in TRAIN_SEEDS for f in CORE_FAMILIES]
+        jobs = [(f, s, root, None) for s in TRAIN_SEEDS for f in CORE_FAMILIES]
         with mp.get_context("fork").Pool(args.workers) as pool:
             sets = pool.map(_collect, jobs)
     ts = concat(sets)
@@ -81,6 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("learned", "heuristic", "similarity"):
         print(f"  {name:10s} AUC {m[name]['auc']:.3f}  Brier {m[name]['brier']:.3f}  ECE {m[name]['ece']:.3f}")
     print(f"wrote {out / 'utility.json'} and {out / 'train_report.json'} in {report['wall_time_s']}s")
+    if args.dagger:
+        d = dagger(args.dagger, ts, out / "dagger", args.workers)
+        print(
+            f"DAgger on dev seeds: heuristic {float(d['heuristic_dev_success']) * 100:.1f}%, rounds "  # type: ignore[arg-type]
+            + ", ".join(f"{r['round']}: {r['dev_success'] * 100:.1f}%" for r in d["rounds"])
+        )  # type: ignore[attr-defined]
     return 0
 
 

@@ -44,6 +44,9 @@ class UnknownMemoryError(UserInputError, KeyError):
         super().__init__(f"unknown memory id: {memory_id!r}")
         self.memory_id = memory_id
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.memory_id,))
+
     def __str__(self) -> str:  # KeyError would otherwise repr() the message
         return str(self.args[0])
 
@@ -54,6 +57,9 @@ class UnknownSearchError(UserInputError, KeyError):
     def __init__(self, search_id: str) -> None:
         super().__init__(f"unknown search_id: {search_id!r}")
         self.search_id = search_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.search_id,))
 
     def __str__(self) -> str:
         return str(self.args[0])
@@ -69,6 +75,10 @@ class FeedbackConflictError(UserInputError):
     def __init__(self, search_id: str, detail: str) -> None:
         super().__init__(f"search {search_id!r} already has different feedback: {detail}")
         self.search_id = search_id
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.search_id, self.detail))
 
 
 class EmbeddingError(UserInputError):
@@ -83,6 +93,9 @@ class InvalidTransition(RememError):
         self.memory_id = memory_id
         self.from_state = from_state
         self.event = event
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.memory_id, self.from_state, self.event))
 
 
 class StoreError(RememError):
@@ -99,6 +112,10 @@ class SchemaVersionError(StoreError):
         )
         self.found = found
         self.supported = supported
+        self.where = where
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.found, self.supported, self.where))
 
 
 class LedgerIntegrityError(StoreError):
@@ -109,6 +126,9 @@ class LedgerIntegrityError(StoreError):
         more = f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""
         super().__init__(f"ledger integrity check failed: {shown}{more}")
         self.problems = list(problems)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.problems,))
 
 
 class StoreBusyError(StoreError):
@@ -137,6 +157,10 @@ class ModelError(RememError):
         self.retryable = retryable
         self.retry_after = retry_after
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        kw = {"status": self.status, "body": self.body, "retryable": self.retryable, "retry_after": self.retry_after}
+        return (_rebuild, (type(self), (str(self.args[0]) if self.args else "",), kw))
+
 
 class ModelNotAvailableError(ModelError, ImportError):
     """A package that ships a local model is not installed (or its files are missing)."""
@@ -150,6 +174,15 @@ class OutputValidationError(RememError):
         self.attempts = attempts
         self.last_raw = last_raw
         self.errors = list(errors)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        kw = {"attempts": self.attempts, "last_raw": self.last_raw, "errors": self.errors}
+        return (_rebuild, (type(self), (str(self.args[0]) if self.args else "",), kw))
+
+
+def _rebuild(cls: type[Exception], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Exception:
+    """Unpickle an error whose constructor takes keyword-only arguments."""
+    return cls(*args, **kwargs)
 
 
 __all__ = [

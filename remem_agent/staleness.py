@@ -115,7 +115,10 @@ class StalenessPolicy:
         events: list[Event] = []
         for rec in records:
             m = memories.get(rec.memory_id)
-            if m is None or m.key is None or m.role != "state" or m.state is State.INVALIDATED or not rec.used:
+            if m is None or m.key is None or m.role != "state" or not rec.used:
+                continue
+            m = tx.memory(m.id)  # fresh: an earlier record of this feedback may have retired it already
+            if m.state is State.INVALIDATED:
                 continue
             assert m.entity is not None and m.attribute is not None
             newer = [

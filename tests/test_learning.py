@@ -269,3 +269,22 @@ def test_default_floor_stops_serving_a_learned_lookalike(tmp_path: Path) -> None
     assert lookalike in mem.search(q, k=2, task="deploy", now=5).ids
     rounds(mem, q, 8, helpful=helpful, task="deploy", k=2)
     assert mem.search(q, k=2, task="deploy", now=50).ids == [helpful]  # the look-alike is not worth context
+
+
+def test_one_feedback_that_learns_the_schema_and_retires_another_used_fact(tmp_path: Path) -> None:
+    """Regression: the learning step retroactively invalidates a fact that the same feedback also blames."""
+    mem = learned_mem(tmp_path)
+    a1 = mem.add("Service a runs on host one.", entity="a", attribute="host", timestamp=1)
+    mem.add("Service a runs on host two.", entity="a", attribute="host", timestamp=2)
+    b1 = mem.add("Service b runs on host three.", entity="b", attribute="host", timestamp=1)
+    mem.add("Service b runs on host four.", entity="b", attribute="host", timestamp=2)
+    c1 = mem.add("Service c runs on host five.", entity="c", attribute="host", timestamp=1)
+    mem.add("Service c runs on host six.", entity="c", attribute="host", timestamp=2)
+    res = mem.search("service a host one", k=6, now=3)
+    mem.feedback(res.search_id, success=False, used_ids=[a1])  # first confirmation
+    res = mem.search("service host three five", k=6, now=4)
+    assert b1 in res.ids and c1 in res.ids
+    # second confirmation learns the schema, which retires c1 retroactively; c1 is blamed in the same call
+    r = mem.feedback(res.search_id, success=False, used_ids=[b1, c1])
+    assert {e.memory_id for e in r.transitions} >= {b1, c1}
+    assert mem.get(c1).state is State.INVALIDATED and mem.verify().ok

@@ -201,3 +201,29 @@ def test_verify_catches_a_lost_retrieval_counter(tmp_path: Path) -> None:
     c.close()
     with ReMem(tmp_path) as mem:
         assert any("retrieved=0" in p for p in mem.verify().problems)
+
+
+def test_every_error_survives_pickling() -> None:
+    """Errors raised in worker processes must reach the parent intact (multiprocessing pickles them)."""
+    import pickle
+
+    from remem_agent import errors as E
+
+    samples = [
+        E.UserInputError("bad"),
+        E.UnknownMemoryError("m_1"),
+        E.UnknownSearchError("s_1"),
+        E.FeedbackConflictError("s_1", "differs"),
+        E.EmbeddingError("nan"),
+        E.InvalidTransition("m_1", "INVALIDATED", "invalidate"),
+        E.StoreError("x"),
+        E.SchemaVersionError(3, 2, "/tmp/x"),
+        E.LedgerIntegrityError(["a", "b"]),
+        E.StoreBusyError("locked"),
+        E.ModelError("429", status=429, body="slow", retryable=True, retry_after=2.0),
+        E.ModelNotAvailableError("missing", status=None),
+        E.OutputValidationError("no", attempts=3, last_raw="{", errors=["e"]),
+    ]
+    for err in samples:
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is type(err) and str(back) == str(err) and vars(back) == vars(err)
