@@ -33,7 +33,6 @@ filled greedily in rank order exactly as ``select(..., method="greedy")`` does.
 from __future__ import annotations
 
 import contextlib
-import statistics
 import tempfile
 import time
 import warnings
@@ -262,29 +261,15 @@ def run_rmm(
             rows, states, false_inv, missed = _run(mem, world, rr, reader_params, k or world.params.k, serve)
         finally:
             mem.close()
-    n = len(rows)
-
-    def rate(xs: list[bool]) -> float | None:
-        return sum(xs) / len(xs) if xs else None
-
-    return RunResult(
-        family=world.family,
-        seed=world.seed,
-        system="RMM",
-        reader=reader_params.mode,
-        n_tasks=n,
-        success=sum(r.success for r in rows) / n,
-        tokens_per_task=sum(r.tokens for r in rows) / n,
-        stale_in_context=sum(r.stale_in_context for r in rows) / n,
-        gold_never_served=sum(not r.gold_served for r in rows) / n,
-        historical_success=rate([r.success for r in rows if r.historical]),
-        critical_success=rate([r.success for r in rows if r.critical]),
+    return RunResult.from_rows(
+        world,
+        "RMM",
+        reader_params.mode,
+        rows,
+        states=states,
         false_invalidations=false_inv,
         missed_invalidations=missed,
-        states=states,
-        search_ms_p50=statistics.median(r.search_ms for r in rows),
-        wall_s=round(time.perf_counter() - t0, 3),
-        rows=rows,
+        wall_s=time.perf_counter() - t0,
     )
 
 

@@ -72,6 +72,49 @@ class RunResult:
     pruned: int = 0  # memories archived by the frequency-prune control
     rows: list[TaskRow] = field(default_factory=list)
 
+    @classmethod
+    def from_rows(
+        cls,
+        world: World,
+        system: str,
+        reader: str,
+        rows: list[TaskRow],
+        *,
+        states: dict[str, int],
+        false_invalidations: int,
+        missed_invalidations: int,
+        wall_s: float,
+        replays: int = 0,
+        pruned: int = 0,
+    ) -> RunResult:
+        """Aggregate per-task rows into the run's metrics (shared by every runner, e.g. the RMM baseline)."""
+
+        def rate(xs: list[bool]) -> float | None:
+            return sum(xs) / len(xs) if xs else None
+
+        n = len(rows)
+        return cls(
+            family=world.family,
+            seed=world.seed,
+            system=system,
+            reader=reader,
+            n_tasks=n,
+            success=sum(r.success for r in rows) / n,
+            tokens_per_task=sum(r.tokens for r in rows) / n,
+            stale_in_context=sum(r.stale_in_context for r in rows) / n,
+            gold_never_served=sum(not r.gold_served for r in rows) / n,
+            historical_success=rate([r.success for r in rows if r.historical]),
+            critical_success=rate([r.success for r in rows if r.critical]),
+            false_invalidations=false_invalidations,
+            missed_invalidations=missed_invalidations,
+            states=states,
+            search_ms_p50=statistics.median(r.search_ms for r in rows),
+            wall_s=round(wall_s, 3),
+            replays_per_task=replays / max(1, n),
+            pruned=pruned,
+            rows=rows,
+        )
+
     def summary(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("rows")
@@ -99,30 +142,17 @@ def run(
         finally:
             mem.close()
 
-    def rate(xs: list[bool]) -> float | None:
-        return sum(xs) / len(xs) if xs else None
-
-    n = len(rows)
-    return RunResult(
-        family=world.family,
-        seed=world.seed,
-        system=system.name,
-        reader=reader.mode,
-        n_tasks=n,
-        success=sum(r.success for r in rows) / n,
-        tokens_per_task=sum(r.tokens for r in rows) / n,
-        stale_in_context=sum(r.stale_in_context for r in rows) / n,
-        gold_never_served=sum(not r.gold_served for r in rows) / n,
-        historical_success=rate([r.success for r in rows if r.historical]),
-        critical_success=rate([r.success for r in rows if r.critical]),
+    return RunResult.from_rows(
+        world,
+        system.name,
+        reader.mode,
+        rows,
+        states=states,
         false_invalidations=false_inv,
         missed_invalidations=missed,
-        states=states,
-        search_ms_p50=statistics.median(r.search_ms for r in rows),
-        wall_s=round(time.perf_counter() - t0, 3),
-        replays_per_task=counters["replays"] / max(1, n),
+        wall_s=time.perf_counter() - t0,
+        replays=counters["replays"],
         pruned=counters["pruned"],
-        rows=rows,
     )
 
 
