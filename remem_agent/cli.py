@@ -1,4 +1,4 @@
-"""The ``remem`` command line: ``remem demo``, ``remem verify STORE``, ``remem stats STORE``."""
+"""The ``remem`` command line: ``demo``, ``verify STORE``, ``stats STORE``, ``dashboard STORE``, ``ledger STORE``."""
 
 from __future__ import annotations
 
@@ -40,6 +40,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_stats = sub.add_parser("stats", help="counts of a store")
     p_stats.add_argument("store")
 
+    p_dash = sub.add_parser("dashboard", help="write a self-contained HTML dashboard of a store (read only)")
+    p_dash.add_argument("store")
+    p_dash.add_argument("-o", "--output", default="memory.html", help="HTML file to write (default: memory.html)")
+    p_dash.add_argument("--title", help="page title")
+
+    from remem_agent.viz.ledger_cli import add_ledger_parser
+
+    add_ledger_parser(sub)
+
     args = parser.parse_args(argv)
     try:
         if args.cmd == "demo":
@@ -47,6 +56,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             summary = run_demo(args.path, rounds=args.rounds, model=args.model)
             return 0 if summary["verify_ok"] else 1
+        if args.cmd == "dashboard":
+            from remem_agent.viz.dashboard import write_dashboard
+
+            out = write_dashboard(args.store, args.output, title=args.title)
+            print(f"wrote {out}")
+            return 0
+        if args.cmd == "ledger":
+            from remem_agent.viz.ledger_cli import run_ledger
+
+            return run_ledger(args, _open_store)
         store = _open_store(args.store)
         try:
             if args.cmd == "verify":

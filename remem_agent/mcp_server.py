@@ -1,0 +1,608 @@
+"""``remem-mcp``: ReMem as an MCP server (stdio), so Claude Code, Claude Desktop or any MCP client can use it.
+
+Tools: ``remember``, ``recall``, ``feedback``, ``inspect``, ``list_memories``, ``stats``. Arguments are
+JSON-schema'd from typed parameters; results are structured (JSON objects). Bad arguments come back as
+MCP tool errors (``isError``) and the server keeps serving; every store write is one transaction, so a
+rejected call leaves the ledger as it was.
+
+Inferred feedback (when the client never calls ``feedback``), the same rules as
+:class:`remem_agent.agent.middleware.MemoryAgent`:
+
+* ``remember`` of a ``state`` fact that supersedes a memory served by a recall with no outcome yet:
+  that recall failed, blamed on the corrected memory (``source="inferred"``).
+* a later ``recall`` for the same task with no correction in between: the earlier recall was a weak
+  success (``weight=0.3``, ``source="inferred"``, the top-ranked memory counted as cited).
+* an explicit ``feedback`` on a recall disables inference for it. ``REMEM_AUTO_FEEDBACK=0`` turns
+  inference off. Pending recalls live in this server process only (one client session).
+
+Environment: ``REMEM_PATH`` (store folder, default ``~/.remem/default``), ``REMEM_EMBEDDER`` (``hash``,
+the default, or ``sentence-transformers``), ``REMEM_ST_MODEL`` (model name or local folder for
+sentence-transformers), ``REMEM_AUTO_FEEDBACK`` (``0`` turns inference off), ``REMEM_LOG_LEVEL``.
+stdout carries the protocol; logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import warnings
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Field
+
+from remem_agent._time import now as wall_now
+from remem_agent._time import to_epoch
+from remem_agent.embedders.base import Embedder
+from remem_agent.errors import FeedbackConflictError, RememError, UnknownSearchError, UserInputError
+from remem_agent.ingest import check_int, check_task, check_text
+from remem_agent.memory import ReMem
+from remem_agent.types import Event, Hit, Memory, MemoryInfo, TaskStats
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+log = logging.getLogger("remem_agent.mcp")
+
+WEAK_SUCCESS_WEIGHT = 0.3  # same as the middleware: "moved on without correcting" counts this much
+MAX_PENDING = 10_000
+DEFAULT_PATH = "~/.remem/default"
+
+INSTRUCTIONS = """\
+ReMem is long-term memory that learns which memories help.
+- Before answering anything that may depend on earlier facts, call `recall` (pass the same `task` for one
+  kind of work). Cite the ids you relied on.
+- When you learn a fact, call `remember`. For a fact with one current value, give `entity` and `attribute`
+  (e.g. entity="server", attribute="region"): a new value then replaces the old one, and if the old one was
+  served by a recall, that recall counts as a failure of the old memory.
+- After the task, call `feedback(search_id, success, used_ids, cited_ids)`. Without it the server infers
+  a weak success when you move on to the next recall of the same task.
+"""
+
+RoleArg = Literal["state", "preference", "note"]
+StateArg = Literal["ACTIVE", "LOW_VALUE", "COMPRESSED", "ARCHIVED", "INVALIDATED"]
+
+
+# -- conversions to JSON-able dicts ------------------------------------------------------------------
+def _iso(t: float | None) -> str | None:
+    return None if t is None else datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _validity(valid_from: float, valid_to: float | None) -> dict[str, Any]:
+    return {"from": _iso(valid_from), "to": _iso(valid_to), "current": valid_to is None}
+
+
+def _memory_dict(m: Memory) -> dict[str, Any]:
+    return {
+        "id": m.id,
+        "text": m.text,
+        "original_text": m.original_text,
+        "entity": m.entity,
+        "attribute": m.attribute,
+        "role": m.role,
+        "tasks": list(m.tasks),
+        "state": m.state.value,
+        "validity": _validity(m.valid_from, m.valid_to),
+        "superseded_by": m.superseded_by,
+        "created_at": _iso(m.created_at),
+        "token_cost": m.token_cost,
+        "confidence": m.confidence,
+    }
+
+
+def _hit_dict(h: Hit) -> dict[str, Any]:
+    return {
+        "id": h.id,
+        "text": h.text,
+        "score": round(h.score, 6),
+        "similarity": round(h.similarity, 6),
+        "rank": h.rank,
+        "state": h.state.value,
+        "role": h.role,
+        "entity": h.entity,
+        "attribute": h.attribute,
+        "validity": _validity(h.valid_from, h.valid_to),
+        "token_cost": h.token_cost,
+    }
+
+
+def _event_dict(e: Event) -> dict[str, Any]:
+    return {
+        "seq": e.seq,
+        "memory_id": e.memory_id,
+        "at": _iso(e.at),
+        "kind": e.kind,
+        "from": e.from_state.value if e.from_state is not None else None,
+        "to": e.to_state.value,
+        "reason": e.reason,
+    }
+
+
+def _stats_dict(s: TaskStats) -> dict[str, Any]:
+    return {
+        "retrieved": s.retrieved,
+        "shown": s.shown,
+        "credited": s.credited,
+        "wasted": s.wasted,
+        "blamed": s.blamed,
+        "credit_sum": round(s.credit_sum, 6),
+        "blame_sum": round(s.blame_sum, 6),
+        "contribution_rate": round(s.contribution_rate, 6),
+        "last_retrieved_at": _iso(s.last_retrieved_at),
+        "last_credited_at": _iso(s.last_credited_at),
+    }
+
+
+def _info_dict(info: MemoryInfo) -> dict[str, Any]:
+    out = _memory_dict(info.memory)
+    out.update(
+        reason=info.reason,
+        supersedes=list(info.supersedes),
+        stats={task: _stats_dict(s) for task, s in info.stats.items()},
+        overall=_stats_dict(info.overall),
+        credits=[
+            {
+                "search_id": c.search_id,
+                "task": c.task,
+                "at": _iso(c.at),
+                "success": c.success,
+                "cited": c.cited,
+                "used": c.used,
+                "credit": round(c.credit, 6),
+                "blame": round(c.blame, 6),
+            }
+            for c in info.credits
+        ],
+        history=[_event_dict(e) for e in info.history],
+    )
+    return out
+
+
+# -- the server state -----------------------------------------------------------------------------
+@dataclass
+class _Pending:
+    """A recall whose outcome is not known yet."""
+
+    search_id: str
+    task: str | None
+    served: tuple[str, ...]
+    scored: bool = False
+
+
+class RememTools:
+    """The six tools over one ReMem, plus the per-session state that inference needs.
+
+    Calls are serialised by one lock: the SDK runs sync tools on worker threads, and inference reads and
+    updates the pending recalls together with the store.
+    """
+
+    def __init__(self, memory: ReMem, *, auto_feedback: bool = True) -> None:
+        self.memory = memory
+        self.auto_feedback = auto_feedback
+        self._lock = threading.Lock()
+        self._pending: OrderedDict[str, _Pending] = OrderedDict()
+        self._last_by_task: dict[str | None, str] = {}
+
+    # -- tools --------------------------------------------------------------------------------
+    def remember(
+        self,
+        text: str,
+        entity: str | None = None,
+        attribute: str | None = None,
+        role: RoleArg = "state",
+        task: str | list[str] | None = None,
+        timestamp: str | float | None = None,
+    ) -> dict[str, Any]:
+        with self._lock:
+            t0 = wall_now()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                mid = self.memory.add(
+                    text, entity=entity, attribute=attribute, role=role, task=task, timestamp=timestamp
+                )
+            info = self.memory.inspect(mid)
+            is_new = info.memory.created_at >= t0 - 1e-6
+            inferred: list[dict[str, Any]] = []
+            if self.auto_feedback and is_new and role == "state" and entity and attribute and info.supersedes:
+                inferred = self._infer_correction(set(info.supersedes))
+            out = _memory_dict(info.memory)
+            out.update(
+                new=is_new,
+                supersedes=list(info.supersedes) if is_new else [],
+                warnings=[str(w.message) for w in caught],
+                inferred_feedback=inferred,
+            )
+            return out
+
+    def recall(
+        self,
+        query: str,
+        k: int | None = None,
+        task: str | None = None,
+        as_of: str | float | None = None,
+        token_budget: int | None = None,
+    ) -> dict[str, Any]:
+        with self._lock:
+            inferred: list[dict[str, Any]] = []
+            if self.auto_feedback:
+                # validate first so a rejected recall does not settle the previous one
+                key = self._precheck_recall(query, k, task, as_of, token_budget)
+                inferred = self._infer_moved_on(key)
+            res = self.memory.search(query, k=k, task=task, as_of=as_of, token_budget=token_budget)
+            if self.auto_feedback and res.items:
+                self._pending[res.search_id] = _Pending(res.search_id, res.task, tuple(res.ids))
+                self._last_by_task[res.task] = res.search_id
+                while len(self._pending) > MAX_PENDING:
+                    self._pending.popitem(last=False)
+            return {
+                "search_id": res.search_id,
+                "query": res.query,
+                "task": res.task,
+                "as_of": _iso(res.as_of),
+                "ids": res.ids,
+                "items": [_hit_dict(h) for h in res.items],
+                "tokens": res.tokens,
+                "token_budget": res.token_budget,
+                "inferred_feedback": inferred,
+            }
+
+    def feedback(
+        self,
+        search_id: str,
+        success: bool,
+        used_ids: list[str] | None = None,
+        cited_ids: list[str] | None = None,
+    ) -> dict[str, Any]:
+        with self._lock:
+            pending = self._pending.get(search_id)
+            was_scored = pending.scored if pending is not None else False
+            if pending is not None:
+                pending.scored = True  # an explicit outcome disables inference for this recall
+            try:
+                receipt = self.memory.feedback(search_id, success=success, used_ids=used_ids, cited_ids=cited_ids)
+            except FeedbackConflictError as exc:
+                if pending is not None:
+                    pending.scored = was_scored
+                if self._inferred_before(search_id):
+                    raise UserInputError(
+                        f"search {search_id!r} already has an inferred outcome (a later remember corrected a memory "
+                        "it served, or a later recall for the same task counted it as a weak success); the ledger "
+                        "is append-only, so call feedback before the next recall or correction. "
+                        f"Detail: {exc.detail}"
+                    ) from exc
+                raise
+            except BaseException:
+                if pending is not None:
+                    pending.scored = was_scored
+                raise
+            self._pending.pop(search_id, None)
+            return {
+                "search_id": receipt.search_id,
+                "success": receipt.success,
+                "source": receipt.source,
+                "repeated": receipt.repeated,
+                "credit": {k: round(v, 6) for k, v in receipt.credit.items()},
+                "blame": {k: round(v, 6) for k, v in receipt.blame.items()},
+                "transitions": [_event_dict(e) for e in receipt.transitions],
+            }
+
+    def inspect(self, memory_id: str) -> dict[str, Any]:
+        with self._lock:
+            return _info_dict(self.memory.inspect(memory_id))
+
+    def list_memories(
+        self,
+        state: StateArg | None = None,
+        role: RoleArg | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> dict[str, Any]:
+        with self._lock:
+            rows = self.memory.list(state, role=role, limit=limit, offset=offset)
+            return {
+                "memories": [_memory_dict(m) for m in rows],
+                "count": len(rows),
+                "limit": limit,
+                "offset": offset,
+            }
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            s = self.memory.stats()
+            return {
+                "path": str(self.memory.path),
+                "memories": s.memories,
+                "by_state": dict(s.by_state),
+                "by_role": dict(s.by_role),
+                "events": s.events,
+                "searches": s.searches,
+                "feedbacks": s.feedbacks,
+                "tokens_active": s.tokens_active,
+                "embedder": s.embedder,
+                "dim": s.dim,
+                "schema_version": s.schema_version,
+                "auto_feedback": self.auto_feedback,
+                "pending_recalls": sum(1 for p in self._pending.values() if not p.scored),
+            }
+
+    # -- inference ----------------------------------------------------------------------------
+    def _inferred_before(self, search_id: str) -> bool:
+        with self.memory.store.read() as tx:
+            rec = tx.search(search_id)
+        fb = rec.get("feedback") if rec else None
+        return isinstance(fb, Mapping) and fb.get("source") == "inferred"
+
+    @staticmethod
+    def _precheck_recall(query: object, k: object, task: object, as_of: object, token_budget: object) -> str | None:
+        """Validate a recall before inference touches the previous one; returns the normalised task."""
+        check_text(query, "query")
+        if k is not None:
+            check_int(k, "k", minimum=1)
+        if token_budget is not None:
+            check_int(token_budget, "token_budget", minimum=0)
+        if as_of is not None:
+            to_epoch(as_of, name="as_of")  # type: ignore[arg-type]
+        return check_task(task)
+
+    def _infer_correction(self, corrected: set[str]) -> list[dict[str, Any]]:
+        """A new fact superseded memories served by pending recalls: those recalls failed."""
+        out: list[dict[str, Any]] = []
+        for p in list(self._pending.values()):
+            blamed = sorted(corrected & set(p.served))
+            if p.scored or not blamed:
+                continue
+            p.scored = True
+            log.info("inferred failure of recall %s: corrected %s", p.search_id, blamed)
+            out.append(self._inferred(p, success=False, used_ids=blamed, weight=1.0))
+        return out
+
+    def _infer_moved_on(self, task: str | None) -> list[dict[str, Any]]:
+        """A new recall for the same task with no correction since: the previous recall was a weak success."""
+        prev = self._last_by_task.pop(task, None)
+        p = self._pending.get(prev) if prev is not None else None
+        if p is None or p.scored:
+            return []
+        p.scored = True
+        log.info("inferred weak success of recall %s (moved on)", p.search_id)
+        # The top-ranked memory counts as cited: with no signal at all a success would only add "wasted"
+        # exposures, and moving on without a correction would slowly sink what is recalled most.
+        return [self._inferred(p, success=True, used_ids=[], cited_ids=p.served[:1], weight=WEAK_SUCCESS_WEIGHT)]
+
+    def _inferred(
+        self,
+        p: _Pending,
+        *,
+        success: bool,
+        used_ids: Sequence[str],
+        weight: float,
+        cited_ids: Sequence[str] = (),
+    ) -> dict[str, Any]:
+        try:
+            receipt = self.memory.feedback(
+                p.search_id,
+                success=success,
+                used_ids=used_ids,
+                cited_ids=list(cited_ids),
+                weight=weight,
+                source="inferred",
+            )
+        except UnknownSearchError:  # pragma: no cover - the store was replaced under us
+            return {"search_id": p.search_id, "skipped": "unknown search"}
+        except UserInputError as exc:  # e.g. another process already answered it differently
+            log.warning("inferred feedback for %s skipped: %s", p.search_id, exc)
+            return {"search_id": p.search_id, "skipped": str(exc)}
+        finally:
+            self._pending.pop(p.search_id, None)
+        return {
+            "search_id": p.search_id,
+            "success": success,
+            "weight": weight,
+            "source": receipt.source,
+            "blamed_ids": list(used_ids),
+            "credit": {k: round(v, 6) for k, v in receipt.credit.items() if v},
+            "blame": {k: round(v, 6) for k, v in receipt.blame.items() if v},
+        }
+
+
+# -- MCP wiring -----------------------------------------------------------------------------------
+_Text = Annotated[str, Field(description="The fact, in one self-contained sentence.")]
+_Entity = Annotated[
+    str | None,
+    Field(description="What the fact is about (e.g. 'server'). With attribute, a new 'state' fact replaces the old."),
+]
+_Attribute = Annotated[str | None, Field(description="Which property of the entity (e.g. 'region').")]
+_Role = Annotated[
+    RoleArg,
+    Field(
+        description="'state' (one current value per entity+attribute; newer replaces older), "
+        "'preference' or 'note' (multi-valued, never replaced)."
+    ),
+]
+_TaskTags = Annotated[
+    str | list[str] | None, Field(description="Task class(es) this fact belongs to (e.g. 'support').")
+]
+_Timestamp = Annotated[
+    str | float | None,
+    Field(description="When it became true: ISO-8601 (e.g. '2025-03-01T00:00:00Z') or epoch seconds; default now."),
+]
+_Query = Annotated[str, Field(description="What you need to know, as a question or keywords.")]
+_K = Annotated[int | None, Field(ge=1, le=100, description="How many memories at most (default 5).")]
+_Task = Annotated[
+    str | None,
+    Field(description="Task class of this recall (e.g. 'support'); outcomes are learned per task class."),
+]
+_AsOf = Annotated[
+    str | float | None,
+    Field(description="Ask about the past: ISO-8601 or epoch seconds; returns facts valid at that time."),
+]
+_Budget = Annotated[int | None, Field(ge=0, description="Maximum total tokens of the returned memories.")]
+_SearchId = Annotated[str, Field(description="The search_id returned by recall.")]
+_Success = Annotated[bool, Field(strict=True, description="Did the task that used this recall succeed?")]
+_Used = Annotated[list[str] | None, Field(description="Ids of served memories whose content the answer relied on.")]
+_Cited = Annotated[list[str] | None, Field(description="Ids of served memories you cited.")]
+_MemoryId = Annotated[str, Field(description="A memory id (as returned by remember or recall).")]
+_State = Annotated[StateArg | None, Field(description="Only memories in this lifecycle state.")]
+_RoleFilter = Annotated[RoleArg | None, Field(description="Only memories with this role.")]
+_Limit = Annotated[int, Field(ge=0, le=1000, description="Page size.")]
+_Offset = Annotated[int, Field(ge=0, description="How many memories to skip (insertion order).")]
+
+
+def build_server(tools: RememTools) -> MCPServer:
+    """An MCPServer exposing ``tools``; ReMem errors become tool errors (``isError`` results)."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    server: MCPServer = MCPServer(name="remem", instructions=INSTRUCTIONS, log_level=_log_level())
+
+    def _call(fn: Any, **kwargs: Any) -> dict[str, Any]:
+        try:
+            result: dict[str, Any] = fn(**kwargs)
+        except RememError as exc:
+            raise ToolError(f"{type(exc).__name__}: {exc}") from exc
+        return result
+
+    @server.tool(
+        description="Store a fact in long-term memory. Give entity+attribute for facts with one current value; "
+        "a new value then supersedes the old one (and counts as a correction of any recall that served it)."
+    )
+    def remember(
+        text: _Text,
+        entity: _Entity = None,
+        attribute: _Attribute = None,
+        role: _Role = "state",
+        task: _TaskTags = None,
+        timestamp: _Timestamp = None,
+    ) -> dict[str, Any]:
+        return _call(
+            tools.remember, text=text, entity=entity, attribute=attribute, role=role, task=task, timestamp=timestamp
+        )
+
+    @server.tool(
+        description="Retrieve the memories most likely to help with a query (ranked by learned usefulness, not "
+        "just similarity). Returns a search_id for feedback, and each memory's id, text, score, state and validity."
+    )
+    def recall(
+        query: _Query,
+        k: _K = None,
+        task: _Task = None,
+        as_of: _AsOf = None,
+        token_budget: _Budget = None,
+    ) -> dict[str, Any]:
+        return _call(tools.recall, query=query, k=k, task=task, as_of=as_of, token_budget=token_budget)
+
+    @server.tool(
+        description="Report whether the task that used a recall succeeded, and which served memories were used "
+        "or cited. This is how memory learns what helps. Identical repeats are harmless."
+    )
+    def feedback(
+        search_id: _SearchId,
+        success: _Success,
+        used_ids: _Used = None,
+        cited_ids: _Cited = None,
+    ) -> dict[str, Any]:
+        return _call(tools.feedback, search_id=search_id, success=success, used_ids=used_ids, cited_ids=cited_ids)
+
+    @server.tool(description="Everything known about one memory: state, validity, credit statistics, history.")
+    def inspect(memory_id: _MemoryId) -> dict[str, Any]:
+        return _call(tools.inspect, memory_id=memory_id)
+
+    @server.tool(description="List stored memories in insertion order, optionally by lifecycle state and role.")
+    def list_memories(
+        state: _State = None,
+        role: _RoleFilter = None,
+        limit: _Limit = 50,
+        offset: _Offset = 0,
+    ) -> dict[str, Any]:
+        return _call(tools.list_memories, state=state, role=role, limit=limit, offset=offset)
+
+    @server.tool(description="Counts of the memory store: memories by state and role, searches, feedbacks.")
+    def stats() -> dict[str, Any]:
+        return _call(tools.stats)
+
+    return server
+
+
+# -- configuration --------------------------------------------------------------------------------
+def _log_level() -> Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]:
+    level = os.environ.get("REMEM_LOG_LEVEL", "INFO").strip().upper()
+    if level == "DEBUG":
+        return "DEBUG"
+    if level == "WARNING":
+        return "WARNING"
+    if level == "ERROR":
+        return "ERROR"
+    if level == "CRITICAL":
+        return "CRITICAL"
+    return "INFO"
+
+
+def _flag(value: str | None, default: bool) -> bool:
+    if value is None or not value.strip():
+        return default
+    v = value.strip().lower()
+    if v in ("0", "false", "no", "off"):
+        return False
+    if v in ("1", "true", "yes", "on"):
+        return True
+    raise UserInputError(f"REMEM_AUTO_FEEDBACK must be 0 or 1, got {value!r}")
+
+
+def make_embedder(env: Mapping[str, str]) -> Embedder:
+    """The embedder named by ``REMEM_EMBEDDER`` (``hash`` default, or ``sentence-transformers``)."""
+    name = env.get("REMEM_EMBEDDER", "hash").strip().lower()
+    if name in ("", "hash", "concept-hash"):
+        from remem_agent.embedders.hashing import ConceptHashEmbedder
+
+        return ConceptHashEmbedder()
+    if name in ("sentence-transformers", "sentence_transformers", "st"):
+        from remem_agent.embedders.sentence_transformers import PACKAGED_MODEL, SentenceTransformerEmbedder
+
+        return SentenceTransformerEmbedder(env.get("REMEM_ST_MODEL") or PACKAGED_MODEL)
+    raise UserInputError(f"REMEM_EMBEDDER must be 'hash' or 'sentence-transformers', got {name!r}")
+
+
+def open_from_env(env: Mapping[str, str] | None = None) -> RememTools:
+    """Open the store and tools configured by the environment."""
+    env = os.environ if env is None else env
+    path = Path(env.get("REMEM_PATH") or DEFAULT_PATH).expanduser()
+    auto = _flag(env.get("REMEM_AUTO_FEEDBACK"), True)
+    memory = ReMem(path, embedder=make_embedder(env))
+    return RememTools(memory, auto_feedback=auto)
+
+
+def main() -> int:
+    """Entry point of ``remem-mcp``: serve the store over stdio until the client disconnects."""
+    logging.basicConfig(stream=sys.stderr, level=_log_level(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        print("remem-mcp needs the MCP SDK: pip install 'remem-agent[mcp]'", file=sys.stderr)
+        return 2
+    try:
+        tools = open_from_env()
+    except (RememError, ImportError) as exc:
+        print(f"remem-mcp: {exc}", file=sys.stderr)
+        return 2
+    log.info(
+        "remem-mcp serving %s (embedder %s, auto feedback %s)",
+        tools.memory.path,
+        tools.memory.embedder.name,
+        "on" if tools.auto_feedback else "off",
+    )
+    try:
+        build_server(tools).run("stdio")
+    except KeyboardInterrupt:  # pragma: no cover
+        pass
+    finally:
+        tools.memory.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
