@@ -1,0 +1,286 @@
+"""LoCoMo retrieval benchmark (no LLM): evidence recall of each system over long two-person conversations.
+
+    python -m evals.run_locomo --data locomo10.json [--systems A,B,C,BM25] [--embedder hash|minilm]
+        [--out results/locomo]
+
+Input is the LoCoMo JSON (locomo10.json; CC BY-NC, never committed here): a list of samples with
+``sample_id``, ``conversation`` (``speaker_a``, ``speaker_b``, ``session_<n>`` lists of turns
+``{speaker, dia_id: "D<s>:<t>", text}`` and ``session_<n>_date_time`` like "1:56 pm on 8 May, 2023")
+and ``qa`` (``question``, ``answer``, ``evidence`` dia ids, ``category`` 1 multi-hop, 2 temporal,
+3 open-domain, 4 single-hop, 5 adversarial).
+
+Per sample and system one fresh store holds every turn as a ``note`` memory "speaker: text", stamped
+with its session's date (+ the turn index in seconds, so turns keep their order). Each question of
+categories 1-4 is searched with k=10 and ``now`` one hour after the last turn; category 5 (adversarial,
+no answer in the conversation) is excluded. Evidence ids are normalised (whitespace removed, then
+every ``D(\\d+):(\\d+)`` taken, leading zeros dropped) and ids that name no turn are dropped; a question
+left without evidence is counted and excluded. Metric: evidence recall@k, the fraction of a question's
+evidence turns among the top k, for k = 1, 5, 10, per category and over categories 1-4. ``BM25`` is
+plain Okapi BM25 (evals/bm25.py, k1=1.5, b=0.75). No feedback is sent, so nothing is learned; system
+C's retrieval-history features do see the sample's earlier searches, as they would in use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from evals.bm25 import BM25
+from evals.run_longmemeval import (
+    KS,
+    CachedEmbedder,
+    fresh_store,
+    make_embedder,
+    parse_date,
+    select_systems,
+)
+from evals.stats import estimate
+from evals.systems import System
+from remem_agent.ingest import MemoryInput
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+SCORED = (1, 2, 3, 4)
+_DIA_RE = re.compile(r"D(\d+):(\d+)")
+_SESSION_RE = re.compile(r"^session_(\d+)$")
+
+
+def normalise_dia_ids(value: object) -> list[str]:
+    """Dia ids in ``value`` (a string or list), canonical "D<s>:<t>", in order, without duplicates."""
+    items = value if isinstance(value, list | tuple) else [value]
+    out: list[str] = []
+    for item in items:
+        if item is None:
+            continue
+        for s, t in _DIA_RE.findall(re.sub(r"\s+", "", str(item))):
+            dia = f"D{int(s)}:{int(t)}"
+            if dia not in out:
+                out.append(dia)
+    return out
+
+
+def sample_turns(sample: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Every turn of a sample's sessions (in session-number order): dia id, text, timestamp."""
+    conv = sample.get("conversation") or {}
+    sessions = sorted(
+        (int(m.group(1)), key) for key in conv if (m := _SESSION_RE.match(key)) and isinstance(conv[key], list)
+    )
+    turns: list[dict[str, Any]] = []
+    counts = {"sessions": len(sessions), "undated_sessions": 0, "skipped_turns": 0, "duplicate_dia_ids": 0}
+    seen: set[str] = set()
+    last = datetime(2000, 1, 1, tzinfo=UTC)
+    for n, key in sessions:
+        when = parse_date(conv.get(f"{key}_date_time"))
+        if when is None:  # undated: a day after the previous session
+            counts["undated_sessions"] += 1
+            when = last + timedelta(days=1)
+        last = when
+        for ti, turn in enumerate(conv[key]):
+            text = turn.get("text") if isinstance(turn, dict) else None
+            ids = normalise_dia_ids(turn.get("dia_id")) if isinstance(turn, dict) else []
+            if not isinstance(text, str) or not text.strip() or "\x00" in text:
+                counts["skipped_turns"] += 1
+                continue
+            dia = ids[0] if ids else f"D{n}:{ti + 1}"  # a missing or broken dia id: its position
+            if dia in seen:
+                counts["duplicate_dia_ids"] += 1
+            seen.add(dia)
+            speaker = str(turn.get("speaker") or "speaker").strip()
+            turns.append({"dia": dia, "text": f"{speaker}: {text.strip()}", "t": when + timedelta(seconds=ti)})
+    return turns, counts
+
+
+def sample_questions(sample: dict[str, Any], dia_ids: set[str]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The scored questions (categories 1-4) with resolvable evidence, and what was left out and why."""
+    out: list[dict[str, Any]] = []
+    counts = {"qa": 0, "excluded_category_5": 0, "excluded_bad_category": 0, "excluded_no_evidence": 0}
+    counts["evidence_ids_dropped"] = 0
+    for i, qa in enumerate(sample.get("qa") or []):
+        counts["qa"] += 1
+        try:
+            cat = int(qa.get("category"))
+        except (TypeError, ValueError):
+            counts["excluded_bad_category"] += 1
+            continue
+        if cat == 5:
+            counts["excluded_category_5"] += 1
+            continue
+        if cat not in SCORED or not isinstance(qa.get("question"), str) or not qa["question"].strip():
+            counts["excluded_bad_category"] += 1
+            continue
+        ids = normalise_dia_ids(qa.get("evidence") or [])
+        good = [d for d in ids if d in dia_ids]
+        counts["evidence_ids_dropped"] += len(ids) - len(good)
+        if not good:
+            counts["excluded_no_evidence"] += 1
+            continue
+        out.append({"index": i, "question": qa["question"].strip(), "category": cat, "evidence": good})
+    return out, counts
+
+
+def recall_at(ranked: list[set[str]], evidence: list[str]) -> dict[str, float]:
+    """Fraction of the evidence ids among the dia ids of the top k, for each k."""
+    out = {}
+    for k in KS:
+        got = set().union(*ranked[:k]) if ranked[:k] else set()
+        out[f"recall@{k}"] = sum(d in got for d in evidence) / len(evidence)
+    return out
+
+
+def rank_sample(
+    system: System | None, embedder: Any, turns: list[dict[str, Any]], questions: list[dict[str, Any]], now: datetime
+) -> list[list[set[str]]]:
+    """Per question, the top-10 as sets of dia ids (a restated text stands for each of its turns)."""
+    kmax = max(KS)
+    if system is None:
+        bm = BM25([t["text"] for t in turns])
+        return [[{turns[i]["dia"]} for i in bm.top_k(q["question"], kmax)] for q in questions]
+    out = []
+    with fresh_store(system, embedder) as mem:
+        mids = mem.add_many([MemoryInput(t["text"], role="note", timestamp=t["t"]) for t in turns])
+        dias: dict[str, set[str]] = {}
+        for t, mid in zip(turns, mids, strict=True):
+            dias.setdefault(mid, set()).add(t["dia"])
+        for q in questions:
+            res = mem.search(q["question"], k=kmax, now=now)
+            out.append([dias.get(h.id, set()) for h in res.items])
+    return out
+
+
+def metric_names() -> list[str]:
+    return [f"recall@{k}" for k in KS]
+
+
+def aggregate(rows: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in names:
+        per: dict[str, Any] = {}
+        for group in ["overall", *(CATEGORIES[c] for c in SCORED)]:
+            sel = [r for r in rows if group == "overall" or CATEGORIES[r["category"]] == group]
+            cell: dict[str, Any] = {"questions": len(sel)}
+            for m in metric_names():
+                cell[m] = estimate([r["systems"][name][m] for r in sel]).to_dict()
+            cell["mean_served"] = (sum(r["systems"][name]["served"] for r in sel) / len(sel)) if sel else 0.0
+            per[group] = cell
+        out[name] = per
+    return out
+
+
+def run(
+    samples: list[dict[str, Any]], systems: list[tuple[str, System | None]], embedder: CachedEmbedder
+) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    totals: dict[str, int] = {}
+    seconds = {n: 0.0 for n, _ in systems}
+    for si, sample in enumerate(samples):
+        sid = str(sample.get("sample_id", si))
+        turns, tc = sample_turns(sample)
+        questions, qc = sample_questions(sample, {t["dia"] for t in turns})
+        for key, v in {**tc, **qc}.items():
+            totals[key] = totals.get(key, 0) + v
+        totals["turns"] = totals.get("turns", 0) + len(turns)
+        if not turns or not questions:
+            continue
+        now = max(t["t"] for t in turns) + timedelta(hours=1)
+        per_q: list[dict[str, Any]] = [
+            {"sample_id": sid, "qa_index": q["index"], "category": q["category"], "evidence": q["evidence"]}
+            for q in questions
+        ]
+        for r in per_q:
+            r["systems"] = {}
+        for name, system in systems:
+            ts = time.perf_counter()
+            ranked = rank_sample(system, embedder, turns, questions, now)
+            seconds[name] += time.perf_counter() - ts
+            for r, q, top in zip(per_q, questions, ranked, strict=True):
+                r["systems"][name] = {
+                    **recall_at(top, q["evidence"]),
+                    "served": len(top),
+                    "top": [sorted(s) for s in top],
+                }
+        rows += per_q
+    names = [n for n, _ in systems]
+    meta = {
+        "samples": len(samples),
+        "questions": len(rows),
+        **totals,
+        "embedder": embedder.name,
+        "k": list(KS),
+        "embedding_seconds": round(embedder.seconds, 2),
+        "seconds": round(time.perf_counter() - t0, 2),
+        "system_seconds": {n: round(s, 2) for n, s in seconds.items()},
+    }
+    return {"meta": meta, "metrics": aggregate(rows, names), "questions": rows}
+
+
+def _fmt(cell: dict[str, Any]) -> str:
+    return "–" if cell["n"] == 0 else f"{100 * cell['mean']:.1f}"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    meta, agg = result["meta"], result["metrics"]
+    names = list(agg)
+    lines = [
+        f"# LoCoMo evidence recall: {meta['name']}",
+        "",
+        f"Data: `{meta['data']}` · embedder: {meta['embedder']} · {meta['samples']} samples, {meta['turns']} turns · "
+        f"{meta['questions']} questions scored (categories 1-4; {meta.get('excluded_category_5', 0)} adversarial "
+        f"excluded, {meta.get('excluded_no_evidence', 0)} without resolvable evidence, "
+        f"{meta.get('evidence_ids_dropped', 0)} evidence ids dropped) · runtime {meta['seconds']:.1f} s",
+        "",
+        "Cells: mean evidence recall@k in percent (fraction of a question's evidence turns in the top k).",
+        "",
+    ]
+    groups = list(next(iter(agg.values()))) if agg else []
+    for m in metric_names():
+        lines += [f"## {m}", "", "| category | questions | " + " | ".join(names) + " |"]
+        lines.append("|---" * (len(names) + 2) + "|")
+        for g in groups:
+            q = agg[names[0]][g]["questions"]
+            lines.append(f"| {g} | {q} | " + " | ".join(_fmt(agg[n][g][m]) for n in names) + " |")
+        lines.append("")
+    lines.append("Mean served per question: " + ", ".join(f"{n} {agg[n]['overall']['mean_served']:.1f}" for n in names))
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", required=True, help="locomo10.json")
+    ap.add_argument("--systems", default="A,B,C,BM25", help="comma-separated names from evals/systems.yaml, or BM25")
+    ap.add_argument("--embedder", choices=("hash", "minilm"), default="hash")
+    ap.add_argument("--out", default="results/locomo")
+    ap.add_argument("--name", help="output file stem (default: the data file's stem)")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    samples = json.loads(Path(args.data).read_text(encoding="utf-8"))
+    if isinstance(samples, dict):
+        samples = [samples]
+    if not isinstance(samples, list):
+        print(f"{args.data}: expected a list of LoCoMo samples", file=sys.stderr)
+        return 2
+    systems = select_systems(args.systems)
+    embedder = make_embedder(args.embedder)
+    result = run(samples, systems, embedder)
+    stem = args.name or Path(args.data).stem
+    result["meta"] = {"name": f"{stem}_{args.embedder}", "data": str(args.data), **result["meta"]}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    base = out / f"{stem}_{args.embedder}"
+    base.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    md = markdown(result)
+    base.with_suffix(".md").write_text(md, encoding="utf-8")
+    if not args.quiet:
+        print(md)
+        print(f"wrote {base}.json and {base}.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

