@@ -77,6 +77,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--readers", default="first,latest")
     ap.add_argument("--tasks", type=int, help="tasks per world (default 300)")
     ap.add_argument("--distraction", type=float, default=0.05, help="reader distraction per irrelevant item")
+    ap.add_argument(
+        "--embedder",
+        choices=["hash", "minilm"],
+        default="hash",
+        help="hash (default) or all-MiniLM-L6-v2 from the offline package (extra: embeddings)",
+    )
     ap.add_argument("--drop-keys", type=float, default=0.0, help="fraction of facts whose extracted key is lost")
     ap.add_argument("--no-wording", action="store_true", help="updates carry no explicit update wording")
     ap.add_argument("--workers", type=int, default=max(1, min(2, os.cpu_count() or 1)))
@@ -87,6 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.study:
         return _run_study(args, argv)
 
+    if args.embedder == "minilm":
+        os.environ["REMEM_EVAL_EMBEDDER"] = "minilm"  # read by evals.runner.embedder_for in every worker
+        if args.out == "results/benchmark":
+            args.out = "results/real_embeddings"
     if args.quick:
         families = ["distractor", "contradiction", "state_change"]
         seeds = [0, 1]
@@ -157,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "tasks_per_world": params.n_tasks,
         "distraction": args.distraction,
         "drop_keys": params.drop_keys,
+        "embedder": args.embedder,
         "wording": params.wording,
         "workers": args.workers,
     }

@@ -13,6 +13,7 @@ ranking, selection and lifecycle.
 from __future__ import annotations
 
 import hashlib
+import os
 import statistics
 import tempfile
 import time
@@ -21,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from evals.reader import ReaderParams, read
 from evals.systems import System
@@ -121,7 +124,36 @@ class RunResult:
         return d
 
 
-def embedder_for(world: World) -> ConceptHashEmbedder:
+class _CachedEmbedder:
+    """Memoises a slow embedder per process: worlds share most of their texts across systems."""
+
+    def __init__(self, base: Any) -> None:
+        self.base = base
+        self.name: str = base.name
+        self.dim: int = base.dim
+        self._cache: dict[str, np.ndarray] = {}
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        if missing:
+            for t, v in zip(missing, self.base.embed(missing), strict=True):
+                self._cache[t] = v
+        return np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+
+
+_MINILM: _CachedEmbedder | None = None
+
+
+def embedder_for(world: World) -> Any:
+    """The world's embedder: the concept-hash embedder with the world's lexicon, or all-MiniLM-L6-v2 when
+    ``REMEM_EVAL_EMBEDDER=minilm`` (``run_benchmark --embedder minilm``)."""
+    global _MINILM
+    if os.environ.get("REMEM_EVAL_EMBEDDER", "hash") == "minilm":
+        if _MINILM is None:
+            from remem_agent.embedders.sentence_transformers import SentenceTransformerEmbedder
+
+            _MINILM = _CachedEmbedder(SentenceTransformerEmbedder())
+        return _MINILM
     return ConceptHashEmbedder(concepts=[*DEFAULT_CONCEPT_GROUPS, *world.lexicon])
 
 
