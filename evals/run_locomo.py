@@ -39,6 +39,7 @@ from evals.run_longmemeval import (
     make_embedder,
     parse_date,
     select_systems,
+    write_outputs,
 )
 from evals.stats import estimate
 from evals.systems import System
@@ -270,15 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     result = run(samples, systems, embedder)
     stem = args.name or Path(args.data).stem
     result["meta"] = {"name": f"{stem}_{args.embedder}", "data": str(args.data), **result["meta"]}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    base = out / f"{stem}_{args.embedder}"
-    base.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    md = markdown(result)
-    base.with_suffix(".md").write_text(md, encoding="utf-8")
-    if not args.quiet:
-        print(md)
-        print(f"wrote {base}.json and {base}.md")
+    write_outputs(result, markdown(result), Path(args.out) / f"{stem}_{args.embedder}", quiet=args.quiet)
     return 0
 
 

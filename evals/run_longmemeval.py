@@ -36,18 +36,17 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from evals.bm25 import BM25
+from evals.runner import CachedEmbedder
 from evals.stats import estimate
 from evals.systems import System, load_systems
 from remem_agent import ReMem
-from remem_agent.embedders.base import Embedder, Vectors, check_vectors
+from remem_agent.embedders.base import Embedder
 from remem_agent.ingest import MemoryInput
 
 KS = (1, 5, 10)
@@ -125,40 +124,6 @@ def parse_date(value: object) -> datetime | None:
 
 
 # -- embedders and stores ------------------------------------------------------------------------------
-class CachedEmbedder:
-    """Wraps an embedder with a text -> vector cache (same name and dim, so stores accept it).
-
-    Every question rebuilds its store, and a benchmark's haystacks share many turns: each distinct text
-    is embedded once per run.
-    """
-
-    def __init__(self, inner: Embedder) -> None:
-        self.inner = inner
-        self._cache: dict[str, np.ndarray] = {}
-        self.seconds = 0.0
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def dim(self) -> int:
-        return self.inner.dim
-
-    def embed(self, texts: Sequence[str]) -> Vectors:
-        texts = list(texts)
-        missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
-        if missing:
-            t0 = time.perf_counter()
-            vecs = check_vectors(self.inner.embed(missing), len(missing), self.inner.dim, source=self.inner.name)
-            self.seconds += time.perf_counter() - t0
-            for t, v in zip(missing, vecs, strict=True):
-                self._cache[t] = v
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return np.stack([self._cache[t] for t in texts]).astype(np.float32)
-
-
 def make_embedder(name: str) -> CachedEmbedder:
     if name == "hash":
         from remem_agent.embedders.hashing import ConceptHashEmbedder
@@ -504,6 +469,16 @@ def run(
     return {"meta": meta, "metrics": aggregate(rows, names), "questions": rows}
 
 
+def write_outputs(result: dict[str, Any], md: str, base: Path, *, quiet: bool) -> None:
+    """Write ``<base>.json`` and ``<base>.md`` (shared by the LongMemEval and LoCoMo runners)."""
+    base.parent.mkdir(parents=True, exist_ok=True)
+    base.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    base.with_suffix(".md").write_text(md, encoding="utf-8")
+    if not quiet:
+        print(md)
+        print(f"wrote {base}.json and {base}.md")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     src = ap.add_mutually_exclusive_group(required=True)
@@ -545,15 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     embedder = make_embedder(args.embedder)
     result = run(records, systems, embedder, limit=args.limit, progress=not args.quiet)
     result["meta"] = {"name": f"{stem}_{args.embedder}", "data": data, "notes": notes, **result["meta"]}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    base = out / f"{stem}_{args.embedder}"
-    base.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    md = markdown(result)
-    base.with_suffix(".md").write_text(md, encoding="utf-8")
-    if not args.quiet:
-        print(md)
-        print(f"wrote {base}.json and {base}.md")
+    write_outputs(result, markdown(result), Path(args.out) / f"{stem}_{args.embedder}", quiet=args.quiet)
     return 0
 
 

@@ -29,6 +29,7 @@ from evals.reader import ReaderParams, read
 from evals.systems import System
 from evals.world import DAY, Fact, Task, World
 from remem_agent import ReMem, State
+from remem_agent.embedders.base import Embedder, Vectors, check_vectors
 from remem_agent.embedders.hashing import DEFAULT_CONCEPT_GROUPS, ConceptHashEmbedder
 from remem_agent.lifecycle import LifecycleEvent
 from remem_agent.types import ALL_TASKS
@@ -124,24 +125,41 @@ class RunResult:
         return d
 
 
-class _CachedEmbedder:
-    """Memoises a slow embedder per process: worlds share most of their texts across systems."""
+class CachedEmbedder:
+    """Wraps an embedder with a text -> vector cache (same name and dim, so stores accept it).
 
-    def __init__(self, base: Any) -> None:
-        self.base = base
-        self.name: str = base.name
-        self.dim: int = base.dim
+    Every question rebuilds its store, and a benchmark's haystacks share many turns: each distinct text
+    is embedded once per run.
+    """
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
         self._cache: dict[str, np.ndarray] = {}
+        self.seconds = 0.0
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        texts = list(texts)
         missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
         if missing:
-            for t, v in zip(missing, self.base.embed(missing), strict=True):
+            t0 = time.perf_counter()
+            vecs = check_vectors(self.inner.embed(missing), len(missing), self.inner.dim, source=self.inner.name)
+            self.seconds += time.perf_counter() - t0
+            for t, v in zip(missing, vecs, strict=True):
                 self._cache[t] = v
-        return np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([self._cache[t] for t in texts]).astype(np.float32)
 
 
-_MINILM: _CachedEmbedder | None = None
+_MINILM: CachedEmbedder | None = None
 
 
 def embedder_for(world: World) -> Any:
@@ -152,7 +170,7 @@ def embedder_for(world: World) -> Any:
         if _MINILM is None:
             from remem_agent.embedders.sentence_transformers import SentenceTransformerEmbedder
 
-            _MINILM = _CachedEmbedder(SentenceTransformerEmbedder())
+            _MINILM = CachedEmbedder(SentenceTransformerEmbedder())
         return _MINILM
     return ConceptHashEmbedder(concepts=[*DEFAULT_CONCEPT_GROUPS, *world.lexicon])
 
