@@ -44,9 +44,17 @@ import numpy as np
 from numpy.typing import NDArray
 
 from evals.reader import ReaderParams, read
-from evals.runner import _SCRATCH, RunResult, TaskRow, _invalidation_errors, _public, embedder_for
+from evals.runner import (
+    _SCRATCH,
+    RunResult,
+    TaskRow,
+    _invalidation_errors,
+    _public,
+    embedder_for,
+    lifecycle_states,
+)
 from evals.world import Fact, World
-from remem_agent import ReMem, RememConfig, State
+from remem_agent import ReMem, RememConfig
 from remem_agent.embedders.base import check_vectors
 from remem_agent.types import SERVABLE_STATES
 
@@ -346,23 +354,6 @@ def _run(
             cited = {mid_of[fid] for fid in reading.cited}
             rewards = [1.0 if cand[i] in cited else -1.0 for i in chosen]
             rr.update(qvec, M, chosen, rewards, tokens=cost, budget=budget)
-        rows.append(
-            TaskRow(
-                tid=task.tid,
-                task_class=task.task_class,
-                success=reading.success,
-                tokens=sum(cost[i] for i in chosen),
-                served=len(chosen),
-                stale_in_context=reading.stale_in_context,
-                gold_served=reading.gold_served,
-                distracted=reading.distracted,
-                guessed=reading.guessed,
-                historical=task.as_of is not None,
-                critical=task.critical,
-                search_ms=round(search_ms, 4),
-                served_fids=tuple(f.fid for f in served),
-            )
-        )
+        rows.append(TaskRow.of(task, reading, served, tokens=sum(cost[i] for i in chosen), search_ms=search_ms))
     false_inv, missed = _invalidation_errors(mem, world, fact_of)
-    states = {s.value: n for s, n in ((s, len(mem.list(s))) for s in State) if n}
-    return rows, states, false_inv, missed
+    return rows, lifecycle_states(mem), false_inv, missed

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from evals.reader import ReaderParams, read
+from evals.reader import ReaderParams, Reading, read
 from evals.systems import System
 from evals.world import DAY, Fact, Task, World
 from remem_agent import ReMem, State
@@ -52,6 +52,30 @@ class TaskRow:
     critical: bool
     search_ms: float
     served_fids: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, task: Task, reading: Reading, served: Sequence[Fact], *, tokens: int, search_ms: float) -> TaskRow:
+        """The row of one answered task (shared by every runner, e.g. the RMM baseline)."""
+        return cls(
+            tid=task.tid,
+            task_class=task.task_class,
+            success=reading.success,
+            tokens=tokens,
+            served=len(served),
+            stale_in_context=reading.stale_in_context,
+            gold_served=reading.gold_served,
+            distracted=reading.distracted,
+            guessed=reading.guessed,
+            historical=task.as_of is not None,
+            critical=task.critical,
+            search_ms=round(search_ms, 4),
+            served_fids=tuple(f.fid for f in served),
+        )
+
+
+def lifecycle_states(mem: ReMem) -> dict[str, int]:
+    """How many memories are in each (non-empty) lifecycle state."""
+    return {s.value: n for s, n in ((s, len(mem.list(s))) for s in State) if n}
 
 
 @dataclass
@@ -259,26 +283,9 @@ def _run(
             )
         if system.prune == "frequency" and len(rows) % PRUNE_EVERY == PRUNE_EVERY - 1:
             counters["pruned"] += frequency_prune(mem, protect_after=task.t - PRUNE_EVERY * DAY / 8)
-        rows.append(
-            TaskRow(
-                tid=task.tid,
-                task_class=task.task_class,
-                success=reading.success,
-                tokens=res.tokens,
-                served=len(res.items),
-                stale_in_context=reading.stale_in_context,
-                gold_served=reading.gold_served,
-                distracted=reading.distracted,
-                guessed=reading.guessed,
-                historical=task.as_of is not None,
-                critical=task.critical,
-                search_ms=round(search_ms, 4),
-                served_fids=tuple(f.fid for f in served),
-            )
-        )
+        rows.append(TaskRow.of(task, reading, served, tokens=res.tokens, search_ms=search_ms))
     false_inv, missed = _invalidation_errors(mem, world, fact_of)
-    states = {s.value: n for s, n in ((s, len(mem.list(s))) for s in State) if n}
-    return rows, states, false_inv, missed, counters
+    return rows, lifecycle_states(mem), false_inv, missed, counters
 
 
 PRUNE_EVERY = 50  # tasks between two passes of the frequency-prune control
