@@ -263,17 +263,24 @@ def _per_family(records: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, A
     return out
 
 
-def _family_table(records: Sequence[dict[str, Any]], families: Sequence[str], tags: Sequence[str]) -> list[str]:
-    lines = [
-        "| family | tasks | success | " + " | ".join(t.replace("_", " ") for t in tags) + " |",
-        "| --- | --- | --- | " + " | ".join("---" for _ in tags) + " |",
-    ]
+def _family_groups(
+    records: Sequence[dict[str, Any]], families: Sequence[str]
+) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(family, its records) per family present, then all core families together."""
     fam = _per_family(records)
     core = [r for f in families if f in CORE_FAMILIES for r in fam.get(f, [])]
     rows = [(f, fam[f]) for f in families if f in fam]
     if core:
         rows.append(("**core families**", core))
-    for name, rs in rows:
+    return rows
+
+
+def _family_table(records: Sequence[dict[str, Any]], families: Sequence[str], tags: Sequence[str]) -> list[str]:
+    lines = [
+        "| family | tasks | success | " + " | ".join(t.replace("_", " ") for t in tags) + " |",
+        "| --- | --- | --- | " + " | ".join("---" for _ in tags) + " |",
+    ]
+    for name, rs in _family_groups(records, families):
         c = tag_counts(rs)
         cells = [str(len(rs)), _pct(c["success"], len(rs)), *(_pct(c[t], len(rs)) for t in tags)]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -285,12 +292,7 @@ def _cause_table(records: Sequence[dict[str, Any]], families: Sequence[str]) -> 
         "| family | failures | " + " | ".join(c.replace("_", " ") for c in CAUSES) + " |",
         "| --- | --- | " + " | ".join("---" for _ in CAUSES) + " |",
     ]
-    fam = _per_family(records)
-    core = [r for f in families if f in CORE_FAMILIES for r in fam.get(f, [])]
-    rows = [(f, fam[f]) for f in families if f in fam]
-    if core:
-        rows.append(("**core families**", core))
-    for name, rs in rows:
+    for name, rs in _family_groups(records, families):
         fails = [r for r in rs if not r["success"]]
         c = Counter(r["cause"] for r in fails)
         lines.append(f"| {name} | {len(fails)} | " + " | ".join(_pct(c[x], len(fails)) for x in CAUSES) + " |")
