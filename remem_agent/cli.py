@@ -1,4 +1,7 @@
-"""The ``remem`` command line: ``demo``, ``verify STORE``, ``stats STORE``, ``dashboard STORE``, ``ledger STORE``."""
+"""The ``remem`` command line: ``demo``, ``verify``, ``stats``, ``dashboard``, ``ledger`` and ``migrate``.
+
+STORE is a store folder (SQLite) or a ``postgresql://`` URL everywhere.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +9,15 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
+from typing import Any
 
-from remem_agent.errors import RememError, UserInputError
-from remem_agent.store.sqlite import LEDGER_FILE, SQLiteStore
+from remem_agent.errors import RememError
+from remem_agent.store.base import open_store
 
 
-def _open_store(path: str) -> SQLiteStore:
-    """Open an existing ledger without needing its embedder (verify/stats read the ledger only)."""
-    folder = Path(path).expanduser()
-    if not (folder / LEDGER_FILE).is_file():
-        raise UserInputError(f"{folder} is not a remem store (no {LEDGER_FILE})")
-    return SQLiteStore(folder)
+def _open_store(location: str) -> Any:
+    """Open an existing ledger (folder or postgresql:// URL) without needing its embedder."""
+    return open_store(location, create=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -45,6 +45,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_dash.add_argument("-o", "--output", default="memory.html", help="HTML file to write (default: memory.html)")
     p_dash.add_argument("--title", help="page title")
 
+    p_migrate = sub.add_parser(
+        "migrate", help="copy a store with its full history into another (e.g. a folder into postgresql://...)"
+    )
+    p_migrate.add_argument("source", help="store folder or postgresql:// URL to copy from (not modified)")
+    p_migrate.add_argument("target", help="postgresql:// URL or new folder to copy into (must be empty)")
+
     from remem_agent.viz.ledger_cli import add_ledger_parser
 
     add_ledger_parser(sub)
@@ -62,6 +68,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             out = write_dashboard(args.store, args.output, title=args.title)
             print(f"wrote {out}")
             return 0
+        if args.cmd == "migrate":
+            from remem_agent.store.copy import copy_store
+
+            report = copy_store(args.source, args.target)
+            print(json.dumps(report, indent=2))
+            return 0 if report["verify_ok"] else 1
         if args.cmd == "ledger":
             from remem_agent.viz.ledger_cli import run_ledger
 

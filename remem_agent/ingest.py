@@ -20,7 +20,7 @@ from remem_agent._time import now as wall_now
 from remem_agent.errors import UserInputError
 from remem_agent.lifecycle import LifecycleEvent
 from remem_agent.staleness import StalenessPolicy, additive_wording, normalise, normalise_key, update_wording
-from remem_agent.store.sqlite import SQLiteTx
+from remem_agent.store.sql import LedgerTx
 from remem_agent.tokens import count_tokens
 from remem_agent.types import ROLES, Memory, Role, State
 
@@ -159,7 +159,7 @@ def validate_fact(item: MemoryInput | Mapping[str, Any] | str, pos: int = 0) -> 
     )
 
 
-def insert_fact(tx: SQLiteTx, c: CleanFact, vec: np.ndarray, warn: list[str], staleness: StalenessPolicy) -> str:
+def insert_fact(tx: LedgerTx, c: CleanFact, vec: np.ndarray, warn: list[str], staleness: StalenessPolicy) -> str:
     """Write one fact; apply supersession, restatement and backdating rules. Returns the memory id."""
     current: list[Memory] = []
     if c.role == "state" and c.entity is not None and c.attribute is not None:

@@ -49,7 +49,8 @@ from remem_agent.ranking.utility import HeuristicUtility, SimilarityUtility, Uti
 from remem_agent.retention import RetentionPolicy
 from remem_agent.select import select
 from remem_agent.staleness import StalenessPolicy
-from remem_agent.store.sqlite import SQLiteStore, SQLiteTx
+from remem_agent.store.base import Store, VectorSearch, open_store
+from remem_agent.store.sql import LedgerTx
 from remem_agent.types import (
     ALL_TASKS,
     OUTCOME_SOURCES,
@@ -138,7 +139,10 @@ class RememConfig:
 
 
 class ReMem:
-    """A memory store in a folder. Reopening the folder restores everything.
+    """A memory store in a folder (SQLite) or a PostgreSQL database (a ``postgresql://`` URL).
+
+    Reopening the folder or URL restores everything; several processes (and, with PostgreSQL,
+    several machines) can share one store.
 
     >>> mem = ReMem("my_memory")
     >>> mem.add("Our server is in east-1.", entity="server", attribute="region")
@@ -167,8 +171,9 @@ class ReMem:
         self.embedder = embedder
         self.config = config or RememConfig()
         self.utility: UtilityModel = utility or self.config.make_utility()
-        self.store = SQLiteStore(path, synchronous=synchronous)
-        self.path = self.store.folder
+        self.store: Store = open_store(path, synchronous=synchronous)
+        # A folder for SQLite; the URL without its password for PostgreSQL.
+        self.path: Path | str = getattr(self.store, "folder", None) or self.store.location
         stored_name = self.store.set_meta_default("embedder", embedder.name)
         stored_dim = int(self.store.set_meta_default("dim", str(embedder.dim)))
         if stored_name != embedder.name or stored_dim != embedder.dim:
@@ -185,8 +190,15 @@ class ReMem:
             raise UserInputError(
                 f"store {self.path} uses supersession mode {mode!r}; got {self.config.staleness.mode!r}"
             )
-        self.index: IndexBackend = backend if backend is not None else FlatIndex(self.dim)
-        if len(self.index) != 0:
+        self.store.bind_dimension(self.dim)
+        # Candidate generation: the caller's backend, else the ledger's own vector index (pgvector),
+        # else an exact in-process flat index built from the ledger and kept in sync by sequence number.
+        native = self.store.vector_search() if backend is None else None
+        self._index_synced_by_ledger = native is not None
+        self.index: IndexBackend | VectorSearch = (
+            native if native is not None else backend if backend is not None else FlatIndex(self.dim)
+        )
+        if backend is not None and len(backend) != 0:
             self.store.close()
             raise UserInputError("backend must be empty: ReMem fills it from the ledger")
         self._index_seq = 0
@@ -207,6 +219,9 @@ class ReMem:
 
     def _sync_index(self) -> None:
         """Bring the index up to date with the ledger (new rows from this or other processes)."""
+        if self._index_synced_by_ledger:
+            return
+        assert isinstance(self.index, IndexBackend)
         with self._index_lock:
             if self.store.max_seq() <= self._index_seq:
                 return
@@ -239,11 +254,15 @@ class ReMem:
         vecs = check_vectors(
             self.embedder.embed([c.text for c in clean]), len(clean), self.dim, source=self.embedder.name
         )
-        ids: list[str] = []
-        pending_warnings: list[str] = []
-        with self.store.write() as tx:
+
+        def insert_all(tx: LedgerTx) -> tuple[list[str], list[str]]:
+            ids: list[str] = []
+            warned: list[str] = []  # fresh per attempt: a retried transaction must not warn twice
             for c, vec in zip(clean, vecs, strict=True):
-                ids.append(insert_fact(tx, c, vec, pending_warnings, self.config.staleness))
+                ids.append(insert_fact(tx, c, vec, warned, self.config.staleness))
+            return ids, warned
+
+        ids, pending_warnings = self.store.transact(insert_all)
         for msg in pending_warnings:
             warnings.warn(msg, UserWarning, stacklevel=3)
         self._sync_index()
@@ -384,26 +403,24 @@ class ReMem:
                     )
                 )
         search_id = new_id("s")
-        with self.store.write() as tx:
-            tx.insert_search(
+        record = [
+            {"id": h.id, "rank": h.rank, "score": round(h.score, 6), "similarity": round(h.similarity, 6), "f": f}
+            for h, f in zip(served, served_features, strict=True)
+        ]
+        at_wall = wall_now()
+        self.store.transact(
+            lambda tx: tx.insert_search(
                 search_id,
-                at=wall_now(),
+                at=at_wall,
                 query=query,
                 task=task,
                 as_of=t_as_of,
                 now=t_now,
                 token_budget=token_budget,
-                served=[
-                    {
-                        "id": h.id,
-                        "rank": h.rank,
-                        "score": round(h.score, 6),
-                        "similarity": round(h.similarity, 6),
-                        "f": f,
-                    }
-                    for h, f in zip(served, served_features, strict=True)
-                ],
-            )
+                served=record,
+            ),
+            commutative=True,  # a new row and counter increments: concurrent searches commute
+        )
         return SearchResult(search_id, query, task, tuple(served), t_as_of, t_now, token_budget)
 
     def _pool(self, qvec: np.ndarray, k: int, at: float, *, historical: bool) -> tuple[list[Memory], np.ndarray]:
@@ -493,7 +510,8 @@ class ReMem:
         if replay is not None and success and policy.loo != "off":
             essential, calls = leave_one_out(served, policy.replay_candidates(served, cited, used), replay)
         at = wall_now()
-        with self.store.write() as tx:
+
+        def learn(tx: LedgerTx) -> FeedbackReceipt:
             if not tx.record_feedback(search_id, payload, at):  # another writer answered meanwhile
                 first = tx.search(search_id)
                 assert first is not None
@@ -511,15 +529,17 @@ class ReMem:
             if transitions:
                 mems = tx.memories(served)
             transitions += self.config.retention.after_feedback(tx, mems, tx.stats_all_classes(served), records, at=at)
-        return FeedbackReceipt(
-            search_id,
-            success,
-            {r.memory_id: r.credit for r in records},
-            {r.memory_id: r.blame for r in records},
-            tuple(transitions),
-            replay_calls=calls,
-            source=source,
-        )
+            return FeedbackReceipt(
+                search_id,
+                success,
+                {r.memory_id: r.credit for r in records},
+                {r.memory_id: r.blame for r in records},
+                tuple(transitions),
+                replay_calls=calls,
+                source=source,
+            )
+
+        return self.store.transact(learn)
 
     def _repeat(
         self,
@@ -527,7 +547,7 @@ class ReMem:
         first: Mapping[str, Any],
         payload: Mapping[str, Any],
         success: bool,
-        tx: SQLiteTx | None = None,
+        tx: LedgerTx | None = None,
     ) -> FeedbackReceipt:
         if dict(first) != dict(payload):
             raise FeedbackConflictError(search_id, f"first {dict(first)}, now {dict(payload)}")
@@ -536,11 +556,16 @@ class ReMem:
         with self.store.read() as rtx:
             return self._receipt_from_ledger(rtx, search_id, success, repeated=True)
 
-    def _receipt_from_ledger(self, tx: SQLiteTx, search_id: str, success: bool, *, repeated: bool) -> FeedbackReceipt:
-        rows = tx.c.execute(
-            "SELECT memory_id, credit, blame FROM credits WHERE search_id = ? ORDER BY seq", (search_id,)
-        ).fetchall()
-        return FeedbackReceipt(search_id, success, {r[0]: r[1] for r in rows}, {r[0]: r[2] for r in rows}, (), repeated)
+    def _receipt_from_ledger(self, tx: LedgerTx, search_id: str, success: bool, *, repeated: bool) -> FeedbackReceipt:
+        rows = tx.credits_for_search(search_id)
+        return FeedbackReceipt(
+            search_id,
+            success,
+            {r.memory_id: r.credit for r in rows},
+            {r.memory_id: r.blame for r in rows},
+            (),
+            repeated,
+        )
 
     # -- inspection -----------------------------------------------------------------------------
     def get(self, memory_id: str) -> Memory:

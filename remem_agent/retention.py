@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from remem_agent.lifecycle import LifecycleEvent
-from remem_agent.store.sqlite import SQLiteTx
+from remem_agent.store.sql import LedgerTx
 from remem_agent.tokens import count_tokens
 from remem_agent.types import ALL_TASKS, CreditRecord, Event, Memory, State, TaskStats
 
@@ -80,7 +80,7 @@ class RetentionPolicy:
 
     def after_feedback(
         self,
-        tx: SQLiteTx,
+        tx: LedgerTx,
         memories: Mapping[str, Memory],
         stats: Mapping[str, Mapping[str, TaskStats]],
         records: Sequence[CreditRecord],

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from remem_agent.lifecycle import LifecycleEvent
-from remem_agent.store.sqlite import SQLiteTx
+from remem_agent.store.sql import LedgerTx
 from remem_agent.types import CreditRecord, Event, Memory, State
 
 _UPDATE_PATTERNS = [
@@ -103,14 +103,14 @@ class StalenessPolicy:
     min_posterior: float = 0.6
     decay_half_life_days: float = 180.0
 
-    def supersedes_on_key(self, tx: SQLiteTx, attribute: str, wording: str | None) -> bool:
+    def supersedes_on_key(self, tx: LedgerTx, attribute: str, wording: str | None) -> bool:
         if self.mode == "key" or wording:
             return True
         info = tx.attributes([attribute]).get(attribute)
         return bool(info and info.single_valued)
 
     def after_feedback(
-        self, tx: SQLiteTx, memories: Mapping[str, Memory], records: Sequence[CreditRecord], *, at: float
+        self, tx: LedgerTx, memories: Mapping[str, Memory], records: Sequence[CreditRecord], *, at: float
     ) -> list[Event]:
         events: list[Event] = []
         for rec in records:
@@ -145,7 +145,7 @@ class StalenessPolicy:
                 tx.bump_attribute(m.attribute, counter=1)  # the older value still helped: not single-valued
         return events
 
-    def maybe_learn(self, tx: SQLiteTx, attribute: str, *, at: float) -> list[Event]:
+    def maybe_learn(self, tx: LedgerTx, attribute: str, *, at: float) -> list[Event]:
         """Mark ``attribute`` single-valued once the evidence suffices; supersede pending conflicts."""
         if self.mode != "learned":
             return []

@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 
 from remem_agent.errors import UserInputError
 from remem_agent.ranking.features import FEATURE_NAMES
-from remem_agent.store.sqlite import LEDGER_FILE, SQLiteStore
+from remem_agent.store.base import Store, is_postgres_url, open_store
 
 if TYPE_CHECKING:
     from remem_agent.memory import ReMem
@@ -112,26 +112,20 @@ def _check_names(stored: str | None, where: str) -> None:
         )
 
 
-def _read(store: SQLiteStore, group: str) -> TrainingSet:
-    where = str(store.path)
+def _read(store: Store, group: str) -> TrainingSet:
+    where = store.location
     _check_names(store.get_meta("feature_names"), where)
     d = len(FEATURE_NAMES)
     with store.read() as tx:
-        searches = tx.c.execute(
-            "SELECT search_id, served, feedback FROM searches WHERE feedback IS NOT NULL ORDER BY rowid"
-        ).fetchall()
-        credit_rows = tx.c.execute("SELECT search_id, memory_id, credit FROM credits ORDER BY seq").fetchall()
-    credit: dict[tuple[str, str], float] = {}
-    for sid, mid, cr in credit_rows:
-        credit[(sid, mid)] = float(cr)
+        searches = list(tx.answered_searches())
+        credit = {(sid, mid): cr for sid, mid, cr in tx.credit_values()}
     rows: list[list[float]] = []
     labels: list[int] = []
     sids: list[str] = []
     mids: list[str] = []
-    for sid, served_json, feedback_json in searches:
-        feedback: dict[str, Any] = json.loads(feedback_json)
+    for sid, served, feedback in searches:
         success = bool(feedback.get("success"))
-        for item in json.loads(served_json):
+        for item in served:
             f = item.get("f")
             if f is None:  # served before snapshots were recorded: nothing to learn from
                 continue
@@ -150,29 +144,34 @@ def _read(store: SQLiteStore, group: str) -> TrainingSet:
     return ts
 
 
-def training_rows(source: SQLiteStore | ReMem | str | Path, *, group: str | None = None) -> TrainingSet:
+def _group_name(store: Store) -> str:
+    folder = getattr(store, "folder", None)
+    return folder.name if isinstance(folder, Path) else store.location
+
+
+def training_rows(source: Store | ReMem | str | Path, *, group: str | None = None) -> TrainingSet:
     """Training rows from every answered search of one store.
 
-    ``source`` is a ``SQLiteStore``, a ``ReMem`` or a store folder (opened, read and closed again;
-    nothing is written to an existing ledger). ``group`` labels every row (default: the folder name).
-    Raises ``UserInputError`` when the snapshots were recorded with other features than
-    ``FEATURE_NAMES``, or when the folder holds no ledger.
+    ``source`` is a store (``SQLiteStore``/``PostgresStore``), a ``ReMem``, a store folder or a
+    ``postgresql://`` URL (opened, read and closed again; nothing is written to an existing ledger).
+    ``group`` labels every row (default: the folder name). Raises ``UserInputError`` when the
+    snapshots were recorded with other features than ``FEATURE_NAMES``, or when there is no ledger.
     """
-    if isinstance(source, SQLiteStore):
-        return _read(source, group if group is not None else source.folder.name)
-    store = getattr(source, "store", None)
-    if isinstance(store, SQLiteStore):  # a ReMem (duck-typed to keep this module free of import cycles)
-        return _read(store, group if group is not None else store.folder.name)
     if isinstance(source, str | Path):
-        folder = Path(source).expanduser()
-        if not (folder / LEDGER_FILE).is_file():
-            raise UserInputError(f"{folder} is not a remem-agent store (no {LEDGER_FILE})")
-        opened = SQLiteStore(folder)
+        if not is_postgres_url(source):
+            source = Path(source).expanduser()
         try:
-            return _read(opened, group if group is not None else folder.name)
+            opened: Store = open_store(source, create=False)
+        except UserInputError as exc:
+            raise UserInputError(f"{source} is not a remem-agent store: {exc}") from exc
+        try:
+            return _read(opened, group if group is not None else _group_name(opened))
         finally:
             opened.close()
-    raise UserInputError(f"expected a SQLiteStore, a ReMem or a store folder, got {type(source).__name__}")
+    store: Any = getattr(source, "store", source)  # a ReMem (duck-typed: no import cycle)
+    if callable(getattr(store, "read", None)) and isinstance(getattr(store, "location", None), str):
+        return _read(store, group if group is not None else _group_name(store))
+    raise UserInputError(f"expected a store, a ReMem, a store folder or URL, got {type(source).__name__}")
 
 
 def concat(sets: Sequence[TrainingSet]) -> TrainingSet:

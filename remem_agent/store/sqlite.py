@@ -14,15 +14,12 @@ Why these choices:
 
 from __future__ import annotations
 
-import json
-import random
 import sqlite3
 import threading
-import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -31,43 +28,16 @@ from remem_agent.errors import (
     SchemaVersionError,
     StoreBusyError,
     StoreError,
-    UnknownMemoryError,
     UserInputError,
 )
-from remem_agent.lifecycle import LifecycleEvent, next_state
+from remem_agent.store.base import StoreCommon, backoff_retry
 from remem_agent.store.migrations import LATEST, MIGRATIONS
-from remem_agent.types import ALL_TASKS, AttributeInfo, CreditRecord, Event, Memory, State, TaskStats
+from remem_agent.store.sql import LedgerTx
+from remem_agent.types import Memory
+
+T = TypeVar("T")
 
 LEDGER_FILE = "ledger.db"
-
-_MEM_COLS = (
-    "id, text, original_text, entity, attribute, role, tasks, created_at, valid_from, valid_to, "
-    "superseded_by, state, token_cost, confidence"
-)
-_STAT_COLS = "retrieved, shown, credited, wasted, blamed, credit_sum, blame_sum, last_retrieved_at, last_credited_at"
-_STAT_FIELDS = ("retrieved", "shown", "credited", "wasted", "blamed", "credit_sum", "blame_sum")
-
-
-_STATE_BY_VALUE: dict[str, State] = {s.value: s for s in State}
-
-
-def _row_to_memory(r: Sequence[Any]) -> Memory:
-    return Memory(
-        id=r[0],
-        text=r[1],
-        original_text=r[2],
-        entity=r[3],
-        attribute=r[4],
-        role=r[5],
-        tasks=() if r[6] == "[]" else tuple(json.loads(r[6])),
-        created_at=r[7],
-        valid_from=r[8],
-        valid_to=r[9],
-        superseded_by=r[10],
-        state=_STATE_BY_VALUE[r[11]],
-        token_cost=r[12],
-        confidence=r[13],
-    )
 
 
 class _RowCache:
@@ -75,7 +45,7 @@ class _RowCache:
 
     Valid while no other connection has committed (``PRAGMA data_version`` unchanged; this
     connection's own commits do not change it) and kept exact for this connection's own writes:
-    ``SQLiteTx.transition`` (the only statement that updates a memories row) drops the id, and a
+    ``LedgerTx.transition`` (the only statement that updates a memories row) drops the id, and a
     rolled-back write transaction drops everything.
     """
 
@@ -89,36 +59,41 @@ class _RowCache:
         self.data_version = -1
 
 
-def _row_to_event(r: Sequence[Any]) -> Event:
-    return Event(
-        seq=r[0],
-        memory_id=r[1],
-        at=r[2],
-        kind=r[3],
-        from_state=State(r[4]) if r[4] else None,
-        to_state=State(r[5]),
-        reason=r[6],
-        evidence=json.loads(r[7]),
-    )
-
-
-def _is_locked(exc: sqlite3.OperationalError) -> bool:
+def _is_locked(exc: BaseException) -> bool:
     msg = str(exc).lower()
-    return "locked" in msg or "busy" in msg
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in msg or "busy" in msg)
 
 
-class SQLiteTx:
-    """Reads and writes inside one open transaction (obtained from ``SQLiteStore.write/read``)."""
+class SQLiteTx(LedgerTx):
+    """The SQLite dialect of ``LedgerTx``: embeddings as float32 blobs, a row cache for the hot path."""
+
+    dialect = "sqlite"
+    search_order = "rowid"
 
     def __init__(self, conn: sqlite3.Connection, cache: _RowCache | None = None) -> None:
         self.c = conn
         self._cache = cache
 
-    # -- memories -------------------------------------------------------------------------------
+    def run(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Cursor:
+        return self.c.execute(sql, args)
+
+    def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.c.executemany(sql, rows)
+
+    def dump_vector(self, vec: NDArray[np.float32]) -> bytes:
+        return np.ascontiguousarray(vec, dtype=np.float32).tobytes()
+
+    def load_vector(self, value: Any) -> NDArray[np.float32]:
+        return np.frombuffer(value, dtype=np.float32)
+
+    def forget_row(self, memory_id: str) -> None:
+        if self._cache is not None:
+            self._cache.rows.pop(memory_id, None)
+
     def memories(self, ids: Sequence[str]) -> dict[str, Memory]:
         cache = self._cache
         if cache is None:
-            return self._memories_sql(ids)
+            return super().memories(ids)
         # Read the version before the rows: the rows are then at least as new as the stamp.
         dv = self.c.execute("PRAGMA data_version").fetchone()[0]
         if dv != cache.data_version:
@@ -127,312 +102,14 @@ class SQLiteTx:
         rows = cache.rows
         missing = [i for i in ids if i not in rows]
         if missing:
-            fetched = self._memories_sql(missing)
+            fetched = super().memories(missing)
             if len(rows) + len(fetched) > cache.max_items:
                 rows.clear()
             rows.update(fetched)
         return {i: rows[i] for i in ids if i in rows}
 
-    def _memories_sql(self, ids: Sequence[str]) -> dict[str, Memory]:
-        out: dict[str, Memory] = {}
-        ids = list(ids)
-        for start in range(0, len(ids), 900):
-            chunk = ids[start : start + 900]
-            q = f"SELECT {_MEM_COLS} FROM memories WHERE id IN ({','.join('?' * len(chunk))})"
-            for r in self.c.execute(q, chunk):
-                m = _row_to_memory(r)
-                out[m.id] = m
-        return out
 
-    def memory(self, memory_id: str) -> Memory:
-        r = self.c.execute(f"SELECT {_MEM_COLS} FROM memories WHERE id = ?", (memory_id,)).fetchone()
-        if r is None:
-            raise UnknownMemoryError(memory_id)
-        return _row_to_memory(r)
-
-    def current_for_key(self, entity: str, attribute: str) -> list[Memory]:
-        """Role-'state' facts with this key that are not invalidated, oldest first."""
-        rows = self.c.execute(
-            f"SELECT {_MEM_COLS} FROM memories WHERE entity = ? AND attribute = ? AND role = 'state' "
-            "AND state != 'INVALIDATED' ORDER BY valid_from, seq",
-            (entity, attribute),
-        )
-        return [_row_to_memory(r) for r in rows]
-
-    def insert_memory(self, m: Memory, embedding: NDArray[np.float32], *, reason: str, at: float) -> Event:
-        """Insert a new memory in ACTIVE and log its ``add`` event."""
-        state = next_state(None, LifecycleEvent.ADD, memory_id=m.id)
-        self.c.execute(
-            "INSERT INTO memories (id, text, original_text, entity, attribute, role, tasks, created_at, "
-            "valid_from, valid_to, superseded_by, state, token_cost, confidence, embedding) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                m.id,
-                m.text,
-                m.original_text,
-                m.entity,
-                m.attribute,
-                m.role,
-                json.dumps(list(m.tasks)),
-                m.created_at,
-                m.valid_from,
-                m.valid_to,
-                m.superseded_by,
-                state.value,
-                m.token_cost,
-                m.confidence,
-                np.ascontiguousarray(embedding, dtype=np.float32).tobytes(),
-            ),
-        )
-        return self._append_event(m.id, at, LifecycleEvent.ADD, None, state, reason, {})
-
-    def transition(
-        self,
-        memory_id: str,
-        event: LifecycleEvent,
-        *,
-        reason: str,
-        at: float,
-        evidence: Mapping[str, Any] | None = None,
-        updates: Mapping[str, Any] | None = None,
-    ) -> Event:
-        """Apply a lifecycle event: checks legality, updates the row, appends the event."""
-        cur = self.c.execute("SELECT state FROM memories WHERE id = ?", (memory_id,)).fetchone()
-        if cur is None:
-            raise UnknownMemoryError(memory_id)
-        from_state = State(cur[0])
-        to_state = next_state(from_state, event, memory_id=memory_id)
-        fields = dict(updates or {})
-        allowed = {"valid_to", "superseded_by", "text", "token_cost", "confidence"}
-        if not set(fields) <= allowed:
-            raise StoreError(f"transition may not update {sorted(set(fields) - allowed)}")
-        fields["state"] = to_state.value
-        assignments = ", ".join(f"{k} = ?" for k in fields)
-        self.c.execute(f"UPDATE memories SET {assignments} WHERE id = ?", (*fields.values(), memory_id))
-        if self._cache is not None:
-            self._cache.rows.pop(memory_id, None)
-        return self._append_event(memory_id, at, event, from_state, to_state, reason, dict(evidence or {}))
-
-    def _append_event(
-        self,
-        memory_id: str,
-        at: float,
-        event: LifecycleEvent,
-        from_state: State | None,
-        to_state: State,
-        reason: str,
-        evidence: Mapping[str, Any],
-    ) -> Event:
-        ev_json = json.dumps(evidence, sort_keys=True, default=str)
-        cur = self.c.execute(
-            "INSERT INTO events (memory_id, at, kind, from_state, to_state, reason, evidence) VALUES (?,?,?,?,?,?,?)",
-            (memory_id, at, event.value, from_state.value if from_state else None, to_state.value, reason, ev_json),
-        )
-        seq = cur.lastrowid
-        assert seq is not None
-        return Event(seq, memory_id, at, event.value, from_state, to_state, reason, json.loads(ev_json))
-
-    def events(self, memory_id: str) -> list[Event]:
-        rows = self.c.execute(
-            "SELECT seq, memory_id, at, kind, from_state, to_state, reason, evidence FROM events "
-            "WHERE memory_id = ? ORDER BY seq",
-            (memory_id,),
-        )
-        return [_row_to_event(r) for r in rows]
-
-    def supersedes(self, memory_id: str) -> list[str]:
-        rows = self.c.execute("SELECT id FROM memories WHERE superseded_by = ? ORDER BY seq", (memory_id,))
-        return [r[0] for r in rows]
-
-    def list_memories(
-        self, state: State | None = None, role: str | None = None, limit: int | None = None, offset: int = 0
-    ) -> list[Memory]:
-        where, args = [], []
-        if state is not None:
-            where.append("state = ?")
-            args.append(state.value)
-        if role is not None:
-            where.append("role = ?")
-            args.append(role)
-        q = f"SELECT {_MEM_COLS} FROM memories"
-        if where:
-            q += " WHERE " + " AND ".join(where)
-        q += " ORDER BY seq LIMIT ? OFFSET ?"
-        return [_row_to_memory(r) for r in self.c.execute(q, (*args, -1 if limit is None else limit, offset))]
-
-    # -- searches and feedback ------------------------------------------------------------------
-    def insert_search(
-        self,
-        search_id: str,
-        *,
-        at: float,
-        query: str,
-        task: str | None,
-        as_of: float | None,
-        now: float | None,
-        token_budget: int | None,
-        served: Sequence[Mapping[str, Any]],
-    ) -> None:
-        self.c.execute(
-            "INSERT INTO searches (search_id, at, query, task, as_of, now, token_budget, served) "
-            "VALUES (?,?,?,?,?,?,?,?)",
-            (search_id, at, query, task, as_of, now, token_budget, json.dumps(list(served))),
-        )
-        tasks = _task_rows(task)
-        rows = [(s["id"], t, at) for s in served for t in tasks]
-        self.c.executemany(
-            "INSERT INTO stats (memory_id, task, retrieved, last_retrieved_at) VALUES (?,?,1,?) "
-            "ON CONFLICT (memory_id, task) DO UPDATE SET retrieved = retrieved + 1, "
-            "last_retrieved_at = excluded.last_retrieved_at",
-            rows,
-        )
-
-    def search(self, search_id: str) -> dict[str, Any] | None:
-        r = self.c.execute(
-            "SELECT search_id, at, query, task, as_of, now, token_budget, served, feedback, feedback_at "
-            "FROM searches WHERE search_id = ?",
-            (search_id,),
-        ).fetchone()
-        if r is None:
-            return None
-        return {
-            "search_id": r[0],
-            "at": r[1],
-            "query": r[2],
-            "task": r[3],
-            "as_of": r[4],
-            "now": r[5],
-            "token_budget": r[6],
-            "served": json.loads(r[7]),
-            "feedback": json.loads(r[8]) if r[8] is not None else None,
-            "feedback_at": r[9],
-        }
-
-    def record_feedback(self, search_id: str, payload: Mapping[str, Any], at: float) -> bool:
-        """Mark a search as answered; False when another writer got there first."""
-        cur = self.c.execute(
-            "UPDATE searches SET feedback = ?, feedback_at = ? WHERE search_id = ? AND feedback IS NULL",
-            (json.dumps(payload, sort_keys=True), at, search_id),
-        )
-        return cur.rowcount == 1
-
-    def insert_credits(self, records: Iterable[CreditRecord]) -> None:
-        """Append credit rows and fold them into the per-class aggregates."""
-        recs = list(records)
-        self.c.executemany(
-            "INSERT INTO credits (search_id, memory_id, task, at, success, cited, used, credit, blame) "
-            "VALUES (?,?,?,?,?,?,?,?,?)",
-            [
-                (r.search_id, r.memory_id, r.task, r.at, int(r.success), int(r.cited), int(r.used), r.credit, r.blame)
-                for r in recs
-            ],
-        )
-        rows = []
-        for r in recs:
-            credited = 1 if r.credit > 0 else 0
-            blamed = 1 if r.blame > 0 else 0
-            wasted = 1 if (r.credit == 0 and r.blame == 0) else 0
-            last_credit = r.at if credited else None
-            for t in _task_rows(r.task):
-                rows.append((r.memory_id, t, credited, wasted, blamed, r.credit, r.blame, last_credit))
-        self.c.executemany(
-            "INSERT INTO stats (memory_id, task, shown, credited, wasted, blamed, credit_sum, blame_sum, "
-            "last_credited_at) VALUES (?,?,1,?,?,?,?,?,?) "
-            "ON CONFLICT (memory_id, task) DO UPDATE SET shown = shown + 1, "
-            "credited = credited + excluded.credited, wasted = wasted + excluded.wasted, "
-            "blamed = blamed + excluded.blamed, credit_sum = credit_sum + excluded.credit_sum, "
-            "blame_sum = blame_sum + excluded.blame_sum, "
-            "last_credited_at = COALESCE(excluded.last_credited_at, last_credited_at)",
-            rows,
-        )
-
-    def credits_for(self, memory_id: str) -> list[CreditRecord]:
-        rows = self.c.execute(
-            "SELECT search_id, memory_id, task, at, success, cited, used, credit, blame FROM credits "
-            "WHERE memory_id = ? ORDER BY seq",
-            (memory_id,),
-        )
-        return [CreditRecord(r[0], r[1], r[2], r[3], bool(r[4]), bool(r[5]), bool(r[6]), r[7], r[8]) for r in rows]
-
-    def stats(self, ids: Sequence[str], tasks: Sequence[str] = (ALL_TASKS,)) -> dict[tuple[str, str], TaskStats]:
-        out: dict[tuple[str, str], TaskStats] = {}
-        ids = list(ids)
-        for start in range(0, len(ids), 900):
-            chunk = ids[start : start + 900]
-            q = (
-                f"SELECT memory_id, task, {_STAT_COLS} FROM stats WHERE memory_id IN "
-                f"({','.join('?' * len(chunk))}) AND task IN ({','.join('?' * len(tasks))})"
-            )
-            for r in self.c.execute(q, (*chunk, *tasks)):
-                out[(r[0], r[1])] = TaskStats(r[1], *r[2:])
-        return out
-
-    def all_stats(self, memory_id: str) -> dict[str, TaskStats]:
-        rows = self.c.execute(f"SELECT task, {_STAT_COLS} FROM stats WHERE memory_id = ?", (memory_id,))
-        return {r[0]: TaskStats(r[0], *r[1:]) for r in rows}
-
-    # -- attributes (learned schema, change counts) --------------------------------------------
-    def attributes(self, names: Sequence[str]) -> dict[str, AttributeInfo]:
-        names = sorted(set(names))
-        if not names:
-            return {}
-        rows = self.c.execute(
-            "SELECT attribute, changes, confirmations, counter, single_valued, decided_at FROM attributes "
-            f"WHERE attribute IN ({','.join('?' * len(names))})",
-            names,
-        )
-        return {r[0]: AttributeInfo(r[0], r[1], r[2], r[3], bool(r[4]), r[5]) for r in rows}
-
-    def bump_attribute(self, name: str, *, changes: int = 0, confirmations: int = 0, counter: int = 0) -> None:
-        self.c.execute(
-            "INSERT INTO attributes (attribute, changes, confirmations, counter) VALUES (?,?,?,?) "
-            "ON CONFLICT (attribute) DO UPDATE SET changes = changes + excluded.changes, "
-            "confirmations = confirmations + excluded.confirmations, counter = counter + excluded.counter",
-            (name, changes, confirmations, counter),
-        )
-
-    def mark_single_valued(self, name: str, at: float) -> None:
-        self.c.execute("UPDATE attributes SET single_valued = 1, decided_at = ? WHERE attribute = ?", (at, name))
-
-    def current_keys(self, attribute: str) -> list[str]:
-        """Entities with more than one current role-'state' fact for ``attribute`` (pending conflicts)."""
-        rows = self.c.execute(
-            "SELECT entity FROM memories WHERE attribute = ? AND role = 'state' AND entity IS NOT NULL "
-            "AND state != 'INVALIDATED' GROUP BY entity HAVING COUNT(*) > 1 ORDER BY entity",
-            (attribute,),
-        )
-        return [r[0] for r in rows]
-
-    def key_summary(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, float]]:
-        """For each key: (number of current state facts, latest valid_from among them)."""
-        keys = sorted(set(keys))
-        out: dict[tuple[str, str], tuple[int, float]] = {}
-        for start in range(0, len(keys), 400):
-            chunk = keys[start : start + 400]
-            cond = " OR ".join("(entity = ? AND attribute = ?)" for _ in chunk)
-            q = (
-                "SELECT entity, attribute, COUNT(*), MAX(valid_from) FROM memories WHERE role = 'state' "
-                f"AND state != 'INVALIDATED' AND ({cond}) GROUP BY entity, attribute"
-            )
-            for r in self.c.execute(q, [v for k in chunk for v in k]):
-                out[(r[0], r[1])] = (int(r[2]), float(r[3]))
-        return out
-
-    def stats_all_classes(self, ids: Sequence[str]) -> dict[str, dict[str, TaskStats]]:
-        out: dict[str, dict[str, TaskStats]] = {i: {} for i in ids}
-        if not ids:
-            return out
-        q = f"SELECT memory_id, task, {_STAT_COLS} FROM stats WHERE memory_id IN ({','.join('?' * len(ids))})"
-        for r in self.c.execute(q, list(ids)):
-            out[r[0]][r[1]] = TaskStats(r[1], *r[2:])
-        return out
-
-
-def _task_rows(task: str | None) -> tuple[str, ...]:
-    return (ALL_TASKS,) if task is None or task == ALL_TASKS else (ALL_TASKS, task)
-
-
-class SQLiteStore:
+class SQLiteStore(StoreCommon):
     """The SQLite ledger of one store folder."""
 
     def __init__(
@@ -494,19 +171,13 @@ class SQLiteStore:
                 tx.c.execute(f"PRAGMA user_version = {number}")
 
     # -- transactions ---------------------------------------------------------------------------
-    def _retry(self, fn: Any) -> Any:
-        deadline = time.monotonic() + self._lock_retry_s
-        delay = 0.005
-        while True:
-            try:
-                return fn()
-            except sqlite3.OperationalError as exc:
-                if not _is_locked(exc) or time.monotonic() > deadline:
-                    if _is_locked(exc):
-                        raise StoreBusyError(f"ledger {self.path} stayed locked: {exc}") from exc
-                    raise
-                time.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, 0.5)
+    def _retry(self, fn: Callable[[], T]) -> T:
+        return backoff_retry(
+            fn,
+            retryable=_is_locked,
+            deadline_s=self._lock_retry_s,
+            on_give_up=lambda exc: StoreBusyError(f"ledger {self.path} stayed locked: {exc}"),
+        )
 
     @contextmanager
     def write(self) -> Iterator[SQLiteTx]:
@@ -530,6 +201,11 @@ class SQLiteStore:
                 self._rollback()
                 raise
 
+    def transact(self, fn: Callable[[LedgerTx], T], *, commutative: bool = False) -> T:
+        """Run ``fn`` in one write transaction (SQLite has one writer at a time, so it runs once)."""
+        with self.write() as tx:
+            return fn(tx)
+
     def _rollback(self) -> None:
         self._row_cache.clear()  # rows read or changed inside the aborted transaction may be stale
         # SQLite may already have rolled back by itself (disk full, I/O error): only roll back what is open.
@@ -547,58 +223,25 @@ class SQLiteStore:
                 if self._conn.in_transaction:
                     self._conn.execute("COMMIT")
 
-    # -- meta -----------------------------------------------------------------------------------
-    def get_meta(self, key: str) -> str | None:
-        with self.read() as tx:
-            r = tx.c.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return None if r is None else str(r[0])
+    # -- the store seam ---------------------------------------------------------------------------
+    @property
+    def location(self) -> str:
+        return str(self.folder)
 
-    def set_meta_default(self, key: str, value: str) -> str:
-        """Store ``value`` under ``key`` unless one is already stored; return the stored one."""
-        with self.write() as tx:
-            tx.c.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)", (key, value))
-            return str(tx.c.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()[0])
+    def bind_dimension(self, dim: int) -> None:
+        """Nothing to do: embeddings are blobs, and the in-process index is built from them."""
 
-    # -- bulk reads -----------------------------------------------------------------------------
-    def max_seq(self) -> int:
+    def vector_search(self) -> None:
+        return None
+
+    def integrity_problems(self) -> list[str]:
         with self._lock:
-            r = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM memories").fetchone()
-        return int(r[0])
+            rows = self._conn.execute("PRAGMA integrity_check").fetchall()
+        return [f"sqlite integrity_check: {msg}" for (msg,) in rows if msg != "ok"]
 
-    def embeddings_after(self, seq: int, dim: int) -> tuple[int, list[str], NDArray[np.float32]]:
-        """Embeddings of memories inserted after ``seq``, for (re)building an index."""
-        with self.read() as tx:
-            rows = tx.c.execute("SELECT seq, id, embedding FROM memories WHERE seq > ? ORDER BY seq", (seq,)).fetchall()
-        if not rows:
-            return seq, [], np.zeros((0, dim), dtype=np.float32)
-        mat = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), dim)
-        return int(rows[-1][0]), [r[1] for r in rows], mat
-
-    def counts(self) -> dict[str, Any]:
-        with self.read() as tx:
-            c = tx.c
-            by_state = dict(c.execute("SELECT state, COUNT(*) FROM memories GROUP BY state").fetchall())
-            by_role = dict(c.execute("SELECT role, COUNT(*) FROM memories GROUP BY role").fetchall())
-            return {
-                "memories": sum(by_state.values()),
-                "by_state": by_state,
-                "by_role": by_role,
-                "events": c.execute("SELECT COUNT(*) FROM events").fetchone()[0],
-                "searches": c.execute("SELECT COUNT(*) FROM searches").fetchone()[0],
-                "feedbacks": c.execute("SELECT COUNT(*) FROM searches WHERE feedback IS NOT NULL").fetchone()[0],
-                "tokens_active": c.execute(
-                    "SELECT COALESCE(SUM(token_cost), 0) FROM memories WHERE state != 'INVALIDATED' "
-                    "AND state != 'ARCHIVED'"
-                ).fetchone()[0],
-            }
-
-    # -- integrity ------------------------------------------------------------------------------
-    def verify(self, dim: int | None = None) -> list[str]:
-        """Check the ledger's invariants; return human-readable violations (empty = healthy)."""
-        from remem_agent.store.verify import verify_sqlite
-
-        with self.read() as tx:
-            return verify_sqlite(tx.c, dim)
+    def max_seq(self) -> int:
+        with self._lock:  # no transaction needed: one statement, called before every search
+            return int(self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM memories").fetchone()[0])
 
 
 def _split_sql(script: str) -> list[str]:

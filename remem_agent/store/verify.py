@@ -3,7 +3,8 @@
 Each check is a query that returns the offending rows, so a report names what is wrong rather than
 just failing. The invariants:
 
-1. SQLite's own ``integrity_check`` passes.
+1. The database's own consistency check passes (SQLite ``integrity_check``; PostgreSQL has none
+   that is cheap, its constraints and triggers are checked on every write).
 2. Every memory's event log replays through the state machine from ``add`` to its current state,
    with each event's ``from_state`` equal to the previous event's ``to_state``.
 3. A superseded memory is INVALIDATED, has ``valid_to >= valid_from`` and points at an existing memory.
@@ -15,32 +16,28 @@ just failing. The invariants:
 
 from __future__ import annotations
 
-import json
-import sqlite3
 from collections import defaultdict
 
 import numpy as np
 
 from remem_agent.errors import InvalidTransition
 from remem_agent.lifecycle import LifecycleEvent, next_state
+from remem_agent.store.sql import LedgerTx, from_json
 from remem_agent.types import ALL_TASKS, State
 
 _LIMIT = 50  # cap the rows reported per check
 
 
-def verify_sqlite(c: sqlite3.Connection, dim: int | None) -> list[str]:
-    problems: list[str] = []
-    for (msg,) in c.execute("PRAGMA integrity_check").fetchall():
-        if msg != "ok":
-            problems.append(f"sqlite integrity_check: {msg}")
+def verify_ledger(tx: LedgerTx, dim: int | None, problems: list[str] | None = None) -> list[str]:
+    """Check invariants 2-7 through ``tx`` (any backend); appends to and returns ``problems``."""
+    problems = [] if problems is None else problems
+    c = tx.run
 
     # 2. event replay
-    states = dict(c.execute("SELECT id, state FROM memories").fetchall())
+    states = dict(c("SELECT id, state FROM memories").fetchall())
     replay: dict[str, State | None] = {}
     seen_add: set[str] = set()
-    for mid, kind, frm, to in c.execute(
-        "SELECT memory_id, kind, from_state, to_state FROM events ORDER BY memory_id, seq"
-    ):
+    for mid, kind, frm, to in c("SELECT memory_id, kind, from_state, to_state FROM events ORDER BY memory_id, seq"):
         if mid not in states:
             problems.append(f"event for unknown memory {mid}")
             continue
@@ -65,7 +62,7 @@ def verify_sqlite(c: sqlite3.Connection, dim: int | None) -> list[str]:
             problems.append(f"{mid}: state {state} but its event log ends in {replay[mid]}")
 
     # 3. supersession links
-    for mid, state, vf, vt, sup, exists in c.execute(
+    for mid, state, vf, vt, sup, exists in c(
         "SELECT m.id, m.state, m.valid_from, m.valid_to, m.superseded_by, n.id FROM memories m "
         "LEFT JOIN memories n ON n.id = m.superseded_by WHERE m.superseded_by IS NOT NULL LIMIT ?",
         (_LIMIT * 100,),
@@ -78,10 +75,10 @@ def verify_sqlite(c: sqlite3.Connection, dim: int | None) -> list[str]:
             problems.append(f"{mid}: superseded but valid_to={vt} (valid_from={vf})")
 
     # 4. one current fact per key (in learned-schema mode only once the attribute is known single-valued)
-    mode_row = c.execute("SELECT value FROM meta WHERE key = 'supersession'").fetchone()
+    mode_row = c("SELECT value FROM meta WHERE key = 'supersession'").fetchone()
     learned = mode_row is not None and mode_row[0] == "learned"
-    single = {r[0] for r in c.execute("SELECT attribute FROM attributes WHERE single_valued = 1")}
-    for ent, attr, n in c.execute(
+    single = {r[0] for r in c("SELECT attribute FROM attributes WHERE single_valued = 1")}
+    for ent, attr, n in c(
         "SELECT entity, attribute, COUNT(*) FROM memories WHERE role = 'state' AND entity IS NOT NULL "
         "AND attribute IS NOT NULL AND state != 'INVALIDATED' GROUP BY entity, attribute HAVING COUNT(*) > 1 "
         "LIMIT ?",
@@ -93,15 +90,16 @@ def verify_sqlite(c: sqlite3.Connection, dim: int | None) -> list[str]:
 
     # 5. embeddings
     if dim is not None:
-        for mid, blob in c.execute("SELECT id, embedding FROM memories"):
-            if len(blob) != dim * 4:
-                problems.append(f"{mid}: embedding has {len(blob) // 4} floats, store dim is {dim}")
-            elif not np.isfinite(np.frombuffer(blob, dtype=np.float32)).all():
+        for mid, raw in c("SELECT id, embedding FROM memories"):
+            vec = tx.load_vector(raw)
+            if vec.shape != (dim,):
+                problems.append(f"{mid}: embedding has {vec.size} floats, store dim is {dim}")
+            elif not np.isfinite(vec).all():
                 problems.append(f"{mid}: embedding is not finite")
 
     # 6. aggregates == sums of credits
     sums: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0, 0, 0, 0.0, 0.0])
-    for mid, task, credit, blame in c.execute("SELECT memory_id, task, credit, blame FROM credits"):
+    for mid, task, credit, blame in c("SELECT memory_id, task, credit, blame FROM credits"):
         keys = [(mid, ALL_TASKS)] + ([(mid, task)] if task not in (None, ALL_TASKS) else [])
         for key in keys:
             s = sums[key]
@@ -111,7 +109,7 @@ def verify_sqlite(c: sqlite3.Connection, dim: int | None) -> list[str]:
             s[3] += blame > 0
             s[4] += credit
             s[5] += blame
-    stat_rows = c.execute(
+    stat_rows = c(
         "SELECT memory_id, task, shown, credited, wasted, blamed, credit_sum, blame_sum FROM stats"
     ).fetchall()
     seen_keys = set()
@@ -127,11 +125,13 @@ def verify_sqlite(c: sqlite3.Connection, dim: int | None) -> list[str]:
 
     # 6b. retrieval counters == how often the searches served each memory
     served_counts: dict[tuple[str, str], int] = defaultdict(int)
-    for task, mid in c.execute("SELECT s.task, json_extract(j.value, '$.id') FROM searches s, json_each(s.served) j"):
-        served_counts[(mid, ALL_TASKS)] += 1
-        if task not in (None, ALL_TASKS):
-            served_counts[(mid, task)] += 1
-    for mid, task, retrieved in c.execute("SELECT memory_id, task, retrieved FROM stats"):
+    for task, served in c("SELECT task, served FROM searches"):
+        for item in from_json(served):
+            mid = item["id"]
+            served_counts[(mid, ALL_TASKS)] += 1
+            if task not in (None, ALL_TASKS):
+                served_counts[(mid, task)] += 1
+    for mid, task, retrieved in c("SELECT memory_id, task, retrieved FROM stats"):
         if retrieved != served_counts.get((mid, task), 0):
             problems.append(
                 f"stats ({mid}, {task}) retrieved={retrieved} but searches served it "
@@ -139,9 +139,9 @@ def verify_sqlite(c: sqlite3.Connection, dim: int | None) -> list[str]:
             )
 
     # 7. answered searches have one credit row per served memory
-    credit_counts = dict(c.execute("SELECT search_id, COUNT(*) FROM credits GROUP BY search_id").fetchall())
-    for sid, served, fb in c.execute("SELECT search_id, served, feedback FROM searches"):
-        n_served = len(json.loads(served))
+    credit_counts = dict(c("SELECT search_id, COUNT(*) FROM credits GROUP BY search_id").fetchall())
+    for sid, served, fb in c("SELECT search_id, served, feedback FROM searches"):
+        n_served = len(from_json(served))
         got = credit_counts.pop(sid, 0)
         if fb is not None and got != n_served:
             problems.append(f"search {sid}: {n_served} served but {got} credit rows")

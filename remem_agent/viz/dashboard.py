@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from remem_agent.store.sqlite import _MEM_COLS, _STAT_COLS, SQLiteStore, _row_to_event, _row_to_memory
+from remem_agent.store.base import Store
 from remem_agent.types import ALL_TASKS, Event, Memory, State, TaskStats
 
 STATE_ORDER: tuple[State, ...] = tuple(State)
@@ -80,26 +80,14 @@ class LedgerSnapshot:
         return sorted({t for r in self.rows for t in r.task_classes})
 
 
-def load_snapshot(store: SQLiteStore) -> LedgerSnapshot:
+def load_snapshot(store: Store) -> LedgerSnapshot:
     """Read every memory, its per-class statistics, its events and its supersession links (one snapshot)."""
     with store.read() as tx:
-        c = tx.c
-        mems = [_row_to_memory(r) for r in c.execute(f"SELECT {_MEM_COLS} FROM memories ORDER BY seq")]
-        stats: dict[str, dict[str, TaskStats]] = {m.id: {} for m in mems}
-        for r in c.execute(f"SELECT memory_id, task, {_STAT_COLS} FROM stats"):
-            stats.setdefault(r[0], {})[r[1]] = TaskStats(r[1], *r[2:])
-        events = [
-            _row_to_event(r)
-            for r in c.execute(
-                "SELECT seq, memory_id, at, kind, from_state, to_state, reason, evidence FROM events ORDER BY seq"
-            )
-        ]
-        searches, feedbacks = c.execute("SELECT COUNT(*), COUNT(feedback) FROM searches").fetchone()
-        meta = {
-            k: (None if r is None else str(r[0]))
-            for k in ("embedder", "dim", "supersession")
-            for r in [c.execute("SELECT value FROM meta WHERE key = ?", (k,)).fetchone()]
-        }
+        mems = tx.list_memories()
+        stats: dict[str, dict[str, TaskStats]] = tx.stats_all_classes([m.id for m in mems])
+        events = tx.all_events()
+        searches, feedbacks = tx.search_counts()
+        meta = {k: tx.get_meta(k) for k in ("embedder", "dim", "supersession")}
     by_mem: dict[str, list[Event]] = {m.id: [] for m in mems}
     for ev in events:
         by_mem.setdefault(ev.memory_id, []).append(ev)
@@ -121,7 +109,7 @@ def load_snapshot(store: SQLiteStore) -> LedgerSnapshot:
         "feedbacks": feedbacks,
         "tokens_active": sum(m.token_cost for m in mems if m.state not in (State.INVALIDATED, State.ARCHIVED)),
     }
-    return LedgerSnapshot(str(store.folder), rows, tuple(events), counts, meta)
+    return LedgerSnapshot(store.location, rows, tuple(events), counts, meta)
 
 
 # -- plots ---------------------------------------------------------------------------------------
@@ -443,16 +431,21 @@ def render_dashboard(snap: LedgerSnapshot, *, title: str = "remem memory dashboa
     )
 
 
+def _short_name(location: str) -> str:
+    """The folder name of a SQLite store, the database name of a PostgreSQL URL."""
+    return location.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1] or location
+
+
 def write_dashboard(store_path: str | Path, out: str | Path, *, title: str | None = None) -> Path:
     """Render the dashboard of the store at ``store_path`` into ``out`` (read only; no embedder needed)."""
-    from remem_agent.cli import _open_store
+    from remem_agent.store.base import open_store
 
-    store = _open_store(str(store_path))
+    store = open_store(store_path if isinstance(store_path, Path) else str(store_path), create=False)
     try:
         snap = load_snapshot(store)
     finally:
         store.close()
-    page = render_dashboard(snap, title=title or f"remem dashboard — {Path(snap.folder).name}")
+    page = render_dashboard(snap, title=title or f"remem dashboard — {_short_name(snap.folder)}")
     target = Path(out).expanduser()
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(page, encoding="utf-8")

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from remem_agent.errors import UserInputError
-from remem_agent.store.sqlite import SQLiteStore
+from remem_agent.store.base import Store
 from remem_agent.types import ALL_TASKS, ROLES, CreditRecord, Event, Memory, State, TaskStats
 from remem_agent.viz.dashboard import fmt_time
 
@@ -122,7 +122,7 @@ def _key(m: Memory) -> str:
     return f"{m.entity or '-'}.{m.attribute or '-'}"
 
 
-def cmd_list(store: SQLiteStore, state: str | None, role: str | None, task: str | None, as_json: bool) -> int:
+def cmd_list(store: Store, state: str | None, role: str | None, task: str | None, as_json: bool) -> int:
     st: State | None = None
     if state is not None:
         try:
@@ -167,7 +167,7 @@ def cmd_list(store: SQLiteStore, state: str | None, role: str | None, task: str 
     return 0
 
 
-def cmd_show(store: SQLiteStore, memory_id: str, as_json: bool) -> int:
+def cmd_show(store: Store, memory_id: str, as_json: bool) -> int:
     with store.read() as tx:
         m = tx.memory(memory_id)
         stats = tx.all_stats(memory_id)
@@ -241,7 +241,7 @@ def _print_events(events: Sequence[Event]) -> None:
     print(table(["SEQ", "AT (UTC)", "EVENT", "FROM -> TO", "REASON"], rows, right=(0,)))
 
 
-def cmd_history(store: SQLiteStore, memory_id: str, as_json: bool) -> int:
+def cmd_history(store: Store, memory_id: str, as_json: bool) -> int:
     with store.read() as tx:
         tx.memory(memory_id)  # UnknownMemoryError for an unknown id
         events = tx.events(memory_id)
@@ -252,7 +252,7 @@ def cmd_history(store: SQLiteStore, memory_id: str, as_json: bool) -> int:
     return 0
 
 
-def cmd_verify(store: SQLiteStore, as_json: bool) -> int:
+def cmd_verify(store: Store, as_json: bool) -> int:
     dim = store.get_meta("dim")
     problems = store.verify(int(dim) if dim else None)
     counts = store.counts()
@@ -266,7 +266,7 @@ def cmd_verify(store: SQLiteStore, as_json: bool) -> int:
     return 0 if not problems else 1
 
 
-def run_ledger(args: argparse.Namespace, open_store: Callable[[str], SQLiteStore]) -> int:
+def run_ledger(args: argparse.Namespace, open_store: Callable[[str], Store]) -> int:
     """Dispatch ``remem ledger``; RememError propagates (the caller prints it and exits 2)."""
     if not args.list and (args.state or args.role or args.task):
         raise UserInputError("--state, --role and --task go with --list")

@@ -1,0 +1,183 @@
+"""The store seam: what a ledger backend provides, and how a location picks one.
+
+Two backends implement it: ``SQLiteStore`` (a folder, the embedded default) and ``PostgresStore``
+(a ``postgresql://`` URL: one memory shared by many processes and machines). Everything above the
+store (ingest, ranking, credit, lifecycle, the middleware) talks to a ``Store`` and the
+``LedgerTx`` objects it hands out, never to a database driver.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from remem_agent.store.sql import LedgerTx
+
+T = TypeVar("T")
+
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+@runtime_checkable
+class VectorSearch(Protocol):
+    """Candidate generation served by the ledger itself (e.g. pgvector's HNSW index)."""
+
+    def candidates(self, query: NDArray[np.float32], k: int) -> tuple[list[str], NDArray[np.float32]]: ...
+
+    def __len__(self) -> int: ...
+
+
+class Store(Protocol):
+    """A ledger backend. Writes go through ``transact``; ``write``/``read`` open one transaction."""
+
+    @property
+    def location(self) -> str:
+        """Where the ledger lives, safe to print (no password)."""
+        ...
+
+    @property
+    def schema_version(self) -> int: ...
+
+    def transact(self, fn: Callable[[LedgerTx], T], *, commutative: bool = False) -> T:
+        """Run ``fn`` in one write transaction, all or nothing, and return its result.
+
+        ``fn`` may run more than once (a backend retries on serialization conflicts), so it must
+        have no effects outside the transaction. ``commutative=True`` declares that ``fn`` only
+        appends rows and increments counters, so concurrent runs cannot conflict in meaning and a
+        backend may use a cheaper isolation level.
+        """
+        ...
+
+    def write(self) -> AbstractContextManager[LedgerTx]: ...
+
+    def read(self) -> AbstractContextManager[LedgerTx]: ...
+
+    def close(self) -> None: ...
+
+    def bind_dimension(self, dim: int) -> None:
+        """Called once the embedding width is known (PostgreSQL types its vector column and indexes it)."""
+        ...
+
+    def vector_search(self) -> VectorSearch | None:
+        """The ledger's own candidate generator, or None when an in-process index is needed."""
+        ...
+
+    def integrity_problems(self) -> list[str]:
+        """The database engine's own consistency check (invariant 1 of ``verify``)."""
+        ...
+
+    # Provided by StoreCommon for every backend:
+    def get_meta(self, key: str) -> str | None: ...
+
+    def set_meta_default(self, key: str, value: str) -> str: ...
+
+    def max_seq(self) -> int: ...
+
+    def embeddings_after(self, seq: int, dim: int) -> tuple[int, list[str], NDArray[np.float32]]: ...
+
+    def counts(self) -> dict[str, Any]: ...
+
+    def verify(self, dim: int | None = None) -> list[str]: ...
+
+
+class StoreCommon:
+    """Store methods that are the same for every backend (they only use ``read``/``write``)."""
+
+    read: Callable[[], AbstractContextManager[LedgerTx]]
+    write: Callable[[], AbstractContextManager[LedgerTx]]
+
+    def integrity_problems(self) -> list[str]:
+        return []
+
+    def get_meta(self, key: str) -> str | None:
+        with self.read() as tx:
+            return tx.get_meta(key)
+
+    def set_meta_default(self, key: str, value: str) -> str:
+        """Store ``value`` under ``key`` unless one is already stored; return the stored one."""
+        with self.write() as tx:
+            return tx.set_meta_default(key, value)
+
+    def max_seq(self) -> int:
+        with self.read() as tx:
+            return tx.max_seq()
+
+    def embeddings_after(self, seq: int, dim: int) -> tuple[int, list[str], NDArray[np.float32]]:
+        with self.read() as tx:
+            return tx.embeddings_after(seq, dim)
+
+    def counts(self) -> dict[str, Any]:
+        with self.read() as tx:
+            return tx.counts()
+
+    def verify(self, dim: int | None = None) -> list[str]:
+        """Check the ledger's invariants; return human-readable violations (empty = healthy)."""
+        from remem_agent.store.verify import verify_ledger
+
+        problems = self.integrity_problems()
+        with self.read() as tx:
+            return verify_ledger(tx, dim, problems)
+
+
+def backoff_retry(
+    fn: Callable[[], T],
+    *,
+    retryable: Callable[[BaseException], bool],
+    deadline_s: float,
+    on_give_up: Callable[[BaseException], BaseException],
+) -> T:
+    """Call ``fn`` until it succeeds, retrying errors that ``retryable`` accepts with jittered backoff."""
+    deadline = time.monotonic() + deadline_s
+    delay = 0.005
+    while True:
+        try:
+            return fn()
+        except Exception as exc:
+            if not retryable(exc):
+                raise
+            if time.monotonic() > deadline:
+                raise on_give_up(exc) from exc
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.5)
+
+
+def is_postgres_url(location: object) -> bool:
+    return isinstance(location, str) and location.startswith(POSTGRES_SCHEMES)
+
+
+def open_store(location: str | Path, *, create: bool = True, **options: Any) -> Any:
+    """A folder path opens (or creates) the SQLite ledger; a ``postgresql://`` URL the PostgreSQL one.
+
+    ``create=False`` refuses to create a new ledger (for read-only tools such as ``remem verify``).
+    """
+    if is_postgres_url(location):
+        from remem_agent.store.postgres import PostgresStore
+
+        pg_opts = {k: v for k, v in options.items() if k != "synchronous"}
+        return PostgresStore(str(location), create=create, **pg_opts)
+    from remem_agent.store.sqlite import LEDGER_FILE, SQLiteStore
+
+    folder = Path(location).expanduser()
+    if not create and not (folder / LEDGER_FILE).is_file():
+        from remem_agent.errors import UserInputError
+
+        raise UserInputError(f"{folder} is not a remem store (no {LEDGER_FILE})")
+    return SQLiteStore(folder, **options)
+
+
+def iter_chunks(it: Iterator[T], n: int) -> Iterator[list[T]]:
+    buf: list[T] = []
+    for x in it:
+        buf.append(x)
+        if len(buf) >= n:
+            yield buf
+            buf = []
+    if buf:
+        yield buf

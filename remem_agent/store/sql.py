@@ -1,0 +1,566 @@
+"""The ledger's queries, written once for every SQL backend.
+
+``LedgerTx`` holds every read and write the library makes inside one transaction. The SQL is
+written in the common subset of SQLite and PostgreSQL with ``?`` placeholders; a backend's
+transaction class supplies only the dialect: how a statement runs, how an embedding is stored and
+read back, and whether a row read for update must be locked. Ranking, credit, lifecycle and the
+middleware see only these methods, so they never know which database they run on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from remem_agent.errors import StoreError, UnknownMemoryError
+from remem_agent.lifecycle import LifecycleEvent, next_state
+from remem_agent.types import ALL_TASKS, AttributeInfo, CreditRecord, Event, Memory, State, TaskStats
+
+MEM_COLS = (
+    "id, text, original_text, entity, attribute, role, tasks, created_at, valid_from, valid_to, "
+    "superseded_by, state, token_cost, confidence"
+)
+STAT_COLS = "retrieved, shown, credited, wasted, blamed, credit_sum, blame_sum, last_retrieved_at, last_credited_at"
+EVENT_COLS = "seq, memory_id, at, kind, from_state, to_state, reason, evidence"
+
+# Every ledger table with its columns, in dependency order: what `remem migrate` copies.
+TABLES: dict[str, tuple[str, ...]] = {
+    "meta": ("key", "value"),
+    "memories": (
+        "seq",
+        "id",
+        "text",
+        "original_text",
+        "entity",
+        "attribute",
+        "role",
+        "tasks",
+        "created_at",
+        "valid_from",
+        "valid_to",
+        "superseded_by",
+        "state",
+        "token_cost",
+        "confidence",
+        "embedding",
+    ),
+    "events": ("seq", "memory_id", "at", "kind", "from_state", "to_state", "reason", "evidence"),
+    "searches": (
+        "search_id",
+        "at",
+        "query",
+        "task",
+        "as_of",
+        "now",
+        "token_budget",
+        "served",
+        "feedback",
+        "feedback_at",
+    ),
+    "credits": ("seq", "search_id", "memory_id", "task", "at", "success", "cited", "used", "credit", "blame"),
+    "stats": (
+        "memory_id",
+        "task",
+        "retrieved",
+        "shown",
+        "credited",
+        "wasted",
+        "blamed",
+        "credit_sum",
+        "blame_sum",
+        "last_retrieved_at",
+        "last_credited_at",
+    ),
+    "attributes": ("attribute", "changes", "confirmations", "counter", "single_valued", "decided_at"),
+}
+JSON_COLUMNS = frozenset(
+    {("memories", "tasks"), ("events", "evidence"), ("searches", "served"), ("searches", "feedback")}
+)
+
+_STATE_BY_VALUE: dict[str, State] = {s.value: s for s in State}
+_CHUNK = 900  # ids per IN (...) list: below SQLite's default 999 host parameters
+
+
+def from_json(value: Any) -> Any:
+    """A JSON column as Python: SQLite returns text, PostgreSQL's jsonb arrives decoded."""
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def row_to_memory(r: Sequence[Any]) -> Memory:
+    tasks = r[6]
+    return Memory(
+        id=r[0],
+        text=r[1],
+        original_text=r[2],
+        entity=r[3],
+        attribute=r[4],
+        role=r[5],
+        tasks=() if tasks == "[]" else tuple(from_json(tasks)),
+        created_at=r[7],
+        valid_from=r[8],
+        valid_to=r[9],
+        superseded_by=r[10],
+        state=_STATE_BY_VALUE[r[11]],
+        token_cost=r[12],
+        confidence=r[13],
+    )
+
+
+def row_to_event(r: Sequence[Any]) -> Event:
+    return Event(
+        seq=r[0],
+        memory_id=r[1],
+        at=r[2],
+        kind=r[3],
+        from_state=State(r[4]) if r[4] else None,
+        to_state=State(r[5]),
+        reason=r[6],
+        evidence=from_json(r[7]),
+    )
+
+
+def task_rows(task: str | None) -> tuple[str, ...]:
+    """The statistics rows a search or credit of ``task`` updates: overall, and its class if named."""
+    return (ALL_TASKS,) if task is None or task == ALL_TASKS else (ALL_TASKS, task)
+
+
+def _marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
+class LedgerTx:
+    """Reads and writes inside one open transaction (from a store's ``read``/``write``/``transact``)."""
+
+    # -- dialect hooks (overridden by each backend) ---------------------------------------------
+    dialect: ClassVar[str] = "sql"
+    lock_suffix: ClassVar[str] = ""  # appended to a SELECT whose row is about to be updated
+    search_order: ClassVar[str] = "at"  # insertion order of the searches table
+
+    def run(self, sql: str, args: Sequence[Any] = ()) -> Any:
+        """Execute one statement; returns a cursor (``fetchone``/``fetchall``/iteration/``rowcount``)."""
+        raise NotImplementedError
+
+    def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        raise NotImplementedError
+
+    def dump_vector(self, vec: NDArray[np.float32]) -> Any:
+        """An embedding as the backend stores it."""
+        raise NotImplementedError
+
+    def load_vector(self, value: Any) -> NDArray[np.float32]:
+        """An embedding read back as a float32 vector."""
+        raise NotImplementedError
+
+    def forget_row(self, memory_id: str) -> None:
+        """Called after a memories row changed (a backend with a row cache drops it)."""
+
+    # -- memories -------------------------------------------------------------------------------
+    def memories(self, ids: Sequence[str]) -> dict[str, Memory]:
+        out: dict[str, Memory] = {}
+        ids = list(ids)
+        for start in range(0, len(ids), _CHUNK):
+            chunk = ids[start : start + _CHUNK]
+            for r in self.run(f"SELECT {MEM_COLS} FROM memories WHERE id IN ({_marks(len(chunk))})", chunk):
+                m = row_to_memory(r)
+                out[m.id] = m
+        return out
+
+    def memory(self, memory_id: str) -> Memory:
+        r = self.run(f"SELECT {MEM_COLS} FROM memories WHERE id = ?", (memory_id,)).fetchone()
+        if r is None:
+            raise UnknownMemoryError(memory_id)
+        return row_to_memory(r)
+
+    def current_for_key(self, entity: str, attribute: str) -> list[Memory]:
+        """Role-'state' facts with this key that are not invalidated, oldest first."""
+        rows = self.run(
+            f"SELECT {MEM_COLS} FROM memories WHERE entity = ? AND attribute = ? AND role = 'state' "
+            "AND state != 'INVALIDATED' ORDER BY valid_from, seq",
+            (entity, attribute),
+        )
+        return [row_to_memory(r) for r in rows]
+
+    def insert_memory(self, m: Memory, embedding: NDArray[np.float32], *, reason: str, at: float) -> Event:
+        """Insert a new memory in ACTIVE and log its ``add`` event."""
+        state = next_state(None, LifecycleEvent.ADD, memory_id=m.id)
+        self.run(
+            "INSERT INTO memories (id, text, original_text, entity, attribute, role, tasks, created_at, "
+            "valid_from, valid_to, superseded_by, state, token_cost, confidence, embedding) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                m.id,
+                m.text,
+                m.original_text,
+                m.entity,
+                m.attribute,
+                m.role,
+                json.dumps(list(m.tasks)),
+                m.created_at,
+                m.valid_from,
+                m.valid_to,
+                m.superseded_by,
+                state.value,
+                m.token_cost,
+                m.confidence,
+                self.dump_vector(embedding),
+            ),
+        )
+        return self._append_event(m.id, at, LifecycleEvent.ADD, None, state, reason, {})
+
+    def transition(
+        self,
+        memory_id: str,
+        event: LifecycleEvent,
+        *,
+        reason: str,
+        at: float,
+        evidence: Mapping[str, Any] | None = None,
+        updates: Mapping[str, Any] | None = None,
+    ) -> Event:
+        """Apply a lifecycle event: checks legality, updates the row, appends the event."""
+        cur = self.run(f"SELECT state FROM memories WHERE id = ?{self.lock_suffix}", (memory_id,)).fetchone()
+        if cur is None:
+            raise UnknownMemoryError(memory_id)
+        from_state = State(cur[0])
+        to_state = next_state(from_state, event, memory_id=memory_id)
+        fields = dict(updates or {})
+        allowed = {"valid_to", "superseded_by", "text", "token_cost", "confidence"}
+        if not set(fields) <= allowed:
+            raise StoreError(f"transition may not update {sorted(set(fields) - allowed)}")
+        fields["state"] = to_state.value
+        assignments = ", ".join(f"{k} = ?" for k in fields)
+        self.run(f"UPDATE memories SET {assignments} WHERE id = ?", (*fields.values(), memory_id))
+        self.forget_row(memory_id)
+        return self._append_event(memory_id, at, event, from_state, to_state, reason, dict(evidence or {}))
+
+    def _append_event(
+        self,
+        memory_id: str,
+        at: float,
+        event: LifecycleEvent,
+        from_state: State | None,
+        to_state: State,
+        reason: str,
+        evidence: Mapping[str, Any],
+    ) -> Event:
+        ev_json = json.dumps(evidence, sort_keys=True, default=str)
+        seq = self.run(
+            "INSERT INTO events (memory_id, at, kind, from_state, to_state, reason, evidence) "
+            "VALUES (?,?,?,?,?,?,?) RETURNING seq",
+            (memory_id, at, event.value, from_state.value if from_state else None, to_state.value, reason, ev_json),
+        ).fetchone()[0]
+        return Event(int(seq), memory_id, at, event.value, from_state, to_state, reason, json.loads(ev_json))
+
+    def events(self, memory_id: str) -> list[Event]:
+        rows = self.run(f"SELECT {EVENT_COLS} FROM events WHERE memory_id = ? ORDER BY seq", (memory_id,))
+        return [row_to_event(r) for r in rows]
+
+    def all_events(self) -> list[Event]:
+        return [row_to_event(r) for r in self.run(f"SELECT {EVENT_COLS} FROM events ORDER BY seq")]
+
+    def supersedes(self, memory_id: str) -> list[str]:
+        rows = self.run("SELECT id FROM memories WHERE superseded_by = ? ORDER BY seq", (memory_id,))
+        return [r[0] for r in rows]
+
+    def list_memories(
+        self, state: State | None = None, role: str | None = None, limit: int | None = None, offset: int = 0
+    ) -> list[Memory]:
+        where: list[str] = []
+        args: list[Any] = []
+        if state is not None:
+            where.append("state = ?")
+            args.append(state.value)
+        if role is not None:
+            where.append("role = ?")
+            args.append(role)
+        q = f"SELECT {MEM_COLS} FROM memories"
+        if where:
+            q += " WHERE " + " AND ".join(where)
+        q += " ORDER BY seq"
+        if limit is not None:
+            q += " LIMIT ?"
+            args.append(limit)
+        elif offset:
+            q += " LIMIT -1" if self.dialect == "sqlite" else ""
+        if offset:
+            q += " OFFSET ?"
+            args.append(offset)
+        return [row_to_memory(r) for r in self.run(q, args)]
+
+    # -- searches and feedback ------------------------------------------------------------------
+    def insert_search(
+        self,
+        search_id: str,
+        *,
+        at: float,
+        query: str,
+        task: str | None,
+        as_of: float | None,
+        now: float | None,
+        token_budget: int | None,
+        served: Sequence[Mapping[str, Any]],
+    ) -> None:
+        self.run(
+            "INSERT INTO searches (search_id, at, query, task, as_of, now, token_budget, served) "
+            "VALUES (?,?,?,?,?,?,?,?)",
+            (search_id, at, query, task, as_of, now, token_budget, json.dumps(list(served))),
+        )
+        tasks = task_rows(task)
+        rows = sorted((s["id"], t, at) for s in served for t in tasks)  # one lock order for every writer
+        if rows:
+            self.run_many(
+                "INSERT INTO stats (memory_id, task, retrieved, last_retrieved_at) VALUES (?,?,1,?) "
+                "ON CONFLICT (memory_id, task) DO UPDATE SET retrieved = stats.retrieved + 1, "
+                "last_retrieved_at = excluded.last_retrieved_at",
+                rows,
+            )
+
+    def search(self, search_id: str) -> dict[str, Any] | None:
+        r = self.run(
+            "SELECT search_id, at, query, task, as_of, now, token_budget, served, feedback, feedback_at "
+            "FROM searches WHERE search_id = ?",
+            (search_id,),
+        ).fetchone()
+        if r is None:
+            return None
+        return {
+            "search_id": r[0],
+            "at": r[1],
+            "query": r[2],
+            "task": r[3],
+            "as_of": r[4],
+            "now": r[5],
+            "token_budget": r[6],
+            "served": from_json(r[7]),
+            "feedback": from_json(r[8]) if r[8] is not None else None,
+            "feedback_at": r[9],
+        }
+
+    def answered_searches(self) -> Iterator[tuple[str, list[dict[str, Any]], dict[str, Any]]]:
+        """(search_id, served, feedback) of every answered search, in the order they were made."""
+        rows = self.run(
+            f"SELECT search_id, served, feedback FROM searches WHERE feedback IS NOT NULL ORDER BY {self.search_order}"
+        ).fetchall()
+        for sid, served, feedback in rows:
+            yield str(sid), from_json(served), from_json(feedback)
+
+    def search_counts(self) -> tuple[int, int]:
+        """(searches, answered searches)."""
+        r = self.run("SELECT COUNT(*), COUNT(feedback) FROM searches").fetchone()
+        return int(r[0]), int(r[1])
+
+    def record_feedback(self, search_id: str, payload: Mapping[str, Any], at: float) -> bool:
+        """Mark a search as answered; False when another writer got there first."""
+        cur = self.run(
+            "UPDATE searches SET feedback = ?, feedback_at = ? WHERE search_id = ? AND feedback IS NULL",
+            (json.dumps(payload, sort_keys=True), at, search_id),
+        )
+        return bool(cur.rowcount == 1)
+
+    def insert_credits(self, records: Iterable[CreditRecord]) -> None:
+        """Append credit rows and fold them into the per-class aggregates with SQL increments."""
+        recs = list(records)
+        if not recs:
+            return
+        self.run_many(
+            "INSERT INTO credits (search_id, memory_id, task, at, success, cited, used, credit, blame) "
+            "VALUES (?,?,?,?,?,?,?,?,?)",
+            [
+                (r.search_id, r.memory_id, r.task, r.at, int(r.success), int(r.cited), int(r.used), r.credit, r.blame)
+                for r in recs
+            ],
+        )
+        rows = []
+        for r in recs:
+            credited = 1 if r.credit > 0 else 0
+            blamed = 1 if r.blame > 0 else 0
+            wasted = 1 if (r.credit == 0 and r.blame == 0) else 0
+            last_credit = r.at if credited else None
+            for t in task_rows(r.task):
+                rows.append((r.memory_id, t, credited, wasted, blamed, r.credit, r.blame, last_credit))
+        rows.sort(key=lambda row: (row[0], row[1]))  # one lock order for every writer: no deadlocks
+        self.run_many(
+            "INSERT INTO stats (memory_id, task, shown, credited, wasted, blamed, credit_sum, blame_sum, "
+            "last_credited_at) VALUES (?,?,1,?,?,?,?,?,?) "
+            "ON CONFLICT (memory_id, task) DO UPDATE SET shown = stats.shown + 1, "
+            "credited = stats.credited + excluded.credited, wasted = stats.wasted + excluded.wasted, "
+            "blamed = stats.blamed + excluded.blamed, credit_sum = stats.credit_sum + excluded.credit_sum, "
+            "blame_sum = stats.blame_sum + excluded.blame_sum, "
+            "last_credited_at = COALESCE(excluded.last_credited_at, stats.last_credited_at)",
+            rows,
+        )
+
+    def _credit_rows(self, where: str, arg: str) -> list[CreditRecord]:
+        rows = self.run(
+            "SELECT search_id, memory_id, task, at, success, cited, used, credit, blame FROM credits "
+            f"WHERE {where} = ? ORDER BY seq",
+            (arg,),
+        )
+        return [CreditRecord(r[0], r[1], r[2], r[3], bool(r[4]), bool(r[5]), bool(r[6]), r[7], r[8]) for r in rows]
+
+    def credits_for(self, memory_id: str) -> list[CreditRecord]:
+        return self._credit_rows("memory_id", memory_id)
+
+    def credits_for_search(self, search_id: str) -> list[CreditRecord]:
+        return self._credit_rows("search_id", search_id)
+
+    def credit_values(self) -> Iterator[tuple[str, str, float]]:
+        """(search_id, memory_id, credit) of every credit row, oldest first."""
+        for sid, mid, cr in self.run("SELECT search_id, memory_id, credit FROM credits ORDER BY seq").fetchall():
+            yield str(sid), str(mid), float(cr)
+
+    def stats(self, ids: Sequence[str], tasks: Sequence[str] = (ALL_TASKS,)) -> dict[tuple[str, str], TaskStats]:
+        out: dict[tuple[str, str], TaskStats] = {}
+        ids = list(ids)
+        for start in range(0, len(ids), _CHUNK):
+            chunk = ids[start : start + _CHUNK]
+            q = (
+                f"SELECT memory_id, task, {STAT_COLS} FROM stats WHERE memory_id IN ({_marks(len(chunk))}) "
+                f"AND task IN ({_marks(len(tasks))})"
+            )
+            for r in self.run(q, (*chunk, *tasks)):
+                out[(r[0], r[1])] = TaskStats(r[1], *r[2:])
+        return out
+
+    def all_stats(self, memory_id: str) -> dict[str, TaskStats]:
+        rows = self.run(f"SELECT task, {STAT_COLS} FROM stats WHERE memory_id = ?", (memory_id,))
+        return {r[0]: TaskStats(r[0], *r[1:]) for r in rows}
+
+    def stats_all_classes(self, ids: Sequence[str]) -> dict[str, dict[str, TaskStats]]:
+        out: dict[str, dict[str, TaskStats]] = {i: {} for i in ids}
+        ids = list(ids)
+        for start in range(0, len(ids), _CHUNK):
+            chunk = ids[start : start + _CHUNK]
+            q = f"SELECT memory_id, task, {STAT_COLS} FROM stats WHERE memory_id IN ({_marks(len(chunk))})"
+            for r in self.run(q, chunk):
+                out[r[0]][r[1]] = TaskStats(r[1], *r[2:])
+        return out
+
+    # -- attributes (learned schema, change counts) --------------------------------------------
+    def attributes(self, names: Sequence[str]) -> dict[str, AttributeInfo]:
+        names = sorted(set(names))
+        if not names:
+            return {}
+        rows = self.run(
+            "SELECT attribute, changes, confirmations, counter, single_valued, decided_at FROM attributes "
+            f"WHERE attribute IN ({_marks(len(names))})",
+            names,
+        )
+        return {r[0]: AttributeInfo(r[0], r[1], r[2], r[3], bool(r[4]), r[5]) for r in rows}
+
+    def bump_attribute(self, name: str, *, changes: int = 0, confirmations: int = 0, counter: int = 0) -> None:
+        self.run(
+            "INSERT INTO attributes (attribute, changes, confirmations, counter) VALUES (?,?,?,?) "
+            "ON CONFLICT (attribute) DO UPDATE SET changes = attributes.changes + excluded.changes, "
+            "confirmations = attributes.confirmations + excluded.confirmations, "
+            "counter = attributes.counter + excluded.counter",
+            (name, changes, confirmations, counter),
+        )
+
+    def mark_single_valued(self, name: str, at: float) -> None:
+        self.run("UPDATE attributes SET single_valued = 1, decided_at = ? WHERE attribute = ?", (at, name))
+
+    def current_keys(self, attribute: str) -> list[str]:
+        """Entities with more than one current role-'state' fact for ``attribute`` (pending conflicts)."""
+        rows = self.run(
+            "SELECT entity FROM memories WHERE attribute = ? AND role = 'state' AND entity IS NOT NULL "
+            "AND state != 'INVALIDATED' GROUP BY entity HAVING COUNT(*) > 1 ORDER BY entity",
+            (attribute,),
+        )
+        return [r[0] for r in rows]
+
+    def key_summary(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, float]]:
+        """For each key: (number of current state facts, latest valid_from among them)."""
+        keys = sorted(set(keys))
+        out: dict[tuple[str, str], tuple[int, float]] = {}
+        for start in range(0, len(keys), 400):
+            chunk = keys[start : start + 400]
+            cond = " OR ".join("(entity = ? AND attribute = ?)" for _ in chunk)
+            q = (
+                "SELECT entity, attribute, COUNT(*), MAX(valid_from) FROM memories WHERE role = 'state' "
+                f"AND state != 'INVALIDATED' AND ({cond}) GROUP BY entity, attribute"
+            )
+            for r in self.run(q, [v for k in chunk for v in k]):
+                out[(r[0], r[1])] = (int(r[2]), float(r[3]))
+        return out
+
+    # -- meta, counts, bulk reads --------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        r = self.run("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if r is None else str(r[0])
+
+    def set_meta_default(self, key: str, value: str) -> str:
+        self.run("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING", (key, value))
+        return str(self.run("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()[0])
+
+    def max_seq(self) -> int:
+        return int(self.run("SELECT COALESCE(MAX(seq), 0) FROM memories").fetchone()[0])
+
+    def embeddings_after(self, seq: int, dim: int) -> tuple[int, list[str], NDArray[np.float32]]:
+        """Embeddings of memories inserted after ``seq``, for (re)building an in-process index."""
+        rows = self.run("SELECT seq, id, embedding FROM memories WHERE seq > ? ORDER BY seq", (seq,)).fetchall()
+        if not rows:
+            return seq, [], np.zeros((0, dim), dtype=np.float32)
+        mat = np.stack([self.load_vector(r[2]) for r in rows]).astype(np.float32, copy=False).reshape(len(rows), dim)
+        return int(rows[-1][0]), [r[1] for r in rows], mat
+
+    def counts(self) -> dict[str, Any]:
+        by_state = {str(k): int(v) for k, v in self.run("SELECT state, COUNT(*) FROM memories GROUP BY state")}
+        by_role = {str(k): int(v) for k, v in self.run("SELECT role, COUNT(*) FROM memories GROUP BY role")}
+        searches, feedbacks = self.search_counts()
+        return {
+            "memories": sum(by_state.values()),
+            "by_state": by_state,
+            "by_role": by_role,
+            "events": int(self.run("SELECT COUNT(*) FROM events").fetchone()[0]),
+            "searches": searches,
+            "feedbacks": feedbacks,
+            "tokens_active": int(
+                self.run(
+                    "SELECT COALESCE(SUM(token_cost), 0) FROM memories WHERE state != 'INVALIDATED' "
+                    "AND state != 'ARCHIVED'"
+                ).fetchone()[0]
+            ),
+        }
+
+    # -- whole-table copy (remem migrate) ------------------------------------------------------
+    def export_rows(self, table: str, batch: int = 2000) -> Iterator[list[tuple[Any, ...]]]:
+        """Every row of ``table`` as portable Python values (JSON decoded, embeddings as arrays)."""
+        cols = TABLES[table]
+        order = {"meta": "key", "searches": self.search_order, "stats": "memory_id, task", "attributes": "attribute"}
+        cur = self.run(f"SELECT {', '.join(cols)} FROM {table} ORDER BY {order.get(table, 'seq')}")
+        json_idx = [i for i, c in enumerate(cols) if (table, c) in JSON_COLUMNS]
+        vec_idx = cols.index("embedding") if table == "memories" else -1
+        while True:
+            rows = cur.fetchmany(batch)
+            if not rows:
+                return
+            out = []
+            for r in rows:
+                vals = list(r)
+                for i in json_idx:
+                    vals[i] = None if vals[i] is None else from_json(vals[i])
+                if vec_idx >= 0:
+                    vals[vec_idx] = self.load_vector(vals[vec_idx])
+                out.append(tuple(vals))
+            yield out
+
+    def import_rows(self, table: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Insert rows produced by ``export_rows`` (of any backend) verbatim, history included."""
+        cols = TABLES[table]
+        json_idx = [i for i, c in enumerate(cols) if (table, c) in JSON_COLUMNS]
+        vec_idx = cols.index("embedding") if table == "memories" else -1
+        enc = []
+        for r in rows:
+            vals = list(r)
+            for i in json_idx:
+                vals[i] = None if vals[i] is None else json.dumps(vals[i])
+            if vec_idx >= 0:
+                vals[vec_idx] = self.dump_vector(np.asarray(vals[vec_idx], dtype=np.float32))
+            enc.append(tuple(vals))
+        if enc:
+            self.run_many(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({_marks(len(cols))})", enc)
