@@ -13,7 +13,9 @@ one base class. The tree::
     ├── StoreError                              the ledger could not do its job
     │   ├── SchemaVersionError                  store written by a newer remem-agent
     │   ├── LedgerIntegrityError                verify() found violated invariants
-    │   └── StoreBusyError                      the database stayed locked past every retry
+    │   ├── StoreBusyError                      the database stayed locked (or in conflict) past every retry
+    │   ├── StoreConnectionError                PostgreSQL unreachable, wrong credentials, no such database
+    │   └── MissingExtensionError               PostgreSQL without the pgvector extension
     ├── ModelError                              a chat/embedding model call failed (status, body)
     │   └── ModelNotAvailableError (also ImportError)  a local model package is not installed
     └── OutputValidationError                   the model never produced a valid answer
@@ -132,7 +134,15 @@ class LedgerIntegrityError(StoreError):
 
 
 class StoreBusyError(StoreError):
-    """The database stayed locked by other writers past every retry."""
+    """The database stayed locked by other writers (or kept conflicting with them) past every retry."""
+
+
+class StoreConnectionError(StoreError):
+    """The ledger's database server could not be reached or refused the login; the message names the fix."""
+
+
+class MissingExtensionError(StoreError):
+    """The PostgreSQL database lacks the pgvector extension and this user cannot create it."""
 
 
 class ModelError(RememError):

@@ -220,6 +220,8 @@ def test_every_error_survives_pickling() -> None:
         E.SchemaVersionError(3, 2, "/tmp/x"),
         E.LedgerIntegrityError(["a", "b"]),
         E.StoreBusyError("locked"),
+        E.StoreConnectionError("unreachable"),
+        E.MissingExtensionError("no pgvector"),
         E.ModelError("429", status=429, body="slow", retryable=True, retry_after=2.0),
         E.ModelNotAvailableError("missing", status=None),
         E.OutputValidationError("no", attempts=3, last_raw="{", errors=["e"]),

@@ -158,6 +158,9 @@ class LedgerTx:
     def forget_row(self, memory_id: str) -> None:
         """Called after a memories row changed (a backend with a row cache drops it)."""
 
+    def after_import(self) -> None:
+        """Called after ``import_rows`` filled every table (a backend may advance its id sequences)."""
+
     # -- memories -------------------------------------------------------------------------------
     def memories(self, ids: Sequence[str]) -> dict[str, Memory]:
         out: dict[str, Memory] = {}

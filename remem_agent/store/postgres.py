@@ -1,0 +1,406 @@
+"""The shared ledger: PostgreSQL with pgvector, for several processes on several machines.
+
+Why these choices:
+
+* **Isolation.** Learning writes (``add``, ``feedback``) run at ``SERIALIZABLE``: PostgreSQL then
+  guarantees the result equals some one-at-a-time order, which is exactly what the SQLite ledger
+  gets from its single writer, so supersession, outcome statistics and lifecycle moves cannot be
+  lost or doubled by concurrent workers. A transaction that loses a conflict is rolled back and run
+  again (``transact``) with jittered backoff; that is why write bodies are closures without outside
+  effects. Search records only append a row and increment counters (commutative), so they run at
+  ``READ COMMITTED`` and never conflict. Reads see one ``REPEATABLE READ`` snapshot.
+* **Candidates** come from an HNSW index (cosine) on ``vector(dim)`` inside the database, so no
+  process holds a copy of the vectors and a memory added on one machine is found by all others at
+  once. ``hnsw.ef_search`` is raised to the requested pool size (pgvector returns at most
+  ef_search rows); pools above 1000 fall back to an exact scan.
+* **Connections** come from a ``psycopg_pool.ConnectionPool``; the async API runs these calls in
+  worker threads, so the pool size bounds concurrency per process.
+* **Errors** are mapped once, here: unreachable server and bad login -> ``StoreConnectionError``,
+  no pgvector -> ``MissingExtensionError``, newer schema -> ``SchemaVersionError``, conflicts that
+  outlast the retry budget -> ``StoreBusyError``; each message says what to do.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import struct
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+from numpy.typing import NDArray
+
+from remem_agent._extras import require
+from remem_agent.errors import (
+    MissingExtensionError,
+    SchemaVersionError,
+    StoreBusyError,
+    StoreConnectionError,
+    StoreError,
+    UserInputError,
+)
+from remem_agent.store.base import StoreCommon, backoff_retry
+from remem_agent.store.pg_migrations import LATEST, MIGRATIONS
+from remem_agent.store.sql import LedgerTx
+
+require("psycopg", "postgres", feature="the PostgreSQL store")
+require("psycopg_pool", "postgres", feature="the PostgreSQL store")
+
+import psycopg  # noqa: E402
+from psycopg import errors as pg_errors  # noqa: E402
+from psycopg.adapt import Dumper, Loader  # noqa: E402
+from psycopg.pq import Format  # noqa: E402
+from psycopg.types import TypeInfo  # noqa: E402
+from psycopg_pool import ConnectionPool, PoolTimeout  # noqa: E402
+
+log = logging.getLogger("remem_agent.store.postgres")
+T = TypeVar("T")
+
+_LEVELS = {
+    "SERIALIZABLE": psycopg.IsolationLevel.SERIALIZABLE,
+    "REPEATABLE READ": psycopg.IsolationLevel.REPEATABLE_READ,
+    "READ COMMITTED": psycopg.IsolationLevel.READ_COMMITTED,
+}
+HNSW_MAX_DIM = 2000  # pgvector 0.6 indexes `vector` columns up to 2000 dimensions
+EF_SEARCH_MAX = 1000  # pgvector's upper bound for hnsw.ef_search
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and ``location``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+# -- the vector type on the wire ---------------------------------------------------------------
+class _VectorDumper(Dumper):
+    """numpy float32 vector -> pgvector binary format (dim, unused, big-endian float32s)."""
+
+    format = Format.BINARY
+
+    def dump(self, obj: Any) -> bytes:
+        arr = np.asarray(obj, dtype=">f4").ravel()
+        return struct.pack(">HH", arr.size, 0) + arr.tobytes()
+
+
+class _VectorTextLoader(Loader):
+    format = Format.TEXT
+
+    def load(self, data: Any) -> NDArray[np.float32]:
+        text = bytes(data).decode("ascii").strip("[]")
+        return np.array(text.split(",") if text else [], dtype=np.float32)
+
+
+def _register_vector(conn: psycopg.Connection[Any]) -> None:
+    info = TypeInfo.fetch(conn, "vector")
+    if info is None:
+        raise MissingExtensionError("the vector type is not visible on this connection")
+    info.register(conn)
+    conn.adapters.register_dumper(np.ndarray, type("VectorDumper", (_VectorDumper,), {"oid": info.oid}))
+    conn.adapters.register_loader(info.oid, _VectorTextLoader)
+
+
+@functools.lru_cache(maxsize=512)
+def _pg(sql: str) -> str:
+    """The shared SQL's ``?`` placeholders in psycopg's ``%s`` style."""
+    return sql.replace("?", "%s")
+
+
+class PostgresTx(LedgerTx):
+    """The PostgreSQL dialect of ``LedgerTx``."""
+
+    dialect = "postgresql"
+    lock_suffix = " FOR UPDATE"
+    search_order = "seq"
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    def run(self, sql: str, args: Sequence[Any] = ()) -> Any:
+        return self.conn.execute(_pg(sql), list(args) if args else None)
+
+    def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        with self.conn.cursor() as cur:
+            cur.executemany(_pg(sql), rows)
+
+    def dump_vector(self, vec: NDArray[np.float32]) -> NDArray[np.float32]:
+        return np.asarray(vec, dtype=np.float32)
+
+    def load_vector(self, value: Any) -> NDArray[np.float32]:
+        return np.asarray(value, dtype=np.float32)
+
+    def after_import(self) -> None:
+        """Rows were copied with their sequence numbers: move the identity sequences past them."""
+        for table in ("memories", "events", "credits", "searches"):
+            self.run(
+                f"SELECT setval(pg_get_serial_sequence('{table}', 'seq'), COALESCE(MAX(seq), 1), "
+                f"MAX(seq) IS NOT NULL) FROM {table}"
+            )
+
+
+# -- error mapping -----------------------------------------------------------------------------
+def _connection_error(exc: BaseException, where: str) -> StoreError:
+    msg = str(exc).strip()
+    low = msg.lower()
+    if (
+        "password authentication failed" in low
+        or "no password supplied" in low
+        or ("role" in low and ("does not exist" in low))
+    ):
+        return StoreConnectionError(
+            f"PostgreSQL at {where} refused the login ({msg}); check the user and password in the URL "
+            "(or PGUSER/PGPASSWORD) and that the role exists"
+        )
+    if "database" in low and "does not exist" in low:
+        return StoreConnectionError(
+            f"PostgreSQL at {where}: {msg}; create it first (e.g. `createdb NAME`) or fix the database name in the URL"
+        )
+    return StoreConnectionError(
+        f"cannot reach PostgreSQL at {where} ({msg}); check host and port in the URL and that the server is running"
+    )
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    return isinstance(exc, StoreBusyError) and isinstance(
+        exc.__cause__, pg_errors.SerializationFailure | pg_errors.DeadlockDetected
+    )
+
+
+class PostgresStore(StoreCommon):
+    """The ledger in one PostgreSQL schema (default ``remem``), shared by every process that opens the URL."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str = "remem",
+        create: bool = True,
+        pool_size: int = 8,
+        connect_timeout_s: float = 10.0,
+        retry_s: float = 60.0,
+    ) -> None:
+        if not schema.isidentifier():
+            raise UserInputError(f"schema must be a plain identifier, got {schema!r}")
+        if not isinstance(pool_size, int) or pool_size < 1:
+            raise UserInputError("pool_size must be a positive integer")
+        self.url = url
+        self.schema = schema
+        self._where = redact(url)
+        self._retry_s = retry_s
+        self._connect_kwargs: dict[str, Any] = {"connect_timeout": max(1, int(connect_timeout_s))}
+        with self._connect() as conn:
+            search_path = self._prepare(conn, create=create)
+        self._search_path = search_path
+        self._pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={**self._connect_kwargs, "autocommit": True},
+            configure=self._configure,
+            timeout=connect_timeout_s,
+            open=False,
+            name=f"remem:{self._where}",
+        )
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout_s)
+        except PoolTimeout as exc:
+            raise StoreConnectionError(f"cannot open a connection pool to {self._where}: {exc}") from exc
+
+    # -- opening ---------------------------------------------------------------------------------
+    def _connect(self) -> psycopg.Connection[Any]:
+        try:
+            return psycopg.connect(self.url, autocommit=True, **self._connect_kwargs)
+        except psycopg.OperationalError as exc:
+            raise _connection_error(exc, self._where) from exc
+        except psycopg.ProgrammingError as exc:  # a malformed URL
+            raise UserInputError(f"invalid PostgreSQL URL {self._where}: {exc}") from exc
+
+    def _prepare(self, conn: psycopg.Connection[Any], *, create: bool) -> str:
+        """Check pgvector and the schema version, migrate if needed; returns the search_path to use."""
+        ext_schema = self._ensure_vector(conn)
+        exists = conn.execute(
+            "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'schema_migrations'",
+            (self.schema,),
+        ).fetchone()
+        if not exists and not create:
+            raise UserInputError(f"{self._where} holds no remem store (no schema {self.schema!r} with a ledger)")
+        search_path = f'"{self.schema}", "{ext_schema}"' if ext_schema != self.schema else f'"{self.schema}"'
+        try:
+            with conn.transaction():
+                # One migrator at a time across every process; the lock ends with the transaction.
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key("migrate", self.schema),))
+                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+                conn.execute(f"SET LOCAL search_path TO {search_path}")
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, at timestamptz)"
+                )
+                row = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()
+                version = int(row[0]) if row else 0
+                if version > LATEST:
+                    raise SchemaVersionError(version, LATEST, self._where)
+                for number, sql in MIGRATIONS:
+                    if number > version:
+                        conn.execute(sql)
+                        conn.execute("INSERT INTO schema_migrations VALUES (%s, now())", (number,))
+        except pg_errors.InsufficientPrivilege as exc:
+            raise StoreConnectionError(
+                f"the user of {self._where} may not create the ledger in schema {self.schema!r} ({exc}); "
+                f"grant it CREATE on the database, or let an administrator open the store once"
+            ) from exc
+        return search_path
+
+    def _ensure_vector(self, conn: psycopg.Connection[Any]) -> str:
+        row = conn.execute(
+            "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+            "WHERE e.extname = 'vector'"
+        ).fetchone()
+        if row:
+            return str(row[0])
+        try:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        except (pg_errors.UndefinedFile, pg_errors.FeatureNotSupported) as exc:
+            raise MissingExtensionError(
+                f"PostgreSQL at {self._where} does not have the pgvector extension installed ({exc}); "
+                "install pgvector on the server (https://github.com/pgvector/pgvector#installation), "
+                "then reopen the store"
+            ) from exc
+        except pg_errors.InsufficientPrivilege as exc:
+            raise MissingExtensionError(
+                f"the database at {self._where} lacks the pgvector extension and this user may not create it "
+                f"({exc}); ask an administrator to run CREATE EXTENSION vector; in that database"
+            ) from exc
+        row = conn.execute(
+            "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+            "WHERE e.extname = 'vector'"
+        ).fetchone()
+        assert row is not None
+        return str(row[0])
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(f"SET search_path TO {self._search_path}")
+        _register_vector(conn)
+
+    # -- the store seam ----------------------------------------------------------------------------
+    @property
+    def location(self) -> str:
+        return self._where
+
+    @property
+    def schema_version(self) -> int:
+        with self.read() as tx:
+            return int(tx.run("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0])
+
+    def close(self) -> None:
+        self._pool.close()
+
+    @contextmanager
+    def _tx(self, isolation: str, *, read_only: bool = False) -> Iterator[PostgresTx]:
+        try:
+            with self._pool.connection() as conn:
+                # Set on the idle connection, psycopg puts both into the BEGIN: no extra round trip.
+                conn.isolation_level = _LEVELS[isolation]
+                conn.read_only = read_only
+                with conn.transaction():
+                    yield PostgresTx(conn)
+        except (pg_errors.SerializationFailure, pg_errors.DeadlockDetected) as exc:
+            raise StoreBusyError(f"ledger {self._where}: concurrent transactions conflicted: {exc}") from exc
+        except PoolTimeout as exc:
+            raise StoreConnectionError(f"no connection to {self._where} became available: {exc}") from exc
+        except psycopg.OperationalError as exc:
+            raise _connection_error(exc, self._where) from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"ledger {self._where}: {exc}") from exc
+
+    @contextmanager
+    def write(self) -> Iterator[PostgresTx]:
+        """One SERIALIZABLE write transaction, not retried (use ``transact`` for automatic retries)."""
+        with self._tx("SERIALIZABLE") as tx:
+            yield tx
+
+    @contextmanager
+    def read(self) -> Iterator[PostgresTx]:
+        """A consistent snapshot (REPEATABLE READ, read only) for several queries."""
+        with self._tx("REPEATABLE READ", read_only=True) as tx:
+            yield tx
+
+    def transact(self, fn: Callable[[LedgerTx], T], *, commutative: bool = False) -> T:
+        """Run ``fn`` in a write transaction; rerun it when it lost a serialization conflict."""
+        level = "READ COMMITTED" if commutative else "SERIALIZABLE"
+
+        def attempt() -> T:
+            with self._tx(level) as tx:
+                return fn(tx)
+
+        return backoff_retry(
+            attempt,
+            retryable=_is_conflict,
+            deadline_s=self._retry_s,
+            on_give_up=lambda exc: StoreBusyError(f"ledger {self._where}: still conflicting after retries: {exc}"),
+        )
+
+    def bind_dimension(self, dim: int) -> None:
+        """Type the vector column as ``vector(dim)`` and build its HNSW index (once per store)."""
+
+        def bind(tx: LedgerTx) -> None:
+            assert isinstance(tx, PostgresTx)
+            tx.run("SELECT pg_advisory_xact_lock(?)", (_lock_key("bind", self.schema),))
+            typmod = tx.run(
+                "SELECT atttypmod FROM pg_attribute WHERE attrelid = 'memories'::regclass AND attname = 'embedding'"
+            ).fetchone()[0]
+            if typmod == dim:
+                return
+            if typmod not in (-1, None):
+                raise UserInputError(f"store {self._where} holds {typmod}-dimensional vectors, not {dim}")
+            tx.run(f"ALTER TABLE memories ALTER COLUMN embedding TYPE vector({int(dim)})")
+            if dim <= HNSW_MAX_DIM:
+                tx.run(
+                    "CREATE INDEX IF NOT EXISTS memories_embedding_hnsw ON memories "
+                    "USING hnsw (embedding vector_cosine_ops)"
+                )
+            else:
+                log.warning("dimension %d > %d: no HNSW index, searches scan exactly", dim, HNSW_MAX_DIM)
+
+        self.transact(bind)
+
+    def vector_search(self) -> PgVectorSearch:
+        return PgVectorSearch(self)
+
+    def candidates(self, query: NDArray[np.float32], k: int) -> tuple[list[str], NDArray[np.float32]]:
+        with self._tx("READ COMMITTED", read_only=True) as tx:
+            if k <= EF_SEARCH_MAX:
+                tx.run(f"SET LOCAL hnsw.ef_search = {max(40, int(k))}")
+            else:  # more than the HNSW index can return: scan exactly
+                tx.run("SET LOCAL enable_indexscan = off")
+            rows = tx.conn.execute(
+                "SELECT id, 1 - (embedding <=> %(q)s) FROM memories ORDER BY embedding <=> %(q)s LIMIT %(k)s",
+                {"q": np.asarray(query, dtype=np.float32), "k": int(k)},
+            ).fetchall()
+        return [r[0] for r in rows], np.array([r[1] for r in rows], dtype=np.float32)
+
+
+class PgVectorSearch:
+    """Candidate generation by the ledger's HNSW index (the ``VectorSearch`` of ``PostgresStore``)."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+
+    def candidates(self, query: NDArray[np.float32], k: int) -> tuple[list[str], NDArray[np.float32]]:
+        return self.store.candidates(query, k)
+
+    def __len__(self) -> int:
+        # Memories are never deleted, so the highest sequence number bounds the count from above
+        # (gaps from rolled-back inserts only make a widening pool stop a little later).
+        return self.store.max_seq()
+
+
+def _lock_key(purpose: str, schema: str) -> int:
+    """A stable signed 64-bit advisory-lock key for (purpose, schema)."""
+    value = zlib.crc32(f"remem:{purpose}:{schema}".encode())
+    return value - (1 << 31)

@@ -1,0 +1,78 @@
+"""Shared fixtures: a private PostgreSQL server (pgserver, with pgvector) and backend-parametrised stores.
+
+The server starts once per test session in a temporary folder; every test that asks for a
+PostgreSQL store gets a fresh database, so tests never see each other's rows. Nothing here skips:
+when pgserver or psycopg are missing the PostgreSQL tests fail, because CI must run them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+StoreLocation = Callable[[str], "str | Path"]
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One PostgreSQL 16 + pgvector instance for the whole session (stopped at the end)."""
+    import pgserver
+
+    server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="stop")
+    yield server
+    server.cleanup()
+
+
+def _with_db(uri: str, db: str) -> str:
+    """pgserver's URI (``postgresql://postgres:@/postgres?host=...``) pointed at database ``db``."""
+    head, _, query = uri.partition("?")
+    base = head.rsplit("/", 1)[0]
+    return f"{base}/{db}" + (f"?{query}" if query else "")
+
+
+@pytest.fixture()
+def pg_url_factory(pg_server: Any) -> Callable[[], str]:
+    """Creates a fresh, empty database per call and returns its URL."""
+    import psycopg
+
+    def make() -> str:
+        name = "t_" + uuid.uuid4().hex[:16]
+        with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return _with_db(pg_server.get_uri(), name)
+
+    return make
+
+
+@pytest.fixture()
+def pg_url(pg_url_factory: Callable[[], str]) -> str:
+    return pg_url_factory()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture()
+def store_location(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> StoreLocation:
+    """``store_location(name)``: where the store called ``name`` lives on this test's backend.
+
+    The same name gives the same store (so tests can reopen it); SQLite stores are folders under
+    ``tmp_path``, PostgreSQL stores are fresh databases on the session's server.
+    """
+    made: dict[str, str | Path] = {}
+
+    def loc(name: str) -> str | Path:
+        if name not in made:
+            if backend == "sqlite":
+                made[name] = tmp_path / name
+            else:
+                made[name] = request.getfixturevalue("pg_url_factory")()
+        return made[name]
+
+    return loc
