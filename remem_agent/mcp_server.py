@@ -15,7 +15,8 @@ Inferred feedback (when the client never calls ``feedback``), the same rules as
 * an explicit ``feedback`` on a recall disables inference for it. ``REMEM_AUTO_FEEDBACK=0`` turns
   inference off. Pending recalls live in this server process only (one client session).
 
-Environment: ``REMEM_PATH`` (store folder, default ``~/.remem/default``), ``REMEM_EMBEDDER`` (``hash``,
+Environment: ``REMEM_PATH`` (store folder, default ``~/.remem/default``, or a ``postgresql://`` URL
+for a store shared by several machines), ``REMEM_EMBEDDER`` (``hash``,
 the default, or ``sentence-transformers``), ``REMEM_ST_MODEL`` (model name or local folder for
 sentence-transformers), ``REMEM_AUTO_FEEDBACK`` (``0`` turns inference off), ``REMEM_LOG_LEVEL``.
 stdout carries the protocol; logs go to stderr.
@@ -43,6 +44,7 @@ from remem_agent.embedders.base import Embedder
 from remem_agent.errors import FeedbackConflictError, RememError, UnknownSearchError, UserInputError
 from remem_agent.ingest import check_int, check_task, check_text
 from remem_agent.memory import ReMem
+from remem_agent.store.base import is_postgres_url
 from remem_agent.types import Event, Hit, Memory, MemoryInfo, TaskStats
 
 if TYPE_CHECKING:
@@ -570,7 +572,9 @@ def make_embedder(env: Mapping[str, str]) -> Embedder:
 def open_from_env(env: Mapping[str, str] | None = None) -> RememTools:
     """Open the store and tools configured by the environment."""
     env = os.environ if env is None else env
-    path = Path(env.get("REMEM_PATH") or DEFAULT_PATH).expanduser()
+    raw = env.get("REMEM_PATH") or str(DEFAULT_PATH)
+    # A postgresql:// URL selects the shared PostgreSQL store; anything else is a folder.
+    path: str | Path = raw if is_postgres_url(raw) else Path(raw).expanduser()
     auto = _flag(env.get("REMEM_AUTO_FEEDBACK"), True)
     memory = ReMem(path, embedder=make_embedder(env))
     return RememTools(memory, auto_feedback=auto)

@@ -1,9 +1,14 @@
-"""The ReMem API on real SQLite files: quickstart, supersession, as_of, feedback, reopen."""
+"""The ReMem API on real ledgers: quickstart, supersession, as_of, feedback, reopen.
+
+Every test runs on both backends (``[sqlite]`` a folder, ``[postgres]`` a fresh database on the
+session's pgserver; see ``store_location`` in conftest.py), so the two cannot drift apart.
+"""
 
 from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,16 +23,27 @@ from remem_agent import (
     UserInputError,
 )
 
+StoreLocation = Callable[[str], "str | Path"]
+
 
 @pytest.fixture()
-def mem(tmp_path: Path) -> ReMem:
-    m = ReMem(tmp_path / "store")
+def mem(store_location: StoreLocation) -> Iterator[ReMem]:
+    m = ReMem(store_location("store"))
     yield m
     m.close()
 
 
-def test_reference_quickstart(tmp_path: Path) -> None:
-    mem = ReMem(tmp_path / "my_memory")
+def test_reference_quickstart(store_location: StoreLocation, backend: str) -> None:
+    mem = ReMem(store_location("my_memory"))
+    # mem.path: the folder for SQLite; for PostgreSQL the URL with its password masked (pgserver's
+    # URL has an empty one, ``postgres:@``, which is masked too: ``postgres:***@``).
+    if backend == "sqlite":
+        assert mem.path == Path(store_location("my_memory"))
+    else:
+        from remem_agent.store.postgres import redact
+
+        assert mem.path == mem.store.location == redact(str(store_location("my_memory")))
+        assert isinstance(mem.path, str) and mem.path.startswith("postgresql://postgres:***@/")
     east = mem.add("Our server is in east-1.", entity="server", attribute="region", timestamp=1000)
     west = mem.add("Our server moved to west-2.", entity="server", attribute="region", timestamp=2000)
 
@@ -50,8 +66,8 @@ def test_reference_quickstart(tmp_path: Path) -> None:
     assert mem.search("Where is our server?", as_of=2500).ids == [west]
     mem.close()
 
-    # Reopening the folder restores everything.
-    again = ReMem(tmp_path / "my_memory")
+    # Reopening the folder (or the database URL) restores everything.
+    again = ReMem(store_location("my_memory"))
     assert again.inspect(east).state is State.INVALIDATED
     assert again.inspect(west).overall.credit_sum == receipt.credit[west]
     assert again.search("Where is our server?", now=3000).items[0].id == west
@@ -113,6 +129,20 @@ def test_backdated_fact_is_superseded_on_arrival(mem: ReMem) -> None:
     assert m_old.state is State.INVALIDATED and m_old.superseded_by == new and m_old.valid_to == 2000
     assert mem.search("server region", as_of=1500).ids == [old]
     assert mem.verify().ok
+
+
+def test_equally_similar_memories_are_served_in_insertion_order(mem: ReMem) -> None:
+    """Ties (frequent with the hashing embedder) resolve the same on both backends: oldest first.
+
+    Regression for PostgreSQL: its HNSW index returned the equally similar notes in graph order, so
+    it could serve c or d where SQLite serves b.
+    """
+    texts = [f"Service {e} runs on host {h}." for e, h in (("a", "one"), ("b", "three"), ("c", "five"), ("d", "seven"))]
+    vecs = mem.embedder.embed([*texts, "service host"])
+    sims = [float(v @ vecs[-1]) for v in vecs[:-1]]
+    assert sims[0] > sims[1] and max(sims[1:]) - min(sims[1:]) < 1e-6  # the premise: b, c, d tie
+    ids = [mem.add(t, role="note", timestamp=1) for t in texts]
+    assert mem.search("service host", k=2, now=2).ids == ids[:2]
 
 
 def test_now_hides_facts_from_the_future(mem: ReMem) -> None:
@@ -251,9 +281,10 @@ def test_feedback_ids_must_have_been_served(mem: ReMem) -> None:
         mem.feedback(hits.search_id, success="yes")  # type: ignore[arg-type]
 
 
-def test_two_store_objects_see_each_others_writes(tmp_path: Path) -> None:
-    """Row caches are invalidated when another connection commits (PRAGMA data_version)."""
-    a, b = ReMem(tmp_path / "s"), ReMem(tmp_path / "s")
+def test_two_store_objects_see_each_others_writes(store_location: StoreLocation) -> None:
+    """Row caches are invalidated when another connection commits (SQLite: PRAGMA data_version;
+    PostgreSQL keeps no row cache and takes candidates from the shared HNSW index)."""
+    a, b = ReMem(store_location("s")), ReMem(store_location("s"))
     east = a.add("Our server is in east-1.", entity="server", attribute="region", timestamp=1)
     assert a.search("Where is our server?", now=5).ids == [east]  # rows now cached in a
     west = b.add("Our server moved to west-2.", entity="server", attribute="region", timestamp=2)

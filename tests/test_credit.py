@@ -1,13 +1,18 @@
-"""Credit assignment: signals, value use, variants, leave-one-out replay."""
+"""Credit assignment: signals, value use, variants, leave-one-out replay.
+
+The tests on a ledger run on both backends (``[sqlite]`` and ``[postgres]``, via ``store_location``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from remem_agent import ReMem, RememConfig
 from remem_agent.credit import CreditPolicy, answer_values, values_used
 from remem_agent.retention import RetentionPolicy
+
+StoreLocation = Callable[[str], "str | Path"]
 
 
 def test_signal_credit_is_per_memory_not_split() -> None:
@@ -32,8 +37,8 @@ def test_value_use_is_lexical_and_whole_word() -> None:
     assert answer_values({"a": [1, "x", {"b": "Alice"}], "ok": True}) == ["alice"]  # 1 and "x" too short
 
 
-def test_feedback_with_answer_marks_value_use(tmp_path: Path) -> None:
-    mem = ReMem(tmp_path)
+def test_feedback_with_answer_marks_value_use(store_location: StoreLocation) -> None:
+    mem = ReMem(store_location("store"))
     a = mem.add("The billing owner is Alice.", timestamp=1)
     b = mem.add("The billing channel is busy.", timestamp=1)
     res = mem.search("who owns billing", now=2)
@@ -43,12 +48,12 @@ def test_feedback_with_answer_marks_value_use(tmp_path: Path) -> None:
     assert mem.feedback(res.search_id, success=True, answer={"owner": "Alice"}).repeated
 
 
-def test_leave_one_out_full_and_ambiguous(tmp_path: Path) -> None:
+def test_leave_one_out_full_and_ambiguous(store_location: StoreLocation) -> None:
     calls: list[Sequence[str]] = []
 
     def make(policy: str) -> ReMem:
         cfg = RememConfig(credit=CreditPolicy(loo=policy), retention=RetentionPolicy(enabled=False))  # type: ignore[arg-type]
-        return ReMem(tmp_path / policy, config=cfg)
+        return ReMem(store_location(policy), config=cfg)
 
     for policy, expect_calls in (("full", 3), ("ambiguous", 1)):
         mem = make(policy)
@@ -68,8 +73,8 @@ def test_leave_one_out_full_and_ambiguous(tmp_path: Path) -> None:
         assert r.credit[key] == 1.0 and r.credit[cited_only] == 0.5 and r.credit[noise] == 0.0
 
 
-def test_leave_one_out_upgrades_an_unsignalled_but_essential_memory(tmp_path: Path) -> None:
-    mem = ReMem(tmp_path, config=RememConfig(credit=CreditPolicy(loo="full")))
+def test_leave_one_out_upgrades_an_unsignalled_but_essential_memory(store_location: StoreLocation) -> None:
+    mem = ReMem(store_location("store"), config=RememConfig(credit=CreditPolicy(loo="full")))
     hidden = mem.add("The vault code is 7781.", timestamp=1)
     other = mem.add("The vault is in the basement.", timestamp=1)
     res = mem.search("vault", k=2, now=2)
@@ -77,8 +82,8 @@ def test_leave_one_out_upgrades_an_unsignalled_but_essential_memory(tmp_path: Pa
     assert r.credit[hidden] == 1.0 and r.credit[other] == 0.5
 
 
-def test_weighted_feedback_scales_credit(tmp_path: Path) -> None:
-    mem = ReMem(tmp_path)
+def test_weighted_feedback_scales_credit(store_location: StoreLocation) -> None:
+    mem = ReMem(store_location("store"))
     a = mem.add("The billing owner is Alice.", timestamp=1)
     res = mem.search("billing owner", now=2)
     r = mem.feedback(res.search_id, success=True, used_ids=[a], cited_ids=[a], weight=0.25)

@@ -1,7 +1,12 @@
-"""Learning from outcomes: each rule pinned by a small hand-built scenario on a real ledger."""
+"""Learning from outcomes: each rule pinned by a small hand-built scenario on a real ledger.
+
+Every scenario on a ledger runs on both backends (``[sqlite]`` and ``[postgres]``, via the
+``store_location`` fixture of conftest.py).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,6 +16,7 @@ from remem_agent.retention import RetentionPolicy, compress_text
 from remem_agent.staleness import StalenessPolicy
 
 DAY = 86_400.0
+StoreLocation = Callable[[str], "str | Path"]
 
 
 def rounds(
@@ -24,9 +30,9 @@ def rounds(
         mem.feedback(res.search_id, success=ok, used_ids=used, cited_ids=used)
 
 
-def test_lookalike_that_never_helps_drops_below_a_less_similar_helpful_memory(tmp_path: Path) -> None:
+def test_lookalike_that_never_helps_drops_below_a_less_similar_helpful_memory(store_location: StoreLocation) -> None:
     # p_floor 0: keep serving the look-alike so its score can be compared (the default floor drops it).
-    mem = ReMem(tmp_path, config=RememConfig(retention=RetentionPolicy(enabled=False), p_floor=0.0))
+    mem = ReMem(store_location("store"), config=RememConfig(retention=RetentionPolicy(enabled=False), p_floor=0.0))
     q = "How do I ship the release to production?"
     lookalike = mem.add(
         "Release day notes: the production release channel has a new bot avatar.", role="note", timestamp=1
@@ -46,12 +52,14 @@ def test_lookalike_that_never_helps_drops_below_a_less_similar_helpful_memory(tm
     assert h[lookalike].explain is not None and h[lookalike].explain["component.rate_class"] < 0
 
 
-def test_similarity_only_ranking_without_outcome_group_keeps_the_lookalike_on_top(tmp_path: Path) -> None:
+def test_similarity_only_ranking_without_outcome_group_keeps_the_lookalike_on_top(
+    store_location: StoreLocation,
+) -> None:
     """Control for the test above: with the outcome features off, feedback changes nothing."""
     from remem_agent.ranking.features import FeatureConfig
 
     cfg = RememConfig(features=FeatureConfig(groups=("static",)), retention=RetentionPolicy(enabled=False))
-    mem = ReMem(tmp_path, config=cfg)
+    mem = ReMem(store_location("store"), config=cfg)
     q = "How do I ship the release to production?"
     lookalike = mem.add("Release day notes: the production release channel has a new bot avatar.", timestamp=1)
     helpful = mem.add("Before shipping, run the database migration script, then tag the build.", timestamp=1)
@@ -70,8 +78,8 @@ def long_note(i: int) -> str:
     )
 
 
-def test_retention_path_demote_compress_archive_with_reasons(tmp_path: Path) -> None:
-    mem = ReMem(tmp_path, config=SHOW_ALL)
+def test_retention_path_demote_compress_archive_with_reasons(store_location: StoreLocation) -> None:
+    mem = ReMem(store_location("store"), config=SHOW_ALL)
     useless = mem.add(long_note(1), role="note", timestamp=1)
     other = mem.add("Deploys need approval from Dana in the release channel.", role="note", timestamp=1)
     q = "status digest coffee machine release approval"
@@ -98,8 +106,8 @@ def test_retention_path_demote_compress_archive_with_reasons(tmp_path: Path) -> 
     assert mem.verify().ok
 
 
-def test_compressed_memory_serves_short_text_and_revives_on_credited_use(tmp_path: Path) -> None:
-    mem = ReMem(tmp_path, config=SHOW_ALL)
+def test_compressed_memory_serves_short_text_and_revives_on_credited_use(store_location: StoreLocation) -> None:
+    mem = ReMem(store_location("store"), config=SHOW_ALL)
     target = mem.add(long_note(2), role="note", timestamp=1)
     q = "status digest coffee machine"
     rounds(mem, q, 10, helpful=None, task="ops")
@@ -114,8 +122,8 @@ def test_compressed_memory_serves_short_text_and_revives_on_credited_use(tmp_pat
     assert info.memory.text == long_note(2)  # the original text is served again
 
 
-def test_credited_memory_is_never_archived(tmp_path: Path) -> None:
-    mem = ReMem(tmp_path, config=SHOW_ALL)
+def test_credited_memory_is_never_archived(store_location: StoreLocation) -> None:
+    mem = ReMem(store_location("store"), config=SHOW_ALL)
     target = mem.add(long_note(3), role="note", timestamp=1)
     q = "status digest coffee machine"
     res = mem.search(q, task="ops", now=2)
@@ -128,8 +136,8 @@ def test_credited_memory_is_never_archived(tmp_path: Path) -> None:
     assert "archive" not in [e.kind for e in info.history]
 
 
-def test_demotion_is_per_task_class(tmp_path: Path) -> None:
-    mem = ReMem(tmp_path)
+def test_demotion_is_per_task_class(store_location: StoreLocation) -> None:
+    mem = ReMem(store_location("store"))
     target = mem.add("Dana approves production deploys.", role="note", timestamp=1)
     q = "Dana approves production deploys"
     # useful for approvals ...
@@ -141,12 +149,12 @@ def test_demotion_is_per_task_class(tmp_path: Path) -> None:
     assert stats["triage"].contribution_rate < 0.2 < stats["approvals"].contribution_rate
 
 
-def learned_mem(path: Path) -> ReMem:
+def learned_mem(path: str | Path) -> ReMem:
     return ReMem(path, config=RememConfig(staleness=StalenessPolicy(mode="learned")))
 
 
-def test_blamed_stale_memory_is_invalidated_when_a_newer_same_key_fact_exists(tmp_path: Path) -> None:
-    mem = learned_mem(tmp_path)
+def test_blamed_stale_memory_is_invalidated_when_a_newer_same_key_fact_exists(store_location: StoreLocation) -> None:
+    mem = learned_mem(store_location("store"))
     old = mem.add("The billing service runs on host alpha.", entity="billing", attribute="host", timestamp=1)
     new = mem.add("The billing service runs on host beta.", entity="billing", attribute="host", timestamp=2)
     # learned mode, no update wording: both stay current (a pending conflict)
@@ -163,16 +171,16 @@ def test_blamed_stale_memory_is_invalidated_when_a_newer_same_key_fact_exists(tm
     assert mem.verify().ok
 
 
-def test_failure_without_a_newer_fact_invalidates_nothing(tmp_path: Path) -> None:
-    mem = learned_mem(tmp_path)
+def test_failure_without_a_newer_fact_invalidates_nothing(store_location: StoreLocation) -> None:
+    mem = learned_mem(store_location("store"))
     only = mem.add("The billing service runs on host alpha.", entity="billing", attribute="host", timestamp=1)
     res = mem.search("which host runs billing", now=3)
     mem.feedback(res.search_id, success=False, used_ids=[only])
     assert mem.get(only).state is State.ACTIVE
 
 
-def test_learned_schema_needs_two_confirmations_and_supersedes_retroactively(tmp_path: Path) -> None:
-    mem = learned_mem(tmp_path)
+def test_learned_schema_needs_two_confirmations_and_supersedes_retroactively(store_location: StoreLocation) -> None:
+    mem = learned_mem(store_location("store"))
     a1 = mem.add("Service a runs on host one.", entity="a", attribute="host", timestamp=1)
     a2 = mem.add("Service a runs on host two.", entity="a", attribute="host", timestamp=2)
     b1 = mem.add("Service b runs on host three.", entity="b", attribute="host", timestamp=1)
@@ -193,8 +201,8 @@ def test_learned_schema_needs_two_confirmations_and_supersedes_retroactively(tmp
     assert mem.verify().ok
 
 
-def test_counter_evidence_blocks_the_learned_schema(tmp_path: Path) -> None:
-    mem = learned_mem(tmp_path)
+def test_counter_evidence_blocks_the_learned_schema(store_location: StoreLocation) -> None:
+    mem = learned_mem(store_location("store"))
     # deps are multi-valued: the older value is still credited after a newer one arrived
     d1 = mem.add("The app depends on redis.", entity="app", attribute="dep", timestamp=1)
     mem.add("The app depends on kafka.", entity="app", attribute="dep", timestamp=2)
@@ -213,8 +221,8 @@ def test_counter_evidence_blocks_the_learned_schema(tmp_path: Path) -> None:
     assert info.confirmations == 2 and info.counter == 1 and not info.single_valued
 
 
-def test_confidence_decays_only_for_attributes_observed_to_change(tmp_path: Path) -> None:
-    mem = ReMem(tmp_path)
+def test_confidence_decays_only_for_attributes_observed_to_change(store_location: StoreLocation) -> None:
+    mem = ReMem(store_location("store"))
     mem.add("The API region is us-east.", entity="api", attribute="region", timestamp=0)
     mem.add("The API moved to eu-west.", entity="api", attribute="region", timestamp=DAY)
     stable = mem.add("The founder of the company is Ada.", entity="company", attribute="founder", timestamp=0)
@@ -249,16 +257,16 @@ def test_exploration_modes() -> None:
     assert t1[0] == p_none[0]  # no uncertainty, no noise
 
 
-def test_utility_is_selectable_by_config(tmp_path: Path) -> None:
+def test_utility_is_selectable_by_config(store_location: StoreLocation) -> None:
     from remem_agent import UserInputError
 
     with pytest.raises(UserInputError, match="utility_path"):
-        ReMem(tmp_path / "a", config=RememConfig(utility="learned"))
-    assert ReMem(tmp_path / "b", config=RememConfig(utility="heuristic")).utility.name == "heuristic"
+        ReMem(store_location("a"), config=RememConfig(utility="learned"))
+    assert ReMem(store_location("b"), config=RememConfig(utility="heuristic")).utility.name == "heuristic"
 
 
-def test_default_floor_stops_serving_a_learned_lookalike(tmp_path: Path) -> None:
-    mem = ReMem(tmp_path, config=RememConfig(retention=RetentionPolicy(enabled=False)))
+def test_default_floor_stops_serving_a_learned_lookalike(store_location: StoreLocation) -> None:
+    mem = ReMem(store_location("store"), config=RememConfig(retention=RetentionPolicy(enabled=False)))
     q = "How do I ship the release to production?"
     lookalike = mem.add(
         "Release day notes: the production release channel has a new bot avatar.", role="note", timestamp=1
@@ -271,9 +279,9 @@ def test_default_floor_stops_serving_a_learned_lookalike(tmp_path: Path) -> None
     assert mem.search(q, k=2, task="deploy", now=50).ids == [helpful]  # the look-alike is not worth context
 
 
-def test_one_feedback_that_learns_the_schema_and_retires_another_used_fact(tmp_path: Path) -> None:
+def test_one_feedback_that_learns_the_schema_and_retires_another_used_fact(store_location: StoreLocation) -> None:
     """Regression: the learning step retroactively invalidates a fact that the same feedback also blames."""
-    mem = learned_mem(tmp_path)
+    mem = learned_mem(store_location("store"))
     a1 = mem.add("Service a runs on host one.", entity="a", attribute="host", timestamp=1)
     mem.add("Service a runs on host two.", entity="a", attribute="host", timestamp=2)
     b1 = mem.add("Service b runs on host three.", entity="b", attribute="host", timestamp=1)

@@ -67,6 +67,7 @@ _LEVELS = {
 }
 HNSW_MAX_DIM = 2000  # pgvector 0.6 indexes `vector` columns up to 2000 dimensions
 EF_SEARCH_MAX = 1000  # pgvector's upper bound for hnsw.ef_search
+SIM_TIE_EPS = 1e-6  # cosine similarities closer than this are ties (float32 noise is ~6e-8)
 
 
 def redact(url: str) -> str:
@@ -379,10 +380,34 @@ class PostgresStore(StoreCommon):
             else:  # more than the HNSW index can return: scan exactly
                 tx.run("SET LOCAL enable_indexscan = off")
             rows = tx.conn.execute(
-                "SELECT id, 1 - (embedding <=> %(q)s) FROM memories ORDER BY embedding <=> %(q)s LIMIT %(k)s",
+                "SELECT id, 1 - (embedding <=> %(q)s), seq FROM memories ORDER BY embedding <=> %(q)s LIMIT %(k)s",
                 {"q": np.asarray(query, dtype=np.float32), "k": int(k)},
             ).fetchall()
-        return [r[0] for r in rows], np.array([r[1] for r in rows], dtype=np.float32)
+        return _ties_in_insertion_order(rows)
+
+
+def _ties_in_insertion_order(rows: Sequence[Sequence[Any]]) -> tuple[list[str], NDArray[np.float32]]:
+    """(id, similarity, seq) rows, most similar first, with equally similar rows in insertion order.
+
+    Why: equally similar memories (common with the hashing embedder) came back in HNSW graph order,
+    so the similarity guard and equal scores served other memories than the SQLite store (whose
+    FlatIndex sorts stably, i.e. by insertion) for the same rows and query. Equal cosines are not
+    always equal here: pgvector divides by float norms, so they can differ in the last float32 digit.
+    Rows within ``SIM_TIE_EPS`` of the first of a run are one tie: ordered by ``seq`` and given that
+    first similarity (else the guard's sort by similarity would undo the order). Done in Python
+    because a second ORDER BY key in the SQL would stop pgvector from using the HNSW index.
+    """
+    ids: list[str] = []
+    sims: list[float] = []
+    i = 0
+    while i < len(rows):
+        j = i + 1
+        while j < len(rows) and float(rows[i][1]) - float(rows[j][1]) <= SIM_TIE_EPS:
+            j += 1
+        ids += [str(r[0]) for r in sorted(rows[i:j], key=lambda r: int(r[2]))]
+        sims += [float(rows[i][1])] * (j - i)
+        i = j
+    return ids, np.array(sims, dtype=np.float32)
 
 
 class PgVectorSearch:
