@@ -7,6 +7,8 @@ when pgserver or psycopg are missing the PostgreSQL tests fail, because CI must 
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,13 +20,22 @@ StoreLocation = Callable[[str], "str | Path"]
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One PostgreSQL 16 + pgvector instance for the whole session (stopped at the end)."""
+def pg_server() -> Iterator[Any]:
+    """One PostgreSQL 16 + pgvector instance for the whole session (stopped and removed at the end).
+
+    The data folder is not under pytest's tmp root: pgserver runs postgres as its own user and opens
+    up the parent folders, which a concurrent pytest session may lock down again (seen as
+    "pg_ctl: could not access directory ... Permission denied").
+    """
     import pgserver
 
-    server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="stop")
-    yield server
-    server.cleanup()
+    folder = tempfile.mkdtemp(prefix="remem-pgtest-")
+    server = pgserver.get_server(folder, cleanup_mode="stop")
+    try:
+        yield server
+    finally:
+        server.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _with_db(uri: str, db: str) -> str:

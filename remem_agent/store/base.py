@@ -92,6 +92,7 @@ class StoreCommon:
 
     read: Callable[[], AbstractContextManager[LedgerTx]]
     write: Callable[[], AbstractContextManager[LedgerTx]]
+    transact: Callable[..., Any]
 
     def integrity_problems(self) -> list[str]:
         return []
@@ -102,8 +103,7 @@ class StoreCommon:
 
     def set_meta_default(self, key: str, value: str) -> str:
         """Store ``value`` under ``key`` unless one is already stored; return the stored one."""
-        with self.write() as tx:
-            return tx.set_meta_default(key, value)
+        return str(self.transact(lambda tx: tx.set_meta_default(key, value)))
 
     def max_seq(self) -> int:
         with self.read() as tx:

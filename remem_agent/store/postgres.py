@@ -71,13 +71,27 @@ SIM_TIE_EPS = 1e-6  # cosine similarities closer than this are ties (float32 noi
 
 
 def redact(url: str) -> str:
-    """The URL without its password, for messages and ``location``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    """The URL without its password (in the user part or a ``password=`` parameter), for messages.
+
+    Raises UserInputError for a URL that cannot be parsed (bad port, broken IPv6 host).
+    """
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise UserInputError(
+            f"invalid PostgreSQL URL ({exc}); expected postgresql://user:password@host:port/db"
+        ) from exc
+    netloc = parts.netloc
+    if parts.password is not None:
+        host = parts.netloc.rsplit("@", 1)[1]
+        netloc = f"{parts.username}:***@{host}"
+    del port
+    query = "&".join(
+        f"{k}=***" if k.lower() == "password" else (f"{k}={v}" if sep else k)
+        for k, sep, v in (item.partition("=") for item in parts.query.split("&") if item)
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 # -- the vector type on the wire ---------------------------------------------------------------
@@ -159,6 +173,8 @@ def _connection_error(exc: BaseException, where: str) -> StoreError:
             f"PostgreSQL at {where} refused the login ({msg}); check the user and password in the URL "
             "(or PGUSER/PGPASSWORD) and that the role exists"
         )
+    if "servname not supported" in low or "invalid port" in low:
+        return StoreConnectionError(f"invalid port in the PostgreSQL URL {where} ({msg}); use host:port with a number")
     if "database" in low and "does not exist" in low:
         return StoreConnectionError(
             f"PostgreSQL at {where}: {msg}; create it first (e.g. `createdb NAME`) or fix the database name in the URL"
@@ -224,48 +240,69 @@ class PostgresStore(StoreCommon):
             raise UserInputError(f"invalid PostgreSQL URL {self._where}: {exc}") from exc
 
     def _prepare(self, conn: psycopg.Connection[Any], *, create: bool) -> str:
-        """Check pgvector and the schema version, migrate if needed; returns the search_path to use."""
-        ext_schema = self._ensure_vector(conn)
-        exists = conn.execute(
-            "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'schema_migrations'",
-            (self.schema,),
+        """Check the store, pgvector and the schema version, migrate if needed; returns the search_path.
+
+        Existence and privileges are read from the catalogs (visible to every role), so a role without
+        rights on an existing store is told what to grant instead of "no store", and a read-only open
+        (``create=False``) of a database without a store changes nothing, not even extensions.
+        """
+        q = '"' + self.schema + '"'
+        found = conn.execute(
+            "SELECT has_schema_privilege(n.oid, 'USAGE') FROM pg_namespace n WHERE n.nspname = %s", (self.schema,)
         ).fetchone()
-        if not exists and not create:
+        has_ledger = found is not None and _catalog_has_table(conn, self.schema, "schema_migrations")
+        if not has_ledger and not create:
             raise UserInputError(f"{self._where} holds no remem store (no schema {self.schema!r} with a ledger)")
-        search_path = f'"{self.schema}", "{ext_schema}"' if ext_schema != self.schema else f'"{self.schema}"'
+        if found is not None and not found[0]:
+            raise StoreConnectionError(self._grant_hint(f"no USAGE privilege on schema {self.schema!r}"))
         try:
             with conn.transaction():
-                # One migrator at a time across every process; the lock ends with the transaction.
+                # One opener at a time across every process; the lock ends with the transaction.
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key("migrate", self.schema),))
-                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-                conn.execute(f"SET LOCAL search_path TO {search_path}")
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, at timestamptz)"
-                )
-                row = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()
+                ext_schema = self._ensure_vector(conn)
+                if not has_ledger:
+                    conn.execute(f"CREATE SCHEMA IF NOT EXISTS {q}")
+                    conn.execute(
+                        f"CREATE TABLE IF NOT EXISTS {q}.schema_migrations "
+                        "(version integer PRIMARY KEY, at timestamptz)"
+                    )
+                row = conn.execute(f"SELECT COALESCE(MAX(version), 0) FROM {q}.schema_migrations").fetchone()
                 version = int(row[0]) if row else 0
                 if version > LATEST:
                     raise SchemaVersionError(version, LATEST, self._where)
+                search_path = f'{q}, "{ext_schema}"' if ext_schema != self.schema else q
+                conn.execute(f"SET LOCAL search_path TO {search_path}")
                 for number, sql in MIGRATIONS:
                     if number > version:
                         conn.execute(sql)
-                        conn.execute("INSERT INTO schema_migrations VALUES (%s, now())", (number,))
+                        conn.execute(f"INSERT INTO {q}.schema_migrations VALUES (%s, now())", (number,))
         except pg_errors.InsufficientPrivilege as exc:
+            if has_ledger:
+                raise StoreConnectionError(self._grant_hint(str(exc).strip())) from exc
             raise StoreConnectionError(
                 f"the user of {self._where} may not create the ledger in schema {self.schema!r} ({exc}); "
-                f"grant it CREATE on the database, or let an administrator open the store once"
+                "grant it CREATE on the database, or let an administrator open the store once"
             ) from exc
         return search_path
 
+    def _grant_hint(self, what: str) -> str:
+        s = '"' + self.schema + '"'
+        return (
+            f"the user of {self._where} may not use the store in schema {self.schema!r} ({what}); as its owner run: "
+            f"GRANT USAGE ON SCHEMA {s} TO <user>; GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA {s} "
+            f"TO <user>; GRANT USAGE ON ALL SEQUENCES IN SCHEMA {s} TO <user>;"
+        )
+
     def _ensure_vector(self, conn: psycopg.Connection[Any]) -> str:
-        row = conn.execute(
-            "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
-            "WHERE e.extname = 'vector'"
-        ).fetchone()
+        """The schema of the pgvector extension, creating it when missing (inside the opener's lock)."""
+        row = conn.execute(_EXT_SCHEMA).fetchone()
         if row:
             return str(row[0])
         try:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            with conn.transaction():  # a savepoint: a failure here must not abort the opener's transaction
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        except pg_errors.UniqueViolation:
+            pass  # another session (not a remem opener) created it at the same moment: use theirs
         except (pg_errors.UndefinedFile, pg_errors.FeatureNotSupported) as exc:
             raise MissingExtensionError(
                 f"PostgreSQL at {self._where} does not have the pgvector extension installed ({exc}); "
@@ -277,10 +314,7 @@ class PostgresStore(StoreCommon):
                 f"the database at {self._where} lacks the pgvector extension and this user may not create it "
                 f"({exc}); ask an administrator to run CREATE EXTENSION vector; in that database"
             ) from exc
-        row = conn.execute(
-            "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
-            "WHERE e.extname = 'vector'"
-        ).fetchone()
+        row = conn.execute(_EXT_SCHEMA).fetchone()
         assert row is not None
         return str(row[0])
 
@@ -423,6 +457,20 @@ class PgVectorSearch:
         # Memories are never deleted, so the highest sequence number bounds the count from above
         # (gaps from rolled-back inserts only make a widening pool stop a little later).
         return self.store.max_seq()
+
+
+_EXT_SCHEMA = (
+    "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector'"
+)
+
+
+def _catalog_has_table(conn: psycopg.Connection[Any], schema: str, table: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s",
+        (schema, table),
+    ).fetchone()
+    return row is not None
 
 
 def _lock_key(purpose: str, schema: str) -> int:
