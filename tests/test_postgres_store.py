@@ -446,6 +446,7 @@ def test_allowed_updates_still_work_and_verify(pg_url: str) -> None:
         (["UPDATE memories SET state = 'ACTIVE' WHERE id = %(old)s"], "event log ends in INVALIDATED"),
         (["UPDATE stats SET credited = credited + 5"], "but credits sum to"),
         (["UPDATE searches SET feedback = NULL"], "credit rows without feedback"),
+        (["UPDATE memories SET superseded_by = NULL WHERE id = %(old)s"], "names m_"),
         # a superuser can switch the triggers off; verify() is the second line of defence
         (["SET session_replication_role = replica", "DELETE FROM credits"], "credit rows"),
         (

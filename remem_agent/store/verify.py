@@ -7,7 +7,8 @@ just failing. The invariants:
    that is cheap, its constraints and triggers are checked on every write).
 2. Every memory's event log replays through the state machine from ``add`` to its current state,
    with each event's ``from_state`` equal to the previous event's ``to_state``.
-3. A superseded memory is INVALIDATED, has ``valid_to >= valid_from`` and points at an existing memory.
+3. A superseded memory is INVALIDATED, has ``valid_to >= valid_from`` and points at an existing memory;
+   a memory whose invalidation event names a replacement points at exactly that one.
 4. At most one current role-'state' fact per (entity, attribute) key.
 5. Every embedding has the store's dimension and is finite.
 6. The per-class aggregates equal the sums of the append-only credit rows (no lost updates).
@@ -34,10 +35,15 @@ def verify_ledger(tx: LedgerTx, dim: int | None, problems: list[str] | None = No
     c = tx.run
 
     # 2. event replay
-    states = dict(c("SELECT id, state FROM memories").fetchall())
+    rows = c("SELECT id, state, superseded_by FROM memories").fetchall()
+    states = {r[0]: r[1] for r in rows}
+    links = {r[0]: r[2] for r in rows}
     replay: dict[str, State | None] = {}
     seen_add: set[str] = set()
-    for mid, kind, frm, to in c("SELECT memory_id, kind, from_state, to_state FROM events ORDER BY memory_id, seq"):
+    replaced_by: dict[str, str] = {}  # the "by" of each memory's last superseding invalidation
+    for mid, kind, frm, to, evidence in c(
+        "SELECT memory_id, kind, from_state, to_state, evidence FROM events ORDER BY memory_id, seq"
+    ):
         if mid not in states:
             problems.append(f"event for unknown memory {mid}")
             continue
@@ -54,6 +60,10 @@ def verify_ledger(tx: LedgerTx, dim: int | None, problems: list[str] | None = No
             problems.append(f"{mid}: event {kind} from {frm} should lead to {expected}, logged {to}")
         if kind == LifecycleEvent.ADD.value:
             seen_add.add(mid)
+        elif kind == LifecycleEvent.INVALIDATE.value:
+            by = from_json(evidence).get("by")
+            if by:
+                replaced_by[mid] = str(by)
         replay[mid] = State(to)
     for mid, state in states.items():
         if mid not in seen_add:
@@ -61,7 +71,10 @@ def verify_ledger(tx: LedgerTx, dim: int | None, problems: list[str] | None = No
         elif replay.get(mid) is not None and replay[mid] != State(state):
             problems.append(f"{mid}: state {state} but its event log ends in {replay[mid]}")
 
-    # 3. supersession links
+    # 3. supersession links (and the link agrees with the event that made it)
+    for mid, by in replaced_by.items():
+        if links.get(mid) != by:
+            problems.append(f"{mid}: its invalidation names {by} as replacement but superseded_by is {links.get(mid)}")
     for mid, state, vf, vt, sup, exists in c(
         "SELECT m.id, m.state, m.valid_from, m.valid_to, m.superseded_by, n.id FROM memories m "
         "LEFT JOIN memories n ON n.id = m.superseded_by WHERE m.superseded_by IS NOT NULL LIMIT ?",
