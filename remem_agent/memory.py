@@ -159,6 +159,7 @@ class ReMem:
         utility: UtilityModel | None = None,
         config: RememConfig | None = None,
         synchronous: str = "NORMAL",
+        store_options: Mapping[str, Any] | None = None,
     ) -> None:
         if embedder is None:
             from remem_agent.embedders.hashing import ConceptHashEmbedder
@@ -171,7 +172,8 @@ class ReMem:
         self.embedder = embedder
         self.config = config or RememConfig()
         self.utility: UtilityModel = utility or self.config.make_utility()
-        self.store: Store = open_store(path, synchronous=synchronous)
+        # store_options go to the backend, e.g. {"pool_size": 16, "ef_search": 400} for PostgreSQL.
+        self.store: Store = open_store(path, synchronous=synchronous, **dict(store_options or {}))
         # A folder for SQLite; the URL without its password for PostgreSQL.
         self.path: Path | str = getattr(self.store, "folder", None) or self.store.location
         stored_name = self.store.set_meta_default("embedder", embedder.name)

@@ -13,7 +13,8 @@ def test_perf_core_quick_writes_its_report(tmp_path: Path) -> None:
     perf_core.main(["--quick", "--out", str(out)])
     rep = json.loads(out.read_text())
     names = {t["name"] for t in rep["targets"]}
-    assert {"search_p50_ms", "add_per_s", "feedback_p50_ms", "ratio_full_vs_similarity_p50"} <= names
+    assert {"search_p50_ms", "add_per_s", "feedback_p50_ms", "ratio_full_vs_remem_similarity_only_p50"} <= names
+    assert "ratio_full_vs_similarity_p50" in rep["sizes"][0]["search"]  # the bare lookup: reported as context
     size = rep["sizes"][0]
     for path in ("full", "budgeted", "similarity_only", "remem_similarity_only"):
         assert size["search"][path]["p50_ms"] > 0
@@ -42,3 +43,34 @@ def test_similarity_only_preset_ranks_by_cosine_and_ignores_feedback(tmp_path: P
         assert [h.similarity for h in res.items] == sorted((h.similarity for h in res.items), reverse=True)
         mem.feedback(res.search_id, success=True, used_ids=[good])
     assert mem.get(look).state.value == "ACTIVE"  # retention off in system A
+
+
+def test_perf_postgres_quick_writes_its_report(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "pg.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "evals.perf_postgres", "--quick", "--out", str(out), "--tmpdir", str(tmp_path)],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rep = json.loads(out.read_text())
+    assert rep["benchmark"] == "perf_postgres" and rep["quick"] is True
+    assert rep["machine"]["postgres"]["pgvector"] and "git_commit" in rep
+    size = rep["sizes"][0]
+    for backend in ("sqlite", "postgres"):
+        assert size[backend]["add"]["per_s"] > 0
+        assert size[backend]["search"]["p50_ms"] > 0 and size[backend]["search"]["p95_ms"] > 0
+        assert size[backend]["feedback"]["p50_ms"] > 0
+    assert 0.0 <= size["recall"]["topk_recall"] <= 1.0 and 0.0 <= size["recall"]["pool_recall"] <= 1.0
+    conc = rep["concurrency"]
+    assert conc["workers"] == 4 and conc["feedback_calls"] == 4 * conc["cycles_per_worker"]
+    assert conc["lost_updates"] == 0 and conc["rows_differing"] == 0
+    assert conc["verify_ok"] is True and conc["worker_errors"] == 0
+    assert conc["sent_totals"]["shown"] == conc["ledger_totals"]["shown"] > 0
+    assert conc["retries"]["learning_retries"] >= 0

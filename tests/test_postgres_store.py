@@ -779,3 +779,17 @@ def test_cli_read_only_tools_accept_a_url(
     assert main(["stats", bad]) == 2
     err = capsys.readouterr().err
     assert "does not exist" in err and "createdb" in err and "s3cret" not in err and "Traceback" not in err
+
+
+def test_store_options_reach_the_backend_and_bad_ones_are_refused(pg_url: str, tmp_path: Path) -> None:
+    with ReMem(pg_url, store_options={"ef_search": 400, "pool_size": 2}) as mem:
+        assert mem.store.ef_search == 400  # type: ignore[attr-defined]
+        mem.add("The billing service runs in region us-east-1.", entity="billing", attribute="region")
+        assert mem.search("Where does billing run?").items
+    for bad in ({"ef_search": 0}, {"ef_search": 5000}, {"pool_size": 0}, {"bogus": 1}):
+        with pytest.raises(UserInputError):
+            ReMem(pg_url, store_options=bad)
+    with pytest.raises(UserInputError, match="accepted"):
+        ReMem(tmp_path / "s", store_options={"ef_search": 100})  # a PostgreSQL option on SQLite
+    with ReMem(pg_url) as mem:
+        assert mem.stats().memories == 1 and mem.verify().ok  # the refused opens changed nothing

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
+from remem_agent.errors import UserInputError
 from remem_agent.store.sql import LedgerTx
 
 T = TypeVar("T")
@@ -161,23 +162,22 @@ def open_store(location: str | Path, *, create: bool = True, **options: Any) -> 
         from remem_agent.store.postgres import PostgresStore
 
         pg_opts = {k: v for k, v in options.items() if k != "synchronous"}
+        _check_options(PostgresStore, pg_opts)
         return PostgresStore(str(location), create=create, **pg_opts)
     from remem_agent.store.sqlite import LEDGER_FILE, SQLiteStore
 
+    _check_options(SQLiteStore, options)
     folder = Path(location).expanduser()
     if not create and not (folder / LEDGER_FILE).is_file():
-        from remem_agent.errors import UserInputError
-
         raise UserInputError(f"{folder} is not a remem store (no {LEDGER_FILE})")
     return SQLiteStore(folder, **options)
 
 
-def iter_chunks(it: Iterator[T], n: int) -> Iterator[list[T]]:
-    buf: list[T] = []
-    for x in it:
-        buf.append(x)
-        if len(buf) >= n:
-            yield buf
-            buf = []
-    if buf:
-        yield buf
+def _check_options(cls: type, options: dict[str, Any]) -> None:
+    """Unknown store options are a UserInputError naming the accepted ones, not a TypeError."""
+    import inspect
+
+    accepted = [p for p in inspect.signature(cls).parameters if p not in ("self", "create")]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise UserInputError(f"unknown options {unknown} for {cls.__name__}; accepted: {accepted[1:]}")

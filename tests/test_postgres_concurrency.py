@@ -1,0 +1,119 @@
+"""Four processes learning into one PostgreSQL store at once: no update is lost or counted twice.
+
+Each worker process opens its own ``ReMem`` on the same database and runs search + feedback cycles
+(the benchmark's worker, ``evals.perf_postgres.cycle_worker``). The store is small, so the workers
+keep serving, crediting and blaming the same memories and hit the same statistics rows; SERIALIZABLE
+feedback transactions then conflict with each other and with the searches' counter increments, and
+are retried. The parent sums what the workers' receipts say they sent and compares it, per memory
+and per task class, with what the ledger holds (through the public ``inspect``). No timing is asserted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evals.perf_postgres import run_workers
+from remem_agent import ReMem
+from remem_agent.types import ALL_TASKS
+
+WORKERS = 4
+CYCLES = 60
+TASKS = ("deploy", "billing")
+FIELDS = ("retrieved", "shown", "credited", "wasted", "blamed", "credit_sum", "blame_sum")
+FACTS = [
+    f"The {svc} service {what}."
+    for svc in ("billing", "search", "auth", "deploy")
+    for what in (
+        "runs on port 8080",
+        "is owned by the payments team",
+        "is deployed in eu-west-1",
+        "uses the shared postgres database",
+        "has a monthly budget of 400 dollars",
+    )
+]
+QUERIES = [
+    "Which port does the billing service use?",
+    "who owns the auth service",
+    "where is the deploy service deployed",
+    "what database does search use",
+    "service budget",
+]
+
+
+def _sent(records: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """memory -> task row -> statistic, from the searches and receipts the workers reported."""
+    out: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(lambda: dict.fromkeys(FIELDS, 0)))
+    for rec in records:
+        for cyc in rec["cycles"]:
+            assert set(cyc["credit"]) == set(cyc["blame"]) == set(cyc["served"])
+            for row in [ALL_TASKS] + ([cyc["task"]] if cyc["task"] else []):
+                for mid in cyc["served"]:
+                    credit, blame = cyc["credit"][mid], cyc["blame"][mid]
+                    st = out[mid][row]
+                    st["retrieved"] += 1
+                    st["shown"] += 1
+                    st["credited"] += int(credit > 0)
+                    st["blamed"] += int(blame > 0)
+                    st["wasted"] += int(credit == 0 and blame == 0)
+                    st["credit_sum"] += credit
+                    st["blame_sum"] += blame
+    return out
+
+
+@pytest.mark.slow
+def test_four_processes_feedback_on_shared_rows_loses_no_update(pg_url: str, tmp_path: Path) -> None:
+    with ReMem(pg_url) as mem:  # closed before the workers start
+        ids = mem.add_many(FACTS)
+    assert len(set(ids)) == len(FACTS) == 20
+    queries = [(q, task) for q in QUERIES for task in (None, *TASKS)]
+
+    records = run_workers(pg_url, queries, workers=WORKERS, cycles=CYCLES, k=5, seed=3, folder=tmp_path)
+
+    errors = [e for r in records for e in r["errors"]]
+    assert not errors, f"{len(errors)} worker exception(s):\n" + "\n".join(errors)
+    cycles = [c for r in records for c in r["cycles"]]
+    assert len(cycles) == WORKERS * CYCLES
+    assert not any(c["repeated"] for c in cycles)
+    assert len({c["search_id"] for c in cycles}) == len(cycles)
+    # The workers really contended: every search served some of the same 20 memories, and memories
+    # were credited or blamed by all four workers.
+    assert all(c["served"] for c in cycles)
+    workers_per_memory = Counter(mid for r in records for mid in {m for c in r["cycles"] for m in c["served"]})
+    assert max(workers_per_memory.values()) == WORKERS
+    assert {c["task"] for c in cycles} == {None, *TASKS}
+
+    sent = _sent(records)
+    with ReMem(pg_url) as mem:
+        report = mem.verify()
+        assert report.ok, "verify() failed:\n" + "\n".join(report.problems)
+        st = mem.stats()
+        assert st.searches == st.feedbacks == len(cycles)
+        differing = {}
+        n_credit_rows = 0
+        for mid in ids:
+            info = mem.inspect(mid)
+            n_credit_rows += len(info.credits)
+            got = {row: {f: getattr(ts, f) for f in FIELDS} for row, ts in info.stats.items()}
+            want = {row: dict(v) for row, v in sent.get(mid, {}).items()}
+            for row in set(got) | set(want):
+                g, w = got.get(row, {}), want.get(row, {})
+                bad = {
+                    f: (g.get(f), w.get(f))
+                    for f in FIELDS
+                    if g.get(f) is None or w.get(f) is None or abs(g[f] - w[f]) > 1e-9
+                }
+                if bad:
+                    differing[(mid, row)] = bad
+        assert not differing, f"ledger statistics differ from what the workers sent, (ledger, sent): {differing}"
+        assert n_credit_rows == sum(len(c["served"]) for c in cycles)
+        # Per task class, the rows add up to the overall row.
+        for mid in ids:
+            stats = mem.inspect(mid).stats
+            if ALL_TASKS in stats:
+                classes = [stats[t] for t in TASKS if t in stats]
+                untasked = sum(1 for c in cycles if c["task"] is None and mid in c["served"])
+                assert stats[ALL_TASKS].shown == sum(s.shown for s in classes) + untasked
