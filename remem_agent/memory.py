@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -223,13 +223,13 @@ class ReMem:
         """Bring the index up to date with the ledger (new rows from this or other processes)."""
         if self._index_synced_by_ledger:
             return
-        assert isinstance(self.index, IndexBackend)
+        index = cast(IndexBackend, self.index)  # not a runtime Protocol check: this runs on every search
         with self._index_lock:
             if self.store.max_seq() <= self._index_seq:
                 return
             last, ids, mat = self.store.embeddings_after(self._index_seq, self.dim)
             if ids:
-                self.index.ingest(ids, mat)
+                index.ingest(ids, mat)
             self._index_seq = last
 
     # -- add ------------------------------------------------------------------------------------

@@ -232,3 +232,13 @@ async def test_every_outcome_is_tagged_with_its_source_in_the_ledger(mem: ReMem,
     assert note in {h.id for h in moved.served}
     with pytest.raises(UserInputError):
         mem.feedback(moved.search_id, success=True, source="guess")  # type: ignore[arg-type]
+
+
+async def test_a_repeated_citation_is_kept_once_not_rejected(mem: ReMem, tmp_path: Path) -> None:
+    """llama.cpp grammars cannot enforce uniqueItems; a repeated id must not cost the answer (issue 6)."""
+    west = mem.add("Our server moved to west-2.", entity="server", attribute="region", timestamp=2)
+    model = FunctionChatModel(lambda req: reply("west-2", [west, west]))
+    ans = await agent_for(mem, model, tmp_path).ask("Where is our server?", schema=SCHEMA, now=3)
+    assert ans.ok and ans.citations == (west,) and len(model.requests) == 1  # accepted without a re-ask
+    (line,) = load_traces(tmp_path / "trace.jsonl")
+    assert line["attempts"][0]["raw"] == reply("west-2", [west, west])  # the trace keeps what the model wrote

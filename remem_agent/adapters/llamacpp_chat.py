@@ -229,7 +229,10 @@ class LlamaCppChat:
 
     def _plain_schema(self, schema: Mapping[str, Any]) -> dict[str, Any]:
         try:
-            text = json.dumps(schema, sort_keys=True)
+            # Keep the caller's key order: llama.cpp's grammar emits properties in schema order, and
+            # the agent's schema puts the answer before "citations". Sorted keys made small models
+            # write the citations first and then copy a memory id into the answer (issue 6 traces).
+            text = json.dumps(schema)
         except (TypeError, ValueError) as exc:
             raise UserInputError(f"json_schema is not JSON-serializable: {exc}") from exc
         if not _schema_has_grammar(text):

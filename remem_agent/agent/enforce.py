@@ -45,6 +45,26 @@ def _extract_json(text: str) -> Any:
         raise
 
 
+def _without_repeated_citations(obj: dict[str, Any]) -> dict[str, Any]:
+    """Drop repeats of a cited id (keeping the first), so ``uniqueItems`` does not reject the answer.
+
+    Citing a memory twice says nothing more than citing it once, and llama.cpp's grammar cannot
+    enforce ``uniqueItems``: small models sometimes repeat an id, which cost whole answers before.
+    """
+    cites = obj.get("citations")
+    if not isinstance(cites, list):
+        return obj
+    seen: set[str] = set()
+    kept: list[Any] = []
+    for c in cites:
+        if isinstance(c, str):
+            if c in seen:
+                continue
+            seen.add(c)
+        kept.append(c)
+    return obj if len(kept) == len(cites) else {**obj, "citations": kept}
+
+
 def check_reply(text: str, schema: Mapping[str, Any], served_ids: Sequence[str], *, truncated: bool) -> Checked:
     if truncated:
         return Checked(None, (), ("the reply was cut off (maximum length reached); answer more briefly",), "truncated")
@@ -55,6 +75,7 @@ def check_reply(text: str, schema: Mapping[str, Any], served_ids: Sequence[str],
     if not isinstance(obj, dict):
         return Checked(None, (), (f"expected a JSON object, got {type(obj).__name__}",), "schema")
     served = set(served_ids)
+    obj = _without_repeated_citations(obj)
     cites = obj.get("citations")
     unknown = [c for c in cites if isinstance(c, str) and c not in served] if isinstance(cites, list) else []
     if unknown:
