@@ -32,7 +32,6 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -45,7 +44,7 @@ from remem_agent.errors import FeedbackConflictError, RememError, UnknownSearchE
 from remem_agent.ingest import check_int, check_task, check_text
 from remem_agent.memory import ReMem
 from remem_agent.store.base import is_postgres_url
-from remem_agent.types import Event, Hit, Memory, MemoryInfo, TaskStats
+from remem_agent.types import Hit, Memory, MemoryInfo, iso_time
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -72,73 +71,15 @@ StateArg = Literal["ACTIVE", "LOW_VALUE", "COMPRESSED", "ARCHIVED", "INVALIDATED
 
 
 # -- conversions to JSON-able dicts ------------------------------------------------------------------
-def _iso(t: float | None) -> str | None:
-    return None if t is None else datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
-
-
 def _validity(valid_from: float, valid_to: float | None) -> dict[str, Any]:
-    return {"from": _iso(valid_from), "to": _iso(valid_to), "current": valid_to is None}
+    return {"from": iso_time(valid_from), "to": iso_time(valid_to), "current": valid_to is None}
 
 
-def _memory_dict(m: Memory) -> dict[str, Any]:
-    return {
-        "id": m.id,
-        "text": m.text,
-        "original_text": m.original_text,
-        "entity": m.entity,
-        "attribute": m.attribute,
-        "role": m.role,
-        "tasks": list(m.tasks),
-        "state": m.state.value,
-        "validity": _validity(m.valid_from, m.valid_to),
-        "superseded_by": m.superseded_by,
-        "created_at": _iso(m.created_at),
-        "token_cost": m.token_cost,
-        "confidence": m.confidence,
-    }
-
-
-def _hit_dict(h: Hit) -> dict[str, Any]:
-    return {
-        "id": h.id,
-        "text": h.text,
-        "score": round(h.score, 6),
-        "similarity": round(h.similarity, 6),
-        "rank": h.rank,
-        "state": h.state.value,
-        "role": h.role,
-        "entity": h.entity,
-        "attribute": h.attribute,
-        "validity": _validity(h.valid_from, h.valid_to),
-        "token_cost": h.token_cost,
-    }
-
-
-def _event_dict(e: Event) -> dict[str, Any]:
-    return {
-        "seq": e.seq,
-        "memory_id": e.memory_id,
-        "at": _iso(e.at),
-        "kind": e.kind,
-        "from": e.from_state.value if e.from_state is not None else None,
-        "to": e.to_state.value,
-        "reason": e.reason,
-    }
-
-
-def _stats_dict(s: TaskStats) -> dict[str, Any]:
-    return {
-        "retrieved": s.retrieved,
-        "shown": s.shown,
-        "credited": s.credited,
-        "wasted": s.wasted,
-        "blamed": s.blamed,
-        "credit_sum": round(s.credit_sum, 6),
-        "blame_sum": round(s.blame_sum, 6),
-        "contribution_rate": round(s.contribution_rate, 6),
-        "last_retrieved_at": _iso(s.last_retrieved_at),
-        "last_credited_at": _iso(s.last_credited_at),
-    }
+def _memory_dict(m: Memory | Hit) -> dict[str, Any]:
+    """The records' one JSON shape (``to_dict``), ISO times, plus a ``validity`` block for the model to read."""
+    out = m.to_dict("iso")
+    out["validity"] = _validity(m.valid_from, m.valid_to)
+    return out
 
 
 def _info_dict(info: MemoryInfo) -> dict[str, Any]:
@@ -146,22 +87,10 @@ def _info_dict(info: MemoryInfo) -> dict[str, Any]:
     out.update(
         reason=info.reason,
         supersedes=list(info.supersedes),
-        stats={task: _stats_dict(s) for task, s in info.stats.items()},
-        overall=_stats_dict(info.overall),
-        credits=[
-            {
-                "search_id": c.search_id,
-                "task": c.task,
-                "at": _iso(c.at),
-                "success": c.success,
-                "cited": c.cited,
-                "used": c.used,
-                "credit": round(c.credit, 6),
-                "blame": round(c.blame, 6),
-            }
-            for c in info.credits
-        ],
-        history=[_event_dict(e) for e in info.history],
+        stats={task: s.to_dict("iso") for task, s in info.stats.items()},
+        overall=info.overall.to_dict("iso"),
+        credits=[c.to_dict("iso") for c in info.credits],
+        history=[e.to_dict("iso") for e in info.history],
     )
     return out
 
@@ -246,9 +175,9 @@ class RememTools:
                 "search_id": res.search_id,
                 "query": res.query,
                 "task": res.task,
-                "as_of": _iso(res.as_of),
+                "as_of": iso_time(res.as_of),
                 "ids": res.ids,
-                "items": [_hit_dict(h) for h in res.items],
+                "items": [_memory_dict(h) for h in res.items],
                 "tokens": res.tokens,
                 "token_budget": res.token_budget,
                 "inferred_feedback": inferred,
@@ -291,7 +220,7 @@ class RememTools:
                 "repeated": receipt.repeated,
                 "credit": {k: round(v, 6) for k, v in receipt.credit.items()},
                 "blame": {k: round(v, 6) for k, v in receipt.blame.items()},
-                "transitions": [_event_dict(e) for e in receipt.transitions],
+                "transitions": [e.to_dict("iso") for e in receipt.transitions],
             }
 
     def inspect(self, memory_id: str) -> dict[str, Any]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 Role = Literal["state", "preference", "note"]
@@ -18,6 +19,33 @@ ROLES: tuple[Role, ...] = ("state", "preference", "note")
 
 # The overall statistics row of a memory uses this task class; per-class rows use the caller's name.
 ALL_TASKS = "*"
+
+TimeFormat = Literal["epoch", "iso"]
+_TIME_FIELDS = frozenset({"created_at", "valid_from", "valid_to", "at", "last_retrieved_at", "last_credited_at"})
+
+
+def iso_time(t: float | None) -> str | None:
+    """Epoch seconds as an ISO-8601 UTC string (``...Z``)."""
+    return None if t is None else datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _to_dict(obj: Any, times: TimeFormat, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The one JSON shape of every record type: its field names; states as strings, times as asked."""
+    out: dict[str, Any] = {}
+    for f in fields(obj):
+        if f.name in skip:
+            continue
+        v = getattr(obj, f.name)
+        if isinstance(v, enum.Enum):
+            v = v.value
+        elif isinstance(v, tuple):
+            v = list(v)
+        elif isinstance(v, Mapping):
+            v = dict(v)
+        elif times == "iso" and f.name in _TIME_FIELDS:
+            v = iso_time(v)
+        out[f.name] = v
+    return out
 
 
 class State(enum.StrEnum):
@@ -67,6 +95,9 @@ class Memory:
         """True when the fact held at time ``t`` (valid_from <= t < valid_to)."""
         return self.valid_from <= t and (self.valid_to is None or t < self.valid_to)
 
+    def to_dict(self, times: TimeFormat = "epoch") -> dict[str, Any]:
+        return _to_dict(self, times)
+
 
 @dataclass(frozen=True, slots=True)
 class Event:
@@ -80,6 +111,9 @@ class Event:
     to_state: State
     reason: str
     evidence: Mapping[str, Any]
+
+    def to_dict(self, times: TimeFormat = "epoch") -> dict[str, Any]:
+        return _to_dict(self, times)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +150,9 @@ class TaskStats:
     def posterior_std(self) -> float:
         a, b = self.alpha, self.beta
         return float(((a * b) / ((a + b) ** 2 * (a + b + 1.0))) ** 0.5)
+
+    def to_dict(self, times: TimeFormat = "epoch") -> dict[str, Any]:
+        return {**_to_dict(self, times), "contribution_rate": self.contribution_rate}
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +194,10 @@ class Hit:
     def validity(self) -> tuple[float, float | None]:
         return (self.valid_from, self.valid_to)
 
+    def to_dict(self, times: TimeFormat = "epoch") -> dict[str, Any]:
+        """Without ``explain`` (ask ``search(..., explain=True)`` and read it from the hit)."""
+        return _to_dict(self, times, frozenset({"explain"}))
+
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
@@ -195,6 +236,9 @@ class CreditRecord:
     used: bool
     credit: float
     blame: float
+
+    def to_dict(self, times: TimeFormat = "epoch") -> dict[str, Any]:
+        return _to_dict(self, times)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from typing import Any
 
 from remem_agent.errors import UserInputError
 from remem_agent.store.base import Store
-from remem_agent.types import ALL_TASKS, ROLES, CreditRecord, Event, Memory, State, TaskStats
+from remem_agent.types import ALL_TASKS, ROLES, Event, Memory, State, TaskStats
 from remem_agent.viz.dashboard import fmt_time
 
 TEXT_WIDTH = 60
@@ -55,67 +55,6 @@ def add_ledger_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def _stats_dict(s: TaskStats) -> dict[str, Any]:
-    return {
-        "task": s.task,
-        "retrieved": s.retrieved,
-        "shown": s.shown,
-        "credited": s.credited,
-        "wasted": s.wasted,
-        "blamed": s.blamed,
-        "credit_sum": s.credit_sum,
-        "blame_sum": s.blame_sum,
-        "contribution_rate": s.contribution_rate,
-        "last_retrieved_at": s.last_retrieved_at,
-        "last_credited_at": s.last_credited_at,
-    }
-
-
-def _memory_dict(m: Memory) -> dict[str, Any]:
-    return {
-        "id": m.id,
-        "state": m.state.value,
-        "text": m.text,
-        "original_text": m.original_text,
-        "entity": m.entity,
-        "attribute": m.attribute,
-        "role": m.role,
-        "tasks": list(m.tasks),
-        "created_at": m.created_at,
-        "valid_from": m.valid_from,
-        "valid_to": m.valid_to,
-        "superseded_by": m.superseded_by,
-        "token_cost": m.token_cost,
-        "confidence": m.confidence,
-    }
-
-
-def _event_dict(e: Event) -> dict[str, Any]:
-    return {
-        "seq": e.seq,
-        "memory_id": e.memory_id,
-        "at": e.at,
-        "kind": e.kind,
-        "from_state": e.from_state.value if e.from_state else None,
-        "to_state": e.to_state.value,
-        "reason": e.reason,
-        "evidence": dict(e.evidence),
-    }
-
-
-def _credit_dict(c: CreditRecord) -> dict[str, Any]:
-    return {
-        "search_id": c.search_id,
-        "task": c.task,
-        "at": c.at,
-        "success": c.success,
-        "cited": c.cited,
-        "used": c.used,
-        "credit": c.credit,
-        "blame": c.blame,
-    }
-
-
 def _key(m: Memory) -> str:
     if m.entity is None and m.attribute is None:
         return "-"
@@ -142,8 +81,8 @@ def cmd_list(store: Store, state: str | None, role: str | None, task: str | None
     if as_json:
         out = []
         for m in mems:
-            d = _memory_dict(m)
-            d["stats"] = {t: _stats_dict(s) for t, s in sorted(stats.get(m.id, {}).items())}
+            d = m.to_dict()
+            d["stats"] = {t: s.to_dict() for t, s in sorted(stats.get(m.id, {}).items())}
             out.append(d)
         print(json.dumps(out, indent=2, ensure_ascii=False))
         return 0
@@ -175,12 +114,12 @@ def cmd_show(store: Store, memory_id: str, as_json: bool) -> int:
         credits = tx.credits_for(memory_id)
         supersedes = tx.supersedes(memory_id)
     if as_json:
-        d = _memory_dict(m)
+        d = m.to_dict()
         d.update(
-            stats={t: _stats_dict(s) for t, s in sorted(stats.items())},
+            stats={t: s.to_dict() for t, s in sorted(stats.items())},
             supersedes=supersedes,
-            history=[_event_dict(e) for e in events],
-            credits=[_credit_dict(c) for c in credits],
+            history=[e.to_dict() for e in events],
+            credits=[c.to_dict() for c in credits],
         )
         print(json.dumps(d, indent=2, ensure_ascii=False))
         return 0
@@ -246,7 +185,7 @@ def cmd_history(store: Store, memory_id: str, as_json: bool) -> int:
         tx.memory(memory_id)  # UnknownMemoryError for an unknown id
         events = tx.events(memory_id)
     if as_json:
-        print(json.dumps([_event_dict(e) for e in events], indent=2, ensure_ascii=False))
+        print(json.dumps([e.to_dict() for e in events], indent=2, ensure_ascii=False))
     else:
         _print_events(events)
     return 0
