@@ -91,7 +91,8 @@ def scripted_model(kind: str, truth_of: Callable[[str], Mapping[str, str] | None
     * ``wrong-key``: puts the true value under a made-up key (fails the schema every attempt in schema
       mode; the scorer never sees it);
     * ``invalid-json``: replies prose, never JSON;
-    * ``dup-cite``: the true values, citing the first served memory twice (fails ``uniqueItems``);
+    * ``dup-cite``: the true values, citing the first served memory twice (the middleware keeps it once);
+    * ``unserved-cite``: the true values, citing an id that was not served (fails every attempt);
     * ``first-served``: copies the value-looking last word of the first served memory.
     """
     from remem_agent.adapters.fakes import FunctionChatModel
@@ -109,6 +110,8 @@ def scripted_model(kind: str, truth_of: Callable[[str], Mapping[str, str] | None
             return "I think the answer is " + ", ".join(truth.values())
         if kind == "dup-cite":
             return json.dumps({**{k: truth.get(k, "?") for k in keys}, "citations": ids[:1] * 2})
+        if kind == "unserved-cite":
+            return json.dumps({**{k: truth.get(k, "?") for k in keys}, "citations": ["m_not_served"]})
         if kind == "first-served":
             mem = req.messages[1].content.split("\n")[1] if "[m:" in req.messages[1].content else ""
             word = mem.rstrip('".').split()[-1].rstrip('."') if mem else "unknown"

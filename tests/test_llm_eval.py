@@ -126,14 +126,21 @@ def test_wrong_key_and_invalid_json_are_classified(tmp_path: Path) -> None:
 
 
 def test_right_value_failing_validation_and_distractor_answers(tmp_path: Path) -> None:
-    _, tr = _run_cli(tmp_path / "d", "scripted-dup-cite")
+    _, tr = _run_cli(tmp_path / "u", "scripted-unserved-cite")
     res = analyze_traces.analyze(sorted(tr.glob("*.jsonl")))
     for s in ("A", "C"):
         row = res["per_system"][s]
         failures = row["failures"]
-        assert failures >= 3 * N_TASKS  # every ask with a served memory fails uniqueItems
+        assert failures >= 3 * N_TASKS  # every ask with a served memory fails: the cited id was not served
         assert row["primary"]["invalid_right_value"] == failures
-        assert row["flags_among_failures"]["duplicate_citations"] == failures
+        assert row["flags_among_failures"]["unknown_citation"] == failures
+    # A repeated citation no longer costs the answer: the middleware keeps the id once (issue 6 traces).
+    _, tr = _run_cli(tmp_path / "d", "scripted-dup-cite")
+    res = analyze_traces.analyze(sorted(tr.glob("*.jsonl")))
+    for s in ("A", "C"):
+        row = res["per_system"][s]
+        assert row["primary"].get("invalid_right_value", 0) == 0
+        assert row["flags_among_failures"].get("duplicate_citations", 0) == 0
     _, tr = _run_cli(tmp_path / "f", "scripted-first-served")
     res = analyze_traces.analyze(sorted(tr.glob("*.jsonl")))
     prim = res["per_system"]["A"]["primary"]
