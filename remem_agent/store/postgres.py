@@ -352,7 +352,22 @@ class PostgresStore(StoreCommon):
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute(f"SET search_path TO {self._search_path}")
+        # Session-wide search width, so the usual candidate query is one autocommit statement.
+        conn.execute(f"SET hnsw.ef_search = {int(self.ef_search)}")
         _register_vector(conn)
+
+    def _statement(self, sql: str, params: Any = None) -> list[Any]:
+        """One read statement outside an explicit transaction (a single statement sees one snapshot):
+        one round trip instead of BEGIN/statement/COMMIT, for the per-search hot path."""
+        try:
+            with self._pool.connection() as conn:
+                return conn.execute(sql, params).fetchall()
+        except PoolTimeout as exc:
+            raise StoreConnectionError(f"no connection to {self._where} became available: {exc}") from exc
+        except psycopg.OperationalError as exc:
+            raise _connection_error(exc, self._where) from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"ledger {self._where}: {exc}") from exc
 
     # -- the store seam ----------------------------------------------------------------------------
     @property
@@ -440,15 +455,16 @@ class PostgresStore(StoreCommon):
         return PgVectorSearch(self)
 
     def candidates(self, query: NDArray[np.float32], k: int) -> tuple[list[str], NDArray[np.float32]]:
+        sql = "SELECT id, 1 - (embedding <=> %(q)s), seq FROM memories ORDER BY embedding <=> %(q)s LIMIT %(k)s"
+        params = {"q": np.asarray(query, dtype=np.float32), "k": int(k)}
+        if k <= self.ef_search:  # the common case: the session's search width already covers k
+            return _ties_in_insertion_order(self._statement(sql, params))
         with self._tx("READ COMMITTED", read_only=True) as tx:
             if k <= EF_SEARCH_MAX:
-                tx.run(f"SET LOCAL hnsw.ef_search = {max(self.ef_search, int(k))}")
+                tx.run(f"SET LOCAL hnsw.ef_search = {int(k)}")
             else:  # more than the HNSW index can return: scan exactly
                 tx.run("SET LOCAL enable_indexscan = off")
-            rows = tx.conn.execute(
-                "SELECT id, 1 - (embedding <=> %(q)s), seq FROM memories ORDER BY embedding <=> %(q)s LIMIT %(k)s",
-                {"q": np.asarray(query, dtype=np.float32), "k": int(k)},
-            ).fetchall()
+            rows = tx.conn.execute(sql, params).fetchall()
         return _ties_in_insertion_order(rows)
 
 
@@ -488,7 +504,7 @@ class PgVectorSearch:
     def __len__(self) -> int:
         # Memories are never deleted, so the highest sequence number bounds the count from above
         # (gaps from rolled-back inserts only make a widening pool stop a little later).
-        return self.store.max_seq()
+        return int(self.store._statement("SELECT COALESCE(MAX(seq), 0) FROM memories")[0][0])
 
 
 _EXT_SCHEMA = (
