@@ -79,9 +79,10 @@ def test_four_processes_feedback_on_shared_rows_loses_no_update(pg_url: str, tmp
     assert len(cycles) == WORKERS * CYCLES
     assert not any(c["repeated"] for c in cycles)
     assert len({c["search_id"] for c in cycles}) == len(cycles)
-    # The workers really contended: every search served some of the same 20 memories, and memories
-    # were credited or blamed by all four workers.
-    assert all(c["served"] for c in cycles)
+    # The workers really contended: searches served the same 20 memories, and memories were credited or
+    # blamed by all four workers. (A search may serve nothing: once every candidate's learned utility is
+    # below p_floor and the similarity guard no longer covers it, nothing is worth the context.)
+    assert sum(1 for c in cycles if c["served"]) >= len(cycles) // 2
     workers_per_memory = Counter(mid for r in records for mid in {m for c in r["cycles"] for m in c["served"]})
     assert max(workers_per_memory.values()) == WORKERS
     assert {c["task"] for c in cycles} == {None, *TASKS}
