@@ -246,3 +246,23 @@ def test_aggregate_pairs_partial_runs_on_common_tasks(tmp_path: Path) -> None:
     )
     assert json.loads(path.read_text())["complete"]
     assert run_llm_agent.aggregate(out)["partial_runs"] == []
+
+
+def test_compare_traces_on_the_committed_real_llm_traces(tmp_path: Path) -> None:
+    """evals.compare_traces over two committed trace sets: consistent counts and a paired view per cell."""
+    from evals import compare_traces
+
+    out = tmp_path / "cmp.json"
+    root = Path(__file__).resolve().parent.parent / "traces"
+    sets = f"before={root / 'llm'},after={root / 'llm_sorted_keys'}"
+    compare_traces.main(["--sets", sets, "--cells", "contradiction_0_A", "--out", str(out)])
+    cell = json.loads(out.read_text())["cells"]["contradiction_0_A"]
+    for name in ("before", "after"):
+        c = cell[name]
+        assert c["lines"] == 40 and c["successes"] + c["failures"] == 40
+        assert sum(c["primary"].values()) == c["failures"]
+    paired = cell["after"]["paired_vs_before"]
+    assert paired["common_tasks"] == 40
+    assert paired["both_ok"] + paired["only_before_ok"] + paired["only_after_ok"] + paired["both_failed"] == 40
+    assert paired["both_ok"] + paired["only_before_ok"] == cell["before"]["successes"]
+    assert 0.0 <= paired["sign_test_p"] <= 1.0
