@@ -7,6 +7,7 @@ when pgserver or psycopg are missing the PostgreSQL tests fail, because CI must 
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import uuid
@@ -27,6 +28,9 @@ def pg_server() -> Iterator[Any]:
     up the parent folders, which a concurrent pytest session may lock down again (seen as
     "pg_ctl: could not access directory ... Permission denied").
     """
+    # pgserver asks platformdirs for a runtime folder; without XDG_RUNTIME_DIR that warns on every run.
+    runtime = tempfile.mkdtemp(prefix="remem-pgrun-")
+    os.environ.setdefault("XDG_RUNTIME_DIR", runtime)
     import pgserver
 
     folder = tempfile.mkdtemp(prefix="remem-pgtest-")
@@ -36,6 +40,7 @@ def pg_server() -> Iterator[Any]:
     finally:
         server.cleanup()
         shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(runtime, ignore_errors=True)
 
 
 def _with_db(uri: str, db: str) -> str:
