@@ -42,8 +42,7 @@ from remem_agent.errors import (
     UserInputError,
 )
 from remem_agent.store.base import open_store
-from remem_agent.store.copy import copy_store
-from remem_agent.store.sql import TABLES
+from remem_agent.store.copy import TABLES, copy_store, export_rows
 from remem_agent.types import State
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,7 +96,7 @@ def _dump(location: str | Path) -> dict[str, list[tuple[Any, ...]]]:
     try:
         with store.read() as tx:
             return {
-                table: [tuple(_plain(v) for v in row) for rows in tx.export_rows(table) for row in rows]
+                table: [tuple(_plain(v) for v in row) for rows in export_rows(tx, table) for row in rows]
                 for table in TABLES
             }
     finally:

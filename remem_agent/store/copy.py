@@ -8,15 +8,73 @@ target must be empty; the source is only read (one consistent snapshot).
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from remem_agent.errors import UserInputError
 from remem_agent.store.base import Store, is_postgres_url, open_store
-from remem_agent.store.sql import TABLES
+from remem_agent.store.sql import LedgerTx, from_json
 
 log = logging.getLogger("remem_agent.store.copy")
+
+# Every ledger table with its columns, in dependency order: what `remem migrate` copies.
+TABLES: dict[str, tuple[str, ...]] = {
+    "meta": ("key", "value"),
+    "memories": (
+        "seq",
+        "id",
+        "text",
+        "original_text",
+        "entity",
+        "attribute",
+        "role",
+        "tasks",
+        "created_at",
+        "valid_from",
+        "valid_to",
+        "superseded_by",
+        "state",
+        "token_cost",
+        "confidence",
+        "embedding",
+    ),
+    "events": ("seq", "memory_id", "at", "kind", "from_state", "to_state", "reason", "evidence"),
+    "searches": (
+        "search_id",
+        "at",
+        "query",
+        "task",
+        "as_of",
+        "now",
+        "token_budget",
+        "served",
+        "feedback",
+        "feedback_at",
+    ),
+    "credits": ("seq", "search_id", "memory_id", "task", "at", "success", "cited", "used", "credit", "blame"),
+    "stats": (
+        "memory_id",
+        "task",
+        "retrieved",
+        "shown",
+        "credited",
+        "wasted",
+        "blamed",
+        "credit_sum",
+        "blame_sum",
+        "last_retrieved_at",
+        "last_credited_at",
+    ),
+    "attributes": ("attribute", "changes", "confirmations", "counter", "single_valued", "decided_at"),
+}
+JSON_COLUMNS = frozenset(
+    {("memories", "tasks"), ("events", "evidence"), ("searches", "served"), ("searches", "feedback")}
+)
 
 
 def copy_store(source: str | Path, target: str | Path, *, batch: int = 2000) -> dict[str, Any]:
@@ -56,6 +114,45 @@ def copy_store(source: str | Path, target: str | Path, *, batch: int = 2000) -> 
     return report
 
 
+def export_rows(tx: LedgerTx, table: str, batch: int = 2000) -> Iterator[list[tuple[Any, ...]]]:
+    """Every row of ``table`` read through ``tx`` as portable Python values (JSON decoded, embeddings as arrays)."""
+    cols = TABLES[table]
+    order = {"meta": "key", "searches": tx.search_order, "stats": "memory_id, task", "attributes": "attribute"}
+    cur = tx.run(f"SELECT {', '.join(cols)} FROM {table} ORDER BY {order.get(table, 'seq')}")
+    json_idx = [i for i, c in enumerate(cols) if (table, c) in JSON_COLUMNS]
+    vec_idx = cols.index("embedding") if table == "memories" else -1
+    while True:
+        rows = cur.fetchmany(batch)
+        if not rows:
+            return
+        out = []
+        for r in rows:
+            vals = list(r)
+            for i in json_idx:
+                vals[i] = None if vals[i] is None else from_json(vals[i])
+            if vec_idx >= 0:
+                vals[vec_idx] = tx.load_vector(vals[vec_idx])
+            out.append(tuple(vals))
+        yield out
+
+
+def import_rows(tx: LedgerTx, table: str, rows: Sequence[Sequence[Any]]) -> None:
+    """Insert rows produced by ``export_rows`` (of any backend) verbatim, history included."""
+    cols = TABLES[table]
+    json_idx = [i for i, c in enumerate(cols) if (table, c) in JSON_COLUMNS]
+    vec_idx = cols.index("embedding") if table == "memories" else -1
+    enc = []
+    for r in rows:
+        vals = list(r)
+        for i in json_idx:
+            vals[i] = None if vals[i] is None else json.dumps(vals[i])
+        if vec_idx >= 0:
+            vals[vec_idx] = tx.dump_vector(np.asarray(vals[vec_idx], dtype=np.float32))
+        enc.append(tuple(vals))
+    if enc:
+        tx.run_many(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({','.join('?' * len(cols))})", enc)
+
+
 def _copy_rows(src: Store, dst: Store, batch: int) -> dict[str, int]:
     copied: dict[str, int] = {}
 
@@ -64,8 +161,8 @@ def _copy_rows(src: Store, dst: Store, batch: int) -> dict[str, int]:
         with src.read() as stx:  # one snapshot of the source for every table
             for table in TABLES:
                 n = 0
-                for rows in stx.export_rows(table, batch):
-                    tx.import_rows(table, rows)
+                for rows in export_rows(stx, table, batch):
+                    import_rows(tx, table, rows)
                     n += len(rows)
                 copied[table] = n
         tx.after_import()

@@ -359,9 +359,16 @@ class PostgresStore(StoreCommon):
     def _statement(self, sql: str, params: Any = None) -> list[Any]:
         """One read statement outside an explicit transaction (a single statement sees one snapshot):
         one round trip instead of BEGIN/statement/COMMIT, for the per-search hot path."""
+        with self._errors_mapped(), self._pool.connection() as conn:
+            return conn.execute(sql, params).fetchall()
+
+    @contextmanager
+    def _errors_mapped(self) -> Iterator[None]:
+        """Driver and pool errors as the library's typed errors (conflicts become retryable StoreBusyError)."""
         try:
-            with self._pool.connection() as conn:
-                return conn.execute(sql, params).fetchall()
+            yield
+        except (pg_errors.SerializationFailure, pg_errors.DeadlockDetected) as exc:
+            raise StoreBusyError(f"ledger {self._where}: concurrent transactions conflicted: {exc}") from exc
         except PoolTimeout as exc:
             raise StoreConnectionError(f"no connection to {self._where} became available: {exc}") from exc
         except psycopg.OperationalError as exc:
@@ -384,21 +391,12 @@ class PostgresStore(StoreCommon):
 
     @contextmanager
     def _tx(self, isolation: str, *, read_only: bool = False) -> Iterator[PostgresTx]:
-        try:
-            with self._pool.connection() as conn:
-                # Set on the idle connection, psycopg puts both into the BEGIN: no extra round trip.
-                conn.isolation_level = _LEVELS[isolation]
-                conn.read_only = read_only
-                with conn.transaction():
-                    yield PostgresTx(conn)
-        except (pg_errors.SerializationFailure, pg_errors.DeadlockDetected) as exc:
-            raise StoreBusyError(f"ledger {self._where}: concurrent transactions conflicted: {exc}") from exc
-        except PoolTimeout as exc:
-            raise StoreConnectionError(f"no connection to {self._where} became available: {exc}") from exc
-        except psycopg.OperationalError as exc:
-            raise _connection_error(exc, self._where) from exc
-        except psycopg.Error as exc:
-            raise StoreError(f"ledger {self._where}: {exc}") from exc
+        with self._errors_mapped(), self._pool.connection() as conn:
+            # Set on the idle connection, psycopg puts both into the BEGIN: no extra round trip.
+            conn.isolation_level = _LEVELS[isolation]
+            conn.read_only = read_only
+            with conn.transaction():
+                yield PostgresTx(conn)
 
     @contextmanager
     def write(self) -> Iterator[PostgresTx]:

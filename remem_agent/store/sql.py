@@ -27,60 +27,6 @@ MEM_COLS = (
 STAT_COLS = "retrieved, shown, credited, wasted, blamed, credit_sum, blame_sum, last_retrieved_at, last_credited_at"
 EVENT_COLS = "seq, memory_id, at, kind, from_state, to_state, reason, evidence"
 
-# Every ledger table with its columns, in dependency order: what `remem migrate` copies.
-TABLES: dict[str, tuple[str, ...]] = {
-    "meta": ("key", "value"),
-    "memories": (
-        "seq",
-        "id",
-        "text",
-        "original_text",
-        "entity",
-        "attribute",
-        "role",
-        "tasks",
-        "created_at",
-        "valid_from",
-        "valid_to",
-        "superseded_by",
-        "state",
-        "token_cost",
-        "confidence",
-        "embedding",
-    ),
-    "events": ("seq", "memory_id", "at", "kind", "from_state", "to_state", "reason", "evidence"),
-    "searches": (
-        "search_id",
-        "at",
-        "query",
-        "task",
-        "as_of",
-        "now",
-        "token_budget",
-        "served",
-        "feedback",
-        "feedback_at",
-    ),
-    "credits": ("seq", "search_id", "memory_id", "task", "at", "success", "cited", "used", "credit", "blame"),
-    "stats": (
-        "memory_id",
-        "task",
-        "retrieved",
-        "shown",
-        "credited",
-        "wasted",
-        "blamed",
-        "credit_sum",
-        "blame_sum",
-        "last_retrieved_at",
-        "last_credited_at",
-    ),
-    "attributes": ("attribute", "changes", "confirmations", "counter", "single_valued", "decided_at"),
-}
-JSON_COLUMNS = frozenset(
-    {("memories", "tasks"), ("events", "evidence"), ("searches", "served"), ("searches", "feedback")}
-)
-
 _STATE_BY_VALUE: dict[str, State] = {s.value: s for s in State}
 _CHUNK = 900  # ids per IN (...) list: below SQLite's default 999 host parameters
 
@@ -529,41 +475,3 @@ class LedgerTx:
                 ).fetchone()[0]
             ),
         }
-
-    # -- whole-table copy (remem migrate) ------------------------------------------------------
-    def export_rows(self, table: str, batch: int = 2000) -> Iterator[list[tuple[Any, ...]]]:
-        """Every row of ``table`` as portable Python values (JSON decoded, embeddings as arrays)."""
-        cols = TABLES[table]
-        order = {"meta": "key", "searches": self.search_order, "stats": "memory_id, task", "attributes": "attribute"}
-        cur = self.run(f"SELECT {', '.join(cols)} FROM {table} ORDER BY {order.get(table, 'seq')}")
-        json_idx = [i for i, c in enumerate(cols) if (table, c) in JSON_COLUMNS]
-        vec_idx = cols.index("embedding") if table == "memories" else -1
-        while True:
-            rows = cur.fetchmany(batch)
-            if not rows:
-                return
-            out = []
-            for r in rows:
-                vals = list(r)
-                for i in json_idx:
-                    vals[i] = None if vals[i] is None else from_json(vals[i])
-                if vec_idx >= 0:
-                    vals[vec_idx] = self.load_vector(vals[vec_idx])
-                out.append(tuple(vals))
-            yield out
-
-    def import_rows(self, table: str, rows: Sequence[Sequence[Any]]) -> None:
-        """Insert rows produced by ``export_rows`` (of any backend) verbatim, history included."""
-        cols = TABLES[table]
-        json_idx = [i for i, c in enumerate(cols) if (table, c) in JSON_COLUMNS]
-        vec_idx = cols.index("embedding") if table == "memories" else -1
-        enc = []
-        for r in rows:
-            vals = list(r)
-            for i in json_idx:
-                vals[i] = None if vals[i] is None else json.dumps(vals[i])
-            if vec_idx >= 0:
-                vals[vec_idx] = self.dump_vector(np.asarray(vals[vec_idx], dtype=np.float32))
-            enc.append(tuple(vals))
-        if enc:
-            self.run_many(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({_marks(len(cols))})", enc)
