@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from evals.perf_postgres import run_workers
-from remem_agent import ReMem
+from remem_agent import ReMem, State
 from remem_agent.types import ALL_TASKS
 
 WORKERS = 4
@@ -118,3 +118,46 @@ def test_four_processes_feedback_on_shared_rows_loses_no_update(pg_url: str, tmp
                 classes = [stats[t] for t in TASKS if t in stats]
                 untasked = sum(1 for c in cycles if c["task"] is None and mid in c["served"])
                 assert stats[ALL_TASKS].shown == sum(s.shown for s in classes) + untasked
+
+
+_ADDER = """
+import sys
+from remem_agent import ReMem
+url, worker = sys.argv[1], int(sys.argv[2])
+with ReMem(url) as mem:
+    for i in range(30):
+        key = f"svc{i % 5}"
+        t = 1000 + i * 4 + worker  # every (worker, i) has its own time: the newest fact per key is known
+        mem.add(f"The {key} service runs in region r{worker}-{i}.", entity=key, attribute="region", timestamp=t)
+print("OK")
+"""
+
+
+@pytest.mark.slow
+def test_four_processes_superseding_the_same_keys_leave_one_current_fact(pg_url: str) -> None:
+    """Concurrent adds of the same entity+attribute: supersession must end as if the adds took turns."""
+    import subprocess
+    import sys
+
+    ReMem(pg_url).close()  # create the store first: this test is about supersession, not first open
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _ADDER, pg_url, str(w)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for w in range(WORKERS)
+    ]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    with ReMem(pg_url) as mem:
+        report = mem.verify()
+        assert report.ok, report.problems
+        facts = mem.list(role="state")
+        assert len(facts) == WORKERS * 30
+        for k in range(5):
+            key = [m for m in facts if m.entity == f"svc{k}"]
+            current = [m for m in key if m.state is not State.INVALIDATED]
+            newest = max(key, key=lambda m: m.valid_from)
+            assert [m.id for m in current] == [newest.id]  # exactly one current fact: the newest
+            for m in key:
+                if m.id != newest.id:
+                    assert m.superseded_by is not None and m.valid_to is not None
