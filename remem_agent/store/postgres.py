@@ -260,6 +260,7 @@ class PostgresStore(StoreCommon):
         try:
             self._pool.open(wait=True, timeout=connect_timeout_s)
         except PoolTimeout as exc:
+            self._pool.close()  # stop its connecting workers: nothing else will
             raise StoreConnectionError(f"cannot open a connection pool to {self._where}: {exc}") from exc
 
     # -- opening ---------------------------------------------------------------------------------
