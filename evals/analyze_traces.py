@@ -14,7 +14,8 @@ Per failed line, one primary category, checked in this order:
 ``invalid_right_value`` no valid answer, although a reply held the true value under the right key
                        (it failed on something else: e.g. repeated or unserved citations)
 ``invalid_other``      no valid answer for another reason (schema errors, citations of unserved ids)
-``answered_memory_id`` a valid but wrong answer whose value is a memory id (``m_...``), not a value
+``answered_memory_id`` a valid but wrong answer whose value is a memory id (``m_...``), not a value, or
+                       (traces with per-ask ``aliases``) one of the citation labels shown (``M1``, ``[M2]``)
 ``gold_never_served``  a valid but wrong answer, and no served memory contains the true value
 ``answered_stale``     a valid but wrong answer equal to a value that a stale served memory holds
 ``answered_distractor`` a valid but wrong answer copied from another served memory (one that holds the
@@ -53,6 +54,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from remem_agent.agent.prompt import is_alias
 from remem_agent.agent.scoring import normalise_value
 from remem_agent.agent.trace import load_traces
 
@@ -80,6 +82,23 @@ FLAGS = (
 )
 N_EXAMPLES = 3
 _MEMORY_ID = re.compile(r"\bm_[0-9a-f]{8,}")
+
+
+def memory_ref(rec: Mapping[str, Any], value: Any) -> str | None:
+    """The memory a written answer value names instead of giving a value: the id, or None.
+
+    Old traces show memories as ``[m:<id>]``: an ``m_...`` id in the value names that memory. Traces
+    with per-ask ``aliases`` show ``[M1]``...: a value that is one of those labels (optionally
+    bracketed) names the memory it maps to. A label-shaped value that was not shown maps to "?".
+    """
+    text = str(value or "")
+    m = _MEMORY_ID.search(text)
+    if m:
+        return m.group(0)
+    aliases = rec.get("aliases") or {}
+    if aliases and is_alias(text):
+        return str(aliases.get(text.strip().strip("[]").strip(), "?"))
+    return None
 
 
 def _norm(s: Any) -> str:
@@ -228,7 +247,7 @@ def classify(rec: Mapping[str, Any], domains: Mapping[str, set[str]]) -> dict[st
             primary = "invalid_right_value"
         elif rec.get("error") or answer is None:
             primary = "invalid_other"
-        elif any(_MEMORY_ID.search(str(answer.get(k) or "")) for k in truth):
+        elif any(memory_ref(rec, answer.get(k)) for k in truth):
             primary = "answered_memory_id"
         elif not gold_ids:
             primary = "gold_never_served"

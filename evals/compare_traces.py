@@ -12,7 +12,9 @@ per cell, from the trace lines:
 ``who_ok``              successes on person-valued questions (``oncall``, ``approver``): the questions
                         where the memory-id answers happen
 ``memid_is_gold``       memory-id answers whose id is the gold memory's (the model pointed at the right
-                        memory instead of copying its value)
+                        memory instead of copying its value); with per-ask aliases (traces with
+                        ``aliases``), an answer that is a label (``M1``) names the memory it maps to
+``memid_alias``         memory-id answers written as an alias label rather than an ``m_...`` id
 ``empty_citations``     valid answers citing nothing; ``citations`` all cited ids; ``gold_cited`` lines
                         whose citations include a gold memory
 
@@ -34,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evals.analyze_traces import PRIMARY, _parse, build_domains, classify
+from evals.analyze_traces import PRIMARY, _parse, build_domains, classify, memory_ref
 from remem_agent.agent.trace import load_traces
 
 WHO_ATTRIBUTES = ("oncall", "approver")
@@ -83,7 +85,7 @@ def cell_stats(recs: Sequence[Mapping[str, Any]], domains: Mapping[str, set[str]
             "lines", "successes", "failures", "stale_served", "stale_cited", "citations_first",
             "repeated_citation", "no_valid_answer", "reasked", "attempts", "who_lines", "who_ok",
             "other_lines", "other_ok", "memid_is_gold", "valid", "empty_citations", "citations",
-            "gold_cited", "completion_tokens",
+            "gold_cited", "completion_tokens", "prompt_tokens", "memid_alias",
         ),
         0,
     )  # fmt: skip
@@ -109,14 +111,18 @@ def cell_stats(recs: Sequence[Mapping[str, Any]], domains: Mapping[str, set[str]
         s["who_lines" if who else "other_lines"] += 1
         s["who_ok" if who else "other_ok"] += c["success"]
         if c["primary"] == "answered_memory_id":
-            m = _MEMORY_ID.search(" ".join(str(v) for v in (r.get("answer") or {}).values()))
-            s["memid_is_gold"] += bool(m and m.group(0) in c["gold_ids"])
+            answer = r.get("answer") or {}
+            refs = [memory_ref(r, answer.get(k)) for k in (r.get("truth") or answer)]
+            refs = [x for x in refs if x] or [memory_ref(r, v) for v in answer.values()]
+            s["memid_is_gold"] += any(x in c["gold_ids"] for x in refs if x)
+            s["memid_alias"] += not any(_MEMORY_ID.search(str(v)) for v in answer.values())
         if r.get("answer") is not None:
             s["valid"] += 1
             s["empty_citations"] += not cites
         s["citations"] += len(cites)
         s["gold_cited"] += bool(cites & c["gold_ids"])
         s["completion_tokens"] += sum(((a.get("usage") or {}).get("completion_tokens") or 0) for a in attempts)
+        s["prompt_tokens"] += sum(((a.get("usage") or {}).get("prompt_tokens") or 0) for a in attempts)
         lat.append((r.get("latency_ms") or {}).get("total") or 0.0)
         by_task[str(r.get("task_id"))] = (c["success"], str(r.get("question")))
     s["primary"] = primary
@@ -194,8 +200,10 @@ ROWS: tuple[tuple[str, Any], ...] = (
     ("&nbsp; on who-questions (oncall, approver)", lambda d: f"{d['who_ok']}/{d['who_lines']}"),
     ("&nbsp; on the other questions", lambda d: f"{d['other_ok']}/{d['other_lines']}"),
     ("**failures**", lambda d: d["failures"]),
-    *((f"&nbsp; {k}", lambda d, k=k: d["primary"][k]) for k in PRIMARY),
-    ("memory-id answers naming the gold memory", lambda d: d["memid_is_gold"]),
+    *((f"&nbsp; {k}", lambda d, k=k: d["primary"][k]) for k in PRIMARY[: PRIMARY.index("answered_memory_id") + 1]),
+    ("&nbsp;&nbsp; of which written as an alias (M1, ...)", lambda d: d.get("memid_alias", 0)),
+    *((f"&nbsp; {k}", lambda d, k=k: d["primary"][k]) for k in PRIMARY[PRIMARY.index("answered_memory_id") + 1 :]),
+    ("memory-id / alias answers naming the gold memory", lambda d: d["memid_is_gold"]),
     ("no valid answer (after re-asks)", lambda d: d["no_valid_answer"]),
     ("reply repeats a citation (any attempt)", lambda d: d["repeated_citation"]),
     ("re-asked", lambda d: d["reasked"]),
@@ -205,6 +213,7 @@ ROWS: tuple[tuple[str, Any], ...] = (
     ("cited ids per line", lambda d: f"{d['citations'] / max(1, d['lines']):.2f}"),
     ("lines citing a gold memory", lambda d: d["gold_cited"]),
     ("completion tokens per line", lambda d: f"{d['completion_tokens'] / max(1, d['lines']):.0f}"),
+    ("prompt tokens per line", lambda d: f"{d.get('prompt_tokens', 0) / max(1, d['lines']):.0f}"),
     ("mean latency s", lambda d: f"{d['latency_s_mean']:.1f}"),
 )
 

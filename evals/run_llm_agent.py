@@ -113,7 +113,8 @@ def scripted_model(kind: str, truth_of: Callable[[str], Mapping[str, str] | None
         if kind == "unserved-cite":
             return json.dumps({**{k: truth.get(k, "?") for k in keys}, "citations": ["m_not_served"]})
         if kind == "first-served":
-            mem = req.messages[1].content.split("\n")[1] if "[m:" in req.messages[1].content else ""
+            lines = req.messages[1].content.split("\n")  # "Memories:", then "[M1] ..." (old prompts: "[m:...")
+            mem = lines[1] if len(lines) > 1 and lines[1].startswith(("[M1]", "[m:")) else ""
             word = mem.rstrip('".').split()[-1].rstrip('."') if mem else "unknown"
             return json.dumps({**{k: word[:VALUE_MAX_LENGTH] for k in keys}, "citations": ids[:1]})
         raise ValueError(f"unknown scripted model {kind!r}")

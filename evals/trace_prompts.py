@@ -1,5 +1,8 @@
 """Pretty-print the full prompts and replies of a few traced asks, for a person to read.
 
+Traces with per-ask citation ``aliases`` show each served memory's label (``[M1]``) before its id, so
+the prompt and the raw replies (which cite labels) can be read against the ids (which credit uses).
+
 ``python -m evals.trace_prompts traces/llm/contradiction_0_C.jsonl --n 3 [--failures] [--task TID]``
 """
 
@@ -28,9 +31,13 @@ def render(rec: Mapping[str, Any], *, width: int = 100) -> str:
         out.append(f"error:    {rec['error']}")
     out.append("served:")
     cited = set(rec.get("citations") or [])
+    label = {mid: alias for alias, mid in (rec.get("aliases") or {}).items()}  # absent in older traces
     for s in rec.get("served") or []:
         mark = "*" if s["id"] in cited else " "
-        out.append(f" {mark} #{s['rank']} {s['id']} [{s['state']}] score={s['score']:.3f} sim={s['similarity']:.3f}")
+        tag = f"[{label[s['id']]}] " if s["id"] in label else ""
+        out.append(
+            f" {mark} #{s['rank']} {tag}{s['id']} [{s['state']}] score={s['score']:.3f} sim={s['similarity']:.3f}"
+        )
         out.append(textwrap.indent(textwrap.fill(str(s.get("text")), width - 6), "      "))
     out.append("-" * 40 + " messages (first attempt) " + "-" * 34)
     for m in rec.get("messages") or []:

@@ -158,6 +158,13 @@ def test_memory_id_answers_are_classified() -> None:
         "outcome": {"success": False},
     }
     assert analyze_traces.classify(rec, {"region": {"eu-west-1"}})["primary"] == "answered_memory_id"
+    # per-ask aliases: a label written as the answer names the memory it maps to
+    mid = "m_01a22c3b0f65e39742b55051"
+    alias_rec = {**rec, "aliases": {"M1": mid}, "answer": {"maps.region": "[M1]"}}
+    assert analyze_traces.classify(alias_rec, {"region": {"eu-west-1"}})["primary"] == "answered_memory_id"
+    assert analyze_traces.memory_ref(alias_rec, "M1") == mid and analyze_traces.memory_ref(alias_rec, "M9") == "?"
+    assert analyze_traces.memory_ref(alias_rec, "eu-west-1") is None
+    assert analyze_traces.memory_ref(rec, "M1") is None  # old traces have no aliases: "M1" is a plain value
 
 
 def test_trace_heuristics() -> None:
@@ -266,3 +273,20 @@ def test_compare_traces_on_the_committed_real_llm_traces(tmp_path: Path) -> None
     assert paired["both_ok"] + paired["only_before_ok"] + paired["only_after_ok"] + paired["both_failed"] == 40
     assert paired["both_ok"] + paired["only_before_ok"] == cell["before"]["successes"]
     assert 0.0 <= paired["sign_test_p"] <= 1.0
+
+
+def test_compare_traces_recognises_alias_answers_in_the_committed_alias_traces(tmp_path: Path) -> None:
+    """Traces with per-ask aliases: an alias written as the answer counts as a memory-id answer."""
+    from evals import compare_traces
+
+    out = tmp_path / "cmp.json"
+    root = Path(__file__).resolve().parent.parent / "traces"
+    sets = f"sorted_keys={root / 'llm_sorted_keys'},aliases={root / 'llm_aliases'}"
+    compare_traces.main(["--sets", sets, "--cells", "state_change_0_A", "--out", str(out)])
+    cell = json.loads(out.read_text())["cells"]["state_change_0_A"]
+    assert cell["sorted_keys"]["memid_alias"] == 0 and cell["sorted_keys"]["primary"]["answered_memory_id"] == 3
+    # t0022 answered "M2" (the mallory memory, not the gold one)
+    assert cell["aliases"]["memid_alias"] == 1 and cell["aliases"]["primary"]["answered_memory_id"] == 1
+    assert cell["aliases"]["memid_is_gold"] == 0
+    for rec in load_traces(root / "llm_aliases" / "state_change_0_A.jsonl"):
+        assert set(rec["citations"]) <= set(rec["aliases"].values()) == {s["id"] for s in rec["served"]}

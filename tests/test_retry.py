@@ -77,7 +77,7 @@ async def test_agent_over_openai_adapter_429_500_timeout_then_success_all_traced
 
     mem = ReMem(tmp_path / "s")
     mid = mem.add("Our server is in west-2.", timestamp=1)
-    answer = json.dumps({"answer": "west-2", "citations": [mid]})
+    answer = json.dumps({"answer": "west-2", "citations": ["M1"]})  # the per-ask alias of mid
     script = ["429", "500", "timeout", "ok"]
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -112,7 +112,7 @@ async def test_agent_over_openai_adapter_429_500_timeout_then_success_all_traced
         mem, model, trace=tmp_path / "t.jsonl", retry=RetryPolicy(max_attempts=5, initial_backoff=0.0, max_backoff=0.0)
     )
     ans = await agent.ask("Where is our server?", truth={"answer": "west-2"}, now=2)
-    assert ans.ok and ans.outcome is not None and ans.outcome.success
+    assert ans.ok and ans.outcome is not None and ans.outcome.success and ans.citations == (mid,)
     (line,) = load_traces(tmp_path / "t.jsonl")
     retries = line["attempts"][0]["retries"]
     assert [r["status"] for r in retries] == [429, 500, None]

@@ -66,6 +66,7 @@ def _without_repeated_citations(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_reply(text: str, schema: Mapping[str, Any], served_ids: Sequence[str], *, truncated: bool) -> Checked:
+    """Check one reply; ``served_ids`` are the citable keys (``MemoryAgent`` passes its per-ask aliases)."""
     if truncated:
         return Checked(None, (), ("the reply was cut off (maximum length reached); answer more briefly",), "truncated")
     try:
@@ -82,7 +83,7 @@ def check_reply(text: str, schema: Mapping[str, Any], served_ids: Sequence[str],
         return Checked(
             None,
             (),
-            (f"citations {unknown} are not ids of the memories provided: {sorted(served)}",),
+            (f"citations {unknown} are not labels of the memories provided: {list(dict.fromkeys(served_ids))}",),
             "unknown_citation",
         )
     errors = [

@@ -1,10 +1,14 @@
 """``MemoryAgent``: async middleware that wraps any chat model with an outcome-learning memory.
 
-Per ``ask``: recall -> prompt -> call -> enforce -> score -> learn -> trace. Composition only: the
-wrapped model is any :class:`~remem_agent.adapters.base.ChatModel`; nothing of a vendor SDK is patched.
-Blocking work (embedding, SQLite, trace writes) runs on worker threads; concurrent asks are bounded by
-a semaphore, and each ask learns only through its own ``search_id`` so credit never crosses between
-concurrent calls.
+Per ``ask``: recall -> prompt -> call -> enforce -> score -> learn -> trace. The model sees and cites
+short per-ask aliases (``M1``, ``M2``, ... in rank order; see ``prompt.citation_aliases``). Enforcement
+validates them and the middleware maps them back to memory ids right after, so credit,
+``Answer.citations`` and the trace's ``citations`` hold real memory ids (the trace also keeps the map).
+
+Composition only: the wrapped model is any :class:`~remem_agent.adapters.base.ChatModel`; nothing of a
+vendor SDK is patched. Blocking work (embedding, SQLite, trace writes) runs on worker threads;
+concurrent asks are bounded by a semaphore, and each ask learns only through its own ``search_id``
+so credit never crosses between concurrent calls.
 """
 
 from __future__ import annotations
@@ -24,7 +28,13 @@ from remem_agent._time import Timestamp
 from remem_agent.adapters.base import ChatModel, ChatRequest, ChatResponse, Message
 from remem_agent.adapters.retry import RetryPolicy, call_with_retries
 from remem_agent.agent.enforce import Checked, check_reply
-from remem_agent.agent.prompt import build_messages, check_answer_schema, reask_message, with_citations
+from remem_agent.agent.prompt import (
+    build_messages,
+    check_answer_schema,
+    citation_aliases,
+    reask_message,
+    with_citations,
+)
 from remem_agent.agent.scoring import Outcome, Scorer, exact_match
 from remem_agent.agent.trace import TraceWriter
 from remem_agent.errors import ModelError, OutputValidationError, UnknownSearchError, UserInputError
@@ -53,6 +63,7 @@ class Answer:
     outcome: Outcome | None = None
     credit: Mapping[str, float] = field(default_factory=dict)
     error: str | None = None
+    aliases: Mapping[str, str] = field(default_factory=dict)  # alias shown to the model -> memory id
 
     @property
     def ok(self) -> bool:
@@ -171,9 +182,10 @@ class MemoryAgent:
         )
         t_recall = time.perf_counter()
         # 2. prompt
-        served_ids = res.ids
-        schema = with_citations(base_schema, served_ids)
-        messages = build_messages(question, res.items, schema, system_prompt=self.system_prompt)
+        aliases = citation_aliases(res.ids)  # "M1" -> first served id, ...
+        labels = list(aliases)
+        schema = with_citations(base_schema, labels)
+        messages = build_messages(question, res.items, schema, system_prompt=self.system_prompt, labels=labels)
         trace: dict[str, Any] = {
             "v": 1,
             "ts": datetime.now(UTC).isoformat(),
@@ -201,6 +213,7 @@ class MemoryAgent:
                 }
                 for h in res.items
             ],
+            "aliases": aliases,
             "schema": schema,
             "messages": [m.to_dict() for m in messages],
             "attempts": [],
@@ -248,7 +261,7 @@ class MemoryAgent:
                     attempt_rec["latency_ms"] = round((time.perf_counter() - t_call) * 1000, 3)
                     model_ms += attempt_rec["latency_ms"]
                 last_raw = resp.text
-                checked = check_reply(resp.text, schema, served_ids, truncated=resp.finish_reason == "length")
+                checked = check_reply(resp.text, schema, labels, truncated=resp.finish_reason == "length")
                 attempt_rec.update(
                     raw=resp.text,
                     finish_reason=resp.finish_reason,
@@ -275,8 +288,20 @@ class MemoryAgent:
             if self.on_invalid == "raise":
                 raise OutputValidationError(error, attempts=attempts, last_raw=last_raw, errors=all_errors)
             return Answer(
-                answer_id, question, task, None, (), res.items, res.search_id, last_raw, attempts, error=error
+                answer_id,
+                question,
+                task,
+                None,
+                (),
+                res.items,
+                res.search_id,
+                last_raw,
+                attempts,
+                error=error,
+                aliases=aliases,
             )
+        # aliases -> memory ids (check_reply accepted only served aliases, each once)
+        cited_ids = tuple(aliases[c] for c in checked.citations)
         # 5-6. score + learn
         t_learn = time.perf_counter()
         value = checked.value or {}
@@ -288,7 +313,7 @@ class MemoryAgent:
             receipt = await self.memory.afeedback(
                 res.search_id,
                 success=outcome.success,
-                cited_ids=list(checked.citations),
+                cited_ids=list(cited_ids),
                 answer=value,
                 source="truth",
             )
@@ -297,13 +322,14 @@ class MemoryAgent:
             question,
             task,
             value,
-            checked.citations,
+            cited_ids,
             res.items,
             res.search_id,
             last_raw,
             attempts,
             outcome,
             dict(receipt.credit) if receipt else {},
+            aliases=aliases,
         )
         if outcome is None:
             async with self._lock:
@@ -315,7 +341,7 @@ class MemoryAgent:
         # 7. trace
         trace.update(
             answer=value,
-            citations=list(checked.citations),
+            citations=list(cited_ids),
             outcome=outcome.to_dict() if outcome else None,
             credit=dict(receipt.credit) if receipt else {},
             blame=dict(receipt.blame) if receipt else {},

@@ -7,11 +7,14 @@ Line schema (version 1; ``TRACE_SCHEMA`` below is the machine-checkable form)::
      "model": {"adapter": str, "name": str, "params": {"temperature": .., "max_tokens": .., "seed": ..}},
      "search_id": str|null,
      "served": [{"id", "rank", "score", "similarity", "state", "text"}],
-     "schema": {...the extended answer schema...},
+     "aliases": {alias: id},                       # optional: the per-ask citation labels shown to the
+                                                   # model ("M1" -> served id); absent in older traces
+     "schema": {...the extended answer schema...},  # its citations enum holds the aliases (or old: ids)
      "messages": [{"role", "content"}],            # exactly what was sent first
      "attempts": [{"raw": str|null, "finish_reason": str|null, "errors": [str], "kind": str,
                    "latency_ms": float, "usage": {...}, "retries": [{"attempt", "status", "error", "wait_s"}]}],
-     "answer": {...}|null, "citations": [str], "error": str|null,
+     "answer": {...}|null, "citations": [str],     # memory ids (aliases already mapped back)
+     "error": str|null,
      "outcome": {"success", "source", "score", "weight"}|null, "truth": any,
      "credit": {id: credit}, "blame": {id: blame},
      "latency_ms": {"recall": .., "model": .., "learn": .., "total": ..}}
@@ -67,6 +70,7 @@ TRACE_SCHEMA: dict[str, Any] = {
             "type": "array",
             "items": {"type": "object", "required": ["id", "rank", "score", "similarity", "state"]},
         },
+        "aliases": {"type": "object", "additionalProperties": {"type": "string"}},
         "messages": {"type": "array", "items": {"type": "object", "required": ["role", "content"]}},
         "attempts": {
             "type": "array",
