@@ -6,6 +6,7 @@ import asyncio
 import importlib.util
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -255,15 +256,21 @@ def test_aggregate_pairs_partial_runs_on_common_tasks(tmp_path: Path) -> None:
     assert run_llm_agent.aggregate(out)["partial_runs"] == []
 
 
-def test_compare_traces_on_the_committed_real_llm_traces(tmp_path: Path) -> None:
-    """evals.compare_traces over two committed trace sets: consistent counts and a paired view per cell."""
+def _compare_committed(tmp_path: Path, sets: dict[str, str], cell: str) -> dict[str, Any]:
+    """``evals.compare_traces`` over committed trace folders (set name -> ``traces/<folder>``), one cell."""
     from evals import compare_traces
 
     out = tmp_path / "cmp.json"
     root = Path(__file__).resolve().parent.parent / "traces"
-    sets = f"before={root / 'llm'},after={root / 'llm_sorted_keys'}"
-    compare_traces.main(["--sets", sets, "--cells", "contradiction_0_A", "--out", str(out)])
-    cell = json.loads(out.read_text())["cells"]["contradiction_0_A"]
+    arg = ",".join(f"{name}={root / folder}" for name, folder in sets.items())
+    compare_traces.main(["--sets", arg, "--cells", cell, "--out", str(out)])
+    result: dict[str, Any] = json.loads(out.read_text())["cells"][cell]
+    return result
+
+
+def test_compare_traces_on_the_committed_real_llm_traces(tmp_path: Path) -> None:
+    """evals.compare_traces over two committed trace sets: consistent counts and a paired view per cell."""
+    cell = _compare_committed(tmp_path, {"before": "llm", "after": "llm_sorted_keys"}, "contradiction_0_A")
     for name in ("before", "after"):
         c = cell[name]
         assert c["lines"] == 40 and c["successes"] + c["failures"] == 40
@@ -277,16 +284,13 @@ def test_compare_traces_on_the_committed_real_llm_traces(tmp_path: Path) -> None
 
 def test_compare_traces_recognises_alias_answers_in_the_committed_alias_traces(tmp_path: Path) -> None:
     """Traces with per-ask aliases: an alias written as the answer counts as a memory-id answer."""
-    from evals import compare_traces
-
-    out = tmp_path / "cmp.json"
-    root = Path(__file__).resolve().parent.parent / "traces"
-    sets = f"sorted_keys={root / 'llm_sorted_keys'},aliases={root / 'llm_aliases'}"
-    compare_traces.main(["--sets", sets, "--cells", "state_change_0_A", "--out", str(out)])
-    cell = json.loads(out.read_text())["cells"]["state_change_0_A"]
+    cell = _compare_committed(
+        tmp_path, {"sorted_keys": "llm_sorted_keys", "aliases": "llm_aliases"}, "state_change_0_A"
+    )
     assert cell["sorted_keys"]["memid_alias"] == 0 and cell["sorted_keys"]["primary"]["answered_memory_id"] == 3
     # t0022 answered "M2" (the mallory memory, not the gold one)
     assert cell["aliases"]["memid_alias"] == 1 and cell["aliases"]["primary"]["answered_memory_id"] == 1
     assert cell["aliases"]["memid_is_gold"] == 0
-    for rec in load_traces(root / "llm_aliases" / "state_change_0_A.jsonl"):
+    traces = Path(__file__).resolve().parent.parent / "traces"
+    for rec in load_traces(traces / "llm_aliases" / "state_change_0_A.jsonl"):
         assert set(rec["citations"]) <= set(rec["aliases"].values()) == {s["id"] for s in rec["served"]}
