@@ -44,6 +44,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_dash.add_argument("store")
     p_dash.add_argument("-o", "--output", default="memory.html", help="HTML file to write (default: memory.html)")
     p_dash.add_argument("--title", help="page title")
+    p_dash.add_argument(
+        "--max-rows",
+        type=int,
+        default=2000,
+        help="memories in the table: the most recently added (default 2000; 0 = all); cards and plots cover all",
+    )
 
     p_migrate = sub.add_parser(
         "migrate", help="copy a store with its full history into another (e.g. a folder into postgresql://...)"
@@ -65,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "dashboard":
             from remem_agent.viz.dashboard import write_dashboard
 
-            out = write_dashboard(args.store, args.output, title=args.title)
+            out = write_dashboard(args.store, args.output, title=args.title, max_rows=args.max_rows)
             print(f"wrote {out}")
             return 0
         if args.cmd == "migrate":

@@ -17,7 +17,7 @@ from remem_agent.cli import main
 from remem_agent.lifecycle import LifecycleEvent
 from remem_agent.retention import compress_text
 from remem_agent.tokens import count_tokens
-from remem_agent.viz.dashboard import load_snapshot, render_dashboard, state_series, write_dashboard
+from remem_agent.viz.dashboard import LedgerSnapshot, load_snapshot, render_dashboard, state_series, write_dashboard
 
 DAY = 86_400.0
 T0 = 1_700_000_000.0
@@ -114,14 +114,18 @@ def test_dashboard_html_escapes_every_ledger_string(built: Built, tmp_path: Path
     assert "Content-Security-Policy" in page
 
 
-def test_dashboard_shows_states_credit_supersession_and_timeline(built: Built) -> None:
+def load_snapshot_of(path: Path) -> LedgerSnapshot:
     from remem_agent.cli import _open_store
 
-    store = _open_store(str(built.path))
+    store = _open_store(str(path))
     try:
-        snap = load_snapshot(store)
+        return load_snapshot(store)
     finally:
         store.close()
+
+
+def test_dashboard_shows_states_credit_supersession_and_timeline(built: Built) -> None:
+    snap = load_snapshot_of(built.path)
     page = render_dashboard(snap)
     ids = built.ids
     for mid in ids.values():
@@ -174,13 +178,7 @@ def _chromium(args: list[str], timeout: float = 90) -> subprocess.CompletedProce
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="chromium not installed")
 @pytest.mark.parametrize("csp", [True, False], ids=["with-csp", "escaping-only"])
 def test_dashboard_in_headless_chromium_runs_no_injected_script(built: Built, tmp_path: Path, csp: bool) -> None:
-    from remem_agent.cli import _open_store
-
-    store = _open_store(str(built.path))
-    try:
-        snap = load_snapshot(store)
-    finally:
-        store.close()
+    snap = load_snapshot_of(built.path)
     out = tmp_path / "memory.html"
     out.write_text(render_dashboard(snap, title="ledger view", csp=csp), encoding="utf-8")
     proc = _chromium(["--virtual-time-budget=3000", "--dump-dom", out.as_uri()])
@@ -305,3 +303,25 @@ def test_ledger_errors(built: Built, tmp_path: Path, capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit) as exc:  # argparse: exactly one action is required
         main(["ledger", str(built.path)])
     assert exc.value.code == 2
+
+
+def test_dashboard_table_keeps_the_most_recent_rows_when_capped(built: Built, tmp_path: Path) -> None:
+    """A large store: the table is capped (newest kept), cards and counts still cover every memory."""
+    from remem_agent.cli import main
+    from remem_agent.errors import UserInputError
+
+    out = tmp_path / "capped.html"
+    assert main(["dashboard", str(built.path), "-o", str(out), "--max-rows", "3"]) == 0
+    page = out.read_text(encoding="utf-8")
+    total = len(built.ids)
+    assert len(re.findall(r'<tr class="mem"', page)) == 3
+    assert f"the 3 most recently added of {total} memories" in page
+    assert f"<h2>Memories ({total})</h2>" in page
+    with ReMem(built.path) as mem:
+        newest = [m.id for m in mem.list()][-3:]
+    for mid in newest:
+        assert mid in page
+    full = write_dashboard(built.path, tmp_path / "all.html", max_rows=0).read_text(encoding="utf-8")
+    assert len(re.findall(r'<tr class="mem"', full)) == total and "most recently added" not in full
+    with pytest.raises(UserInputError):
+        render_dashboard(load_snapshot_of(built.path), max_rows=-1)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from remem_agent.errors import UserInputError
 from remem_agent.store.base import Store
 from remem_agent.types import ALL_TASKS, Event, Memory, State, TaskStats
 
@@ -382,8 +383,20 @@ def script_hash() -> str:
     return "sha256-" + base64.b64encode(hashlib.sha256(_JS.encode()).digest()).decode()
 
 
-def render_dashboard(snap: LedgerSnapshot, *, title: str = "remem memory dashboard", csp: bool = True) -> str:
-    """The whole page as one HTML string."""
+DEFAULT_MAX_ROWS = 2000
+
+
+def render_dashboard(
+    snap: LedgerSnapshot, *, title: str = "remem memory dashboard", csp: bool = True, max_rows: int | None = None
+) -> str:
+    """The whole page as one HTML string.
+
+    Cards and plots cover the whole ledger; the memory table shows the ``max_rows`` most recently added
+    memories (None or 0: all), because a 100k-memory table makes a page browsers struggle to open.
+    """
+    if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0):
+        raise UserInputError(f"max_rows must be a non-negative integer, got {max_rows!r}")
+    shown = snap.rows[-max_rows:] if max_rows else snap.rows
     by_state = {s: 0 for s in STATE_ORDER}
     for r in snap.rows:
         by_state[r.memory.state] += 1
@@ -404,7 +417,13 @@ def render_dashboard(snap: LedgerSnapshot, *, title: str = "remem memory dashboa
         else ""
     )
     meta = " · ".join(f"{esc(k)}: <code>{esc(v)}</code>" for k, v in snap.meta.items() if v is not None)
-    rows = "".join(_memory_row(r) for r in snap.rows)
+    rows = "".join(_memory_row(r) for r in shown)
+    cut = (
+        f'<p class="muted">The table shows the {len(shown)} most recently added of {len(snap.rows)} memories '
+        "(<code>remem dashboard --max-rows 0</code> shows all); cards and plots cover every memory.</p>"
+        if len(shown) < len(snap.rows)
+        else ""
+    )
     return (
         "<!DOCTYPE html>\n"
         f'<html lang="en"><head><meta charset="utf-8">{head_csp}'
@@ -419,7 +438,7 @@ def render_dashboard(snap: LedgerSnapshot, *, title: str = "remem memory dashboa
         f"{svg_state_timeline(snap.events)}</div>"
         f'<div class="plotbox"><h3>Credit distribution</h3>{svg_credit_histogram(snap.rows)}</div>'
         "</div>"
-        f"<h2>Memories ({len(snap.rows)})</h2>"
+        f"<h2>Memories ({len(snap.rows)})</h2>{cut}"
         '<div id="filters" hidden>'
         f'<label>state <select id="f-state"><option value="">all</option>{state_opts}</select></label>'
         f'<label>task class <select id="f-task"><option value="">all</option>{task_opts}</select></label>'
@@ -436,7 +455,9 @@ def _short_name(location: str) -> str:
     return location.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1] or location
 
 
-def write_dashboard(store_path: str | Path, out: str | Path, *, title: str | None = None) -> Path:
+def write_dashboard(
+    store_path: str | Path, out: str | Path, *, title: str | None = None, max_rows: int | None = DEFAULT_MAX_ROWS
+) -> Path:
     """Render the dashboard of the store at ``store_path`` into ``out`` (read only; no embedder needed)."""
     from remem_agent.store.base import open_store
 
@@ -445,7 +466,7 @@ def write_dashboard(store_path: str | Path, out: str | Path, *, title: str | Non
         snap = load_snapshot(store)
     finally:
         store.close()
-    page = render_dashboard(snap, title=title or f"remem dashboard — {_short_name(snap.folder)}")
+    page = render_dashboard(snap, title=title or f"remem dashboard — {_short_name(snap.folder)}", max_rows=max_rows)
     target = Path(out).expanduser()
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(page, encoding="utf-8")
