@@ -22,14 +22,14 @@ import tempfile
 import warnings
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from evals.reader import ReaderParams, read
-from evals.runner import embedder_for
+from evals.runner import _public, embedder_for
 from evals.systems import System, load_systems
 from evals.world import Fact, Task, World, WorldParams, key_name, make_world
 from remem_agent import ReMem
@@ -128,11 +128,9 @@ def probe_world(world: World, system: System, reader: ReaderParams) -> tuple[lis
         try:
             for step in world.steps:
                 if step.facts:
-                    items = [f.public() if system.keys else replace(f.public(), entity=None, attribute=None)
-                             for f in step.facts]  # fmt: skip
                     with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
-                        ids = mem.add_many(items)
+                        warnings.simplefilter("ignore")  # additive-wording warnings are part of the worlds
+                        ids = mem.add_many([_public(f, system.keys) for f in step.facts])
                     for mid, f in zip(ids, step.facts, strict=True):
                         fact_of.setdefault(mid, f)
                         mid_of[f.fid] = mid

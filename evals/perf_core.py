@@ -520,10 +520,11 @@ def profile_add(n: int, batch: int, seed: int, root: Path) -> dict[str, Any]:
 
 
 # -- environment --------------------------------------------------------------------------------
-def _git_commit() -> str | None:
+def _git(*args: str) -> str | None:
+    """stdout of ``git ARGS`` in the repository, or None when git is missing or fails."""
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
+            ["git", *args],
             capture_output=True,
             text=True,
             timeout=5,
@@ -532,25 +533,19 @@ def _git_commit() -> str | None:
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None
+    return out.stdout if out.returncode == 0 else None
+
+
+def _git_commit() -> str | None:
+    return (_git("rev-parse", "HEAD") or "").strip() or None
 
 
 def _git_dirty() -> list[str] | None:
     """Tracked files with uncommitted changes (the numbers describe the working tree, not HEAD)."""
-    try:
-        out = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            cwd=Path(__file__).resolve().parent.parent,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
+    out = _git("status", "--porcelain", "--untracked-files=no")
+    if out is None:
         return None
-    if out.returncode != 0:
-        return None
-    return [line[3:] for line in out.stdout.splitlines() if line.strip()]
+    return [line[3:] for line in out.splitlines() if line.strip()]
 
 
 def machine_facts() -> dict[str, Any]:

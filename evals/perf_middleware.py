@@ -19,7 +19,6 @@ import asyncio
 import json
 import platform
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from evals.perf_core import _git_commit, _git_dirty
 from remem_agent import ReMem
 from remem_agent.adapters import ChatRequest, FunctionChatModel
 from remem_agent.agent import MemoryAgent, load_traces
@@ -110,11 +110,6 @@ def main(argv: list[str] | None = None) -> int:
         args.memories, args.asks = 1000, 40
     t0 = time.perf_counter()
     res = asyncio.run(measure(args.memories, args.asks, args.seed))
-    try:
-        git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
-        commit = git.stdout.strip()
-    except OSError:
-        commit = ""
     p50 = res["overhead"]["p50_ms"]
     report = {
         "benchmark": "perf_middleware",
@@ -122,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         "result": res,
         "target": {"overhead_p50_ms": TARGET_P50_MS, "met": p50 <= TARGET_P50_MS},
         "machine": {"python": sys.version.split()[0], "platform": platform.platform(), "numpy": np.__version__},
-        "git_commit": commit,
+        "git_commit": _git_commit(),
+        "git_dirty": _git_dirty(),
         "wall_time_s": round(time.perf_counter() - t0, 2),
     }
     out = Path(args.out)
