@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,24 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _examples import ROOT, run_example
 from _ollama_server import FakeOllama, chat_ok
 
-ROOT = Path(__file__).resolve().parents[1]
 ANSWER = json.dumps({"answer": "west-2", "citations": []})
-
-
-def run_example(name: str, env_extra: dict[str, str], tmp_path: Path, *args: str) -> str:
-    env = {**os.environ, "HOME": str(tmp_path), **env_extra}
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / name), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
 
 
 def test_wrap_ollama_example(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from _examples import run_example
 
 from remem_agent import ReMem
 from remem_agent.adapters import ScriptedChatModel
@@ -32,8 +32,6 @@ else:
     HAVE_LANGCHAIN = True
 
 needs_langchain = pytest.mark.skipif(not HAVE_LANGCHAIN, reason="langchain-core is not installed")
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture()
@@ -147,17 +145,9 @@ def test_superseded_facts_are_not_served(mem: ReMem) -> None:
 
 @needs_langchain
 def test_langchain_example_runs(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "langchain_retriever.py")],
-        env={**os.environ, "HOME": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "The customer upgraded to the Pro plan." in proc.stdout
-    assert "feedback success=True" in proc.stdout and "context:" in proc.stdout
+    out = run_example("langchain_retriever.py", {}, tmp_path)
+    assert "The customer upgraded to the Pro plan." in out
+    assert "feedback success=True" in out and "context:" in out
 
 
 def test_missing_extra_names_it(tmp_path: Path) -> None:
@@ -173,16 +163,8 @@ def test_missing_extra_names_it(tmp_path: Path) -> None:
 
 
 def test_extract_example_runs_scripted(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "extract_facts.py"), "--scripted"],
-        env={**os.environ, "HOME": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "stored 3 fact(s)" in proc.stdout and "Postgres 16" in proc.stdout
+    out = run_example("extract_facts.py", {}, tmp_path, "--scripted")
+    assert "stored 3 fact(s)" in out and "Postgres 16" in out
 
 
 # -- fact extraction ---------------------------------------------------------------------------------
