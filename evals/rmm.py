@@ -56,7 +56,6 @@ from evals.runner import (
 from evals.world import Fact, World
 from remem_agent import ReMem, RememConfig
 from remem_agent.embedders.base import check_vectors
-from remem_agent.types import SERVABLE_STATES
 
 Serve = Literal["greedy", "sample"]
 F64 = NDArray[np.float64]
@@ -293,28 +292,10 @@ def _one_blas_thread() -> contextlib.AbstractContextManager[object]:
 
 
 def _pool(mem: ReMem, qvec: NDArray[np.float32], k: int, at: float) -> tuple[list[str], list[int], NDArray[np.float32]]:
-    """A's candidate pool: top max(40, 4k) by cosine from the index, kept if servable and valid at ``at``
-    (mirrors ``ReMem._pool`` for a present-time search, widening when too few survive)."""
-    size = len(mem.index)
-    want = max(mem.config.min_pool, k * mem.config.pool_factor)
-    pool = min(size, want)
-    while True:
-        ids, sims = mem.index.candidates(qvec, pool)
-        with mem.store.read() as tx:
-            rows = tx.memories(ids)
-        keep: list[str] = []
-        cost: list[int] = []
-        ks: list[float] = []
-        for mid, s in zip(ids, sims, strict=True):
-            m = rows.get(mid)
-            if m is None or not m.valid_at(at) or m.state not in SERVABLE_STATES:
-                continue
-            keep.append(mid)
-            cost.append(m.token_cost)
-            ks.append(float(s))
-        if len(keep) >= min(want, k * 2) or pool >= size:
-            return keep[:want], cost[:want], np.array(ks[:want], dtype=np.float32)
-        pool = min(size, pool * 4)
+    """A's candidate pool for a present-time search (``ReMem._pool``, the same over-fetch, eligibility
+    filter and widening): (ids, token costs, similarities)."""
+    cands, sims = mem._pool(qvec, k, at, historical=False)
+    return [m.id for m in cands], [m.token_cost for m in cands], sims.astype(np.float32)
 
 
 def _run(
