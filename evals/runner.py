@@ -31,7 +31,7 @@ from evals.world import DAY, Fact, Task, World
 from remem_agent import ReMem, State
 from remem_agent.embedders.base import Embedder, Vectors, check_vectors
 from remem_agent.embedders.hashing import DEFAULT_CONCEPT_GROUPS, ConceptHashEmbedder
-from remem_agent.lifecycle import LifecycleEvent
+from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.types import ALL_TASKS
 
 _SCRATCH = Path("/dev/shm") if Path("/dev/shm").is_dir() else None

@@ -9,9 +9,9 @@ from typing import Any
 import yaml
 
 from remem_agent import RememConfig
+from remem_agent.learning.retention import RetentionPolicy
+from remem_agent.learning.staleness import StalenessPolicy
 from remem_agent.ranking.features import FeatureConfig
-from remem_agent.retention import RetentionPolicy
-from remem_agent.staleness import StalenessPolicy
 
 SYSTEMS_FILE = Path(__file__).with_name("systems.yaml")
 

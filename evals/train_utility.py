@@ -27,7 +27,7 @@ from evals.systems import System, load_systems
 from evals.world import CORE_FAMILIES, make_world
 from remem_agent.ranking.features import FEATURE_NAMES
 from remem_agent.ranking.learned import LearnedUtility, metrics
-from remem_agent.ranking.traces import TrainingSet, concat, training_rows
+from remem_agent.ranking.training import TrainingSet, concat, training_rows
 from remem_agent.ranking.utility import HeuristicUtility
 
 TRAIN_SEEDS = (100, 101, 102, 103)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from remem_agent.errors import RememError
-from remem_agent.store.base import open_store
+from remem_agent.store.factory import open_store
 
 
 def _open_store(location: str) -> Any:

@@ -18,8 +18,8 @@ import numpy as np
 from remem_agent._time import Timestamp, to_epoch
 from remem_agent._time import now as wall_now
 from remem_agent.errors import UserInputError
-from remem_agent.lifecycle import LifecycleEvent
-from remem_agent.staleness import StalenessPolicy, additive_wording, normalise, normalise_key, update_wording
+from remem_agent.learning.lifecycle import LifecycleEvent
+from remem_agent.learning.staleness import StalenessPolicy, additive_wording, normalise, normalise_key, update_wording
 from remem_agent.store.sql import LedgerTx
 from remem_agent.tokens import count_tokens
 from remem_agent.types import ROLES, Memory, Role, State

@@ -22,7 +22,6 @@ import numpy as np
 
 from remem_agent._time import Timestamp, to_epoch
 from remem_agent._time import now as wall_now
-from remem_agent.credit import CreditPolicy, Replay, leave_one_out, values_used
 from remem_agent.embedders.base import Embedder, check_vectors
 from remem_agent.errors import (
     FeedbackConflictError,
@@ -43,13 +42,15 @@ from remem_agent.ingest import (
     new_id,
     validate_fact,
 )
+from remem_agent.learning.credit import CreditPolicy, Replay, leave_one_out, values_used
+from remem_agent.learning.retention import RetentionPolicy
+from remem_agent.learning.staleness import StalenessPolicy
 from remem_agent.ranking.features import FEATURE_NAMES, FeatureConfig, build_features
 from remem_agent.ranking.features import matrix as feature_matrix
+from remem_agent.ranking.select import select
 from remem_agent.ranking.utility import HeuristicUtility, SimilarityUtility, UtilityModel
-from remem_agent.retention import RetentionPolicy
-from remem_agent.select import select
-from remem_agent.staleness import StalenessPolicy
-from remem_agent.store.base import Store, VectorSearch, open_store
+from remem_agent.store.base import Store, VectorSearch
+from remem_agent.store.factory import open_store
 from remem_agent.store.sql import LedgerTx
 from remem_agent.types import (
     ALL_TASKS,

@@ -32,8 +32,8 @@ from typing import Any
 import pytest
 
 from remem_agent import FeedbackConflictError, ReMem, RememConfig, State
-from remem_agent.credit import CreditPolicy
-from remem_agent.retention import RetentionPolicy
+from remem_agent.learning.credit import CreditPolicy
+from remem_agent.learning.retention import RetentionPolicy
 from remem_agent.types import ALL_TASKS
 
 N_PROCS = 2

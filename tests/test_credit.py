@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from remem_agent import ReMem, RememConfig
-from remem_agent.credit import CreditPolicy, answer_values, values_used
-from remem_agent.retention import RetentionPolicy
+from remem_agent.learning.credit import CreditPolicy, answer_values, values_used
+from remem_agent.learning.retention import RetentionPolicy
 
 StoreLocation = Callable[[str], "str | Path"]
 

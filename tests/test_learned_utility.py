@@ -12,7 +12,7 @@ from numpy.typing import NDArray
 from remem_agent import ReMem, RememConfig, UserInputError
 from remem_agent.ranking.features import FEATURE_NAMES
 from remem_agent.ranking.learned import DEFAULT_LAMBDAS, FORMAT_VERSION, LearnedUtility, irls, metrics, objective
-from remem_agent.ranking.traces import TrainingSet, concat, training_rows
+from remem_agent.ranking.training import TrainingSet, concat, training_rows
 
 D = len(FEATURE_NAMES)
 

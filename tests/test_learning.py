@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from remem_agent import ReMem, RememConfig, State
-from remem_agent.retention import RetentionPolicy, compress_text
-from remem_agent.staleness import StalenessPolicy
+from remem_agent.learning.retention import RetentionPolicy, compress_text
+from remem_agent.learning.staleness import StalenessPolicy
 
 DAY = 86_400.0
 StoreLocation = Callable[[str], "str | Path"]

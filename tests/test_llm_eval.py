@@ -212,7 +212,7 @@ def test_deadline_keeps_a_partial_run(tmp_path: Path) -> None:
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python not installed")
 def test_real_smollm2_end_to_end(tmp_path: Path) -> None:
     try:
-        from remem_agent.models import smollm2_path
+        from remem_agent.adapters.gguf import smollm2_path
 
         smollm2_path()
     except ImportError as exc:  # ModelNotAvailableError is an ImportError

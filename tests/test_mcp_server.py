@@ -32,7 +32,7 @@ async def _session(
 ) -> AsyncIterator[ClientSession]:
     params = StdioServerParameters(
         command=command or sys.executable,
-        args=["-m", "remem_agent.mcp_server"] if args is None else args,
+        args=["-m", "remem_agent.integrations.mcp_server"] if args is None else args,
         env={"REMEM_PATH": str(store), "REMEM_EMBEDDER": "hash", **env},
     )
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
@@ -66,7 +66,7 @@ def _ledger_feedback(store: Path, search_id: str) -> dict[str, Any]:
 
 def test_console_script_is_installed() -> None:
     eps = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
-    assert eps.get("remem-mcp") == "remem_agent.mcp_server:main"
+    assert eps.get("remem-mcp") == "remem_agent.integrations.mcp_server:main"
 
 
 async def test_session_explicit_and_inferred_feedback_and_errors(tmp_path: Path) -> None:

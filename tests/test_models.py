@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from remem_agent import models
+from remem_agent.adapters import gguf as models
 from remem_agent.errors import ModelError, UserInputError
 
 
@@ -204,7 +204,7 @@ _CHILD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from remem_agent import models
+    from remem_agent.adapters import gguf as models
     go, dest, sha, size, no_lock, *parts = sys.argv[1:]
     if no_lock == "1":
         models.fcntl = None  # force the lock-free path: unique temp names + atomic rename only

@@ -41,8 +41,8 @@ from remem_agent.errors import (
     StoreConnectionError,
     UserInputError,
 )
-from remem_agent.store.base import open_store
 from remem_agent.store.copy import TABLES, copy_store, export_rows
+from remem_agent.store.factory import open_store
 from remem_agent.types import State
 
 ROOT = Path(__file__).resolve().parents[1]

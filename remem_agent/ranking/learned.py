@@ -46,7 +46,7 @@ from numpy.typing import NDArray
 
 from remem_agent.errors import UserInputError
 from remem_agent.ranking.features import FEATURE_NAMES
-from remem_agent.ranking.traces import TrainingSet
+from remem_agent.ranking.training import TrainingSet
 
 Features = Mapping[str, NDArray[np.float64]]
 Explore = Literal["ucb", "thompson", "none"]

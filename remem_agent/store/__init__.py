@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from remem_agent.store.base import Store, open_store
+from remem_agent.store.base import Store
+from remem_agent.store.factory import open_store
 from remem_agent.store.sql import LedgerTx
 from remem_agent.store.sqlite import SQLiteStore
 

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from remem_agent.errors import UserInputError
-from remem_agent.store.base import Store, is_postgres_url, open_store
+from remem_agent.store.base import Store, is_postgres_url
+from remem_agent.store.factory import open_store
 from remem_agent.store.sql import LedgerTx, from_json
 
 log = logging.getLogger("remem_agent.store.copy")

@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from remem_agent.errors import StoreError, UnknownMemoryError
-from remem_agent.lifecycle import LifecycleEvent, next_state
+from remem_agent.learning.lifecycle import LifecycleEvent, next_state
 from remem_agent.types import ALL_TASKS, AttributeInfo, CreditRecord, Event, Memory, State, TaskStats
 
 MEM_COLS = (

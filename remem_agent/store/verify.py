@@ -22,7 +22,7 @@ from collections import defaultdict
 import numpy as np
 
 from remem_agent.errors import InvalidTransition
-from remem_agent.lifecycle import LifecycleEvent, next_state
+from remem_agent.learning.lifecycle import LifecycleEvent, next_state
 from remem_agent.store.sql import LedgerTx, from_json
 from remem_agent.types import ALL_TASKS, State
 

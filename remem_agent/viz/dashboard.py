@@ -459,7 +459,7 @@ def write_dashboard(
     store_path: str | Path, out: str | Path, *, title: str | None = None, max_rows: int | None = DEFAULT_MAX_ROWS
 ) -> Path:
     """Render the dashboard of the store at ``store_path`` into ``out`` (read only; no embedder needed)."""
-    from remem_agent.store.base import open_store
+    from remem_agent.store.factory import open_store
 
     store = open_store(store_path if isinstance(store_path, Path) else str(store_path), create=False)
     try:

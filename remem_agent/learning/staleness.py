@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from remem_agent.lifecycle import LifecycleEvent
+from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.store.sql import LedgerTx
 from remem_agent.types import CreditRecord, Event, Memory, State
 

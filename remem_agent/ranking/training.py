@@ -20,17 +20,22 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from remem_agent.errors import UserInputError
 from remem_agent.ranking.features import FEATURE_NAMES
-from remem_agent.store.base import Store, is_postgres_url, open_store
+from remem_agent.store.base import Store, is_postgres_url
+from remem_agent.store.factory import open_store
 
-if TYPE_CHECKING:
-    from remem_agent.memory import ReMem
+
+class HasStore(Protocol):
+    """Anything that carries a ledger, e.g. a ``ReMem`` (named structurally so this module needs no import of it)."""
+
+    @property
+    def store(self) -> Store: ...
 
 # Attributed credit at or above this, on a successful task, is a positive label.
 CREDIT_THRESHOLD = 0.5
@@ -149,7 +154,7 @@ def _group_name(store: Store) -> str:
     return folder.name if isinstance(folder, Path) else store.location
 
 
-def training_rows(source: Store | ReMem | str | Path, *, group: str | None = None) -> TrainingSet:
+def training_rows(source: Store | HasStore | str | Path, *, group: str | None = None) -> TrainingSet:
     """Training rows from every answered search of one store.
 
     ``source`` is a store (``SQLiteStore``/``PostgresStore``), a ``ReMem``, a store folder or a
@@ -168,7 +173,7 @@ def training_rows(source: Store | ReMem | str | Path, *, group: str | None = Non
             return _read(opened, group if group is not None else _group_name(opened))
         finally:
             opened.close()
-    store: Any = getattr(source, "store", source)  # a ReMem (duck-typed: no import cycle)
+    store: Any = getattr(source, "store", source)  # a ReMem or anything else with a .store
     if callable(getattr(store, "read", None)) and isinstance(getattr(store, "location", None), str):
         return _read(store, group if group is not None else _group_name(store))
     raise UserInputError(f"expected a store, a ReMem, a store folder or URL, got {type(source).__name__}")
