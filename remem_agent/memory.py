@@ -14,21 +14,17 @@ import logging
 import re
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import numpy as np
+from numpy.typing import NDArray
 
 from remem_agent._time import Timestamp, to_epoch
 from remem_agent._time import now as wall_now
+from remem_agent.config import RememConfig
 from remem_agent.embedders.base import Embedder, check_vectors
-from remem_agent.errors import (
-    FeedbackConflictError,
-    LedgerIntegrityError,
-    UnknownSearchError,
-    UserInputError,
-)
+from remem_agent.errors import LedgerIntegrityError, UnknownSearchError, UserInputError
 from remem_agent.index.base import IndexBackend
 from remem_agent.index.flat import FlatIndex
 from remem_agent.ingest import (
@@ -42,13 +38,11 @@ from remem_agent.ingest import (
     new_id,
     validate_fact,
 )
-from remem_agent.learning.credit import CreditPolicy, Replay, leave_one_out, values_used
-from remem_agent.learning.retention import RetentionPolicy
-from remem_agent.learning.staleness import StalenessPolicy
-from remem_agent.ranking.features import FEATURE_NAMES, FeatureConfig, build_features
-from remem_agent.ranking.features import matrix as feature_matrix
-from remem_agent.ranking.select import select
-from remem_agent.ranking.utility import HeuristicUtility, SimilarityUtility, UtilityModel
+from remem_agent.learning.credit import Replay, leave_one_out, values_used
+from remem_agent.learning.feedback import FeedbackPlan, apply_feedback, repeat_receipt
+from remem_agent.ranking.features import FEATURE_NAMES
+from remem_agent.ranking.pipeline import Candidates, EvidenceNeeds, is_eligible, rank_and_select
+from remem_agent.ranking.utility import UtilityModel
 from remem_agent.store.base import Store, VectorSearch
 from remem_agent.store.factory import open_store
 from remem_agent.store.sql import LedgerTx
@@ -56,11 +50,7 @@ from remem_agent.types import (
     ALL_TASKS,
     OUTCOME_SOURCES,
     ROLES,
-    SERVABLE_STATES,
-    CreditRecord,
-    Event,
     FeedbackReceipt,
-    Hit,
     Memory,
     MemoryInfo,
     OutcomeSource,
@@ -71,72 +61,9 @@ from remem_agent.types import (
     VerifyReport,
 )
 
+__all__ = ["ReMem", "RememConfig"]  # RememConfig lives in remem_agent.config; re-exported for old imports
+
 log = logging.getLogger("remem_agent")
-
-
-@dataclass(frozen=True)
-class RememConfig:
-    """Tunable defaults of search and feedback."""
-
-    k: int = 5
-    pool_factor: int = 4  # over-fetch k * pool_factor candidates ...
-    min_pool: int = 40  # ... but never fewer than this
-    p_floor: float = 0.35  # chosen on dev seeds 200-201 of the synthetic benchmark (see evals/)
-    guard_top: int = 3
-    guard_min_shown: int = 3  # guard exemption: shown at least this often ...
-    guard_max_rate: float = 0.2  # ... with class contribution rate below this
-    # Under a token budget: "knapsack" maximises the summed utility exactly; "greedy" fills the budget in
-    # rank order (what a plain similarity search truncated to a budget does).
-    selection: Literal["knapsack", "greedy"] = "knapsack"
-    features: FeatureConfig = field(default_factory=FeatureConfig)
-    credit: CreditPolicy = field(default_factory=CreditPolicy)
-    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
-    staleness: StalenessPolicy = field(default_factory=StalenessPolicy)
-    # Which utility model ranks candidates when none is passed to ReMem: the documented heuristic, or a
-    # LearnedUtility loaded from ``utility_path`` (JSON written by LearnedUtility.save).
-    utility: Literal["heuristic", "learned", "similarity"] = "heuristic"
-    utility_path: str | None = None
-    # Exploration of the heuristic utility: "ucb" adds explore_c * posterior std; "thompson" samples.
-    explore: Literal["ucb", "thompson", "none"] = "ucb"
-    explore_c: float = 0.1
-    # Overrides of HeuristicUtility's documented weights (ablations, experiments); None keeps them.
-    heuristic_weights: Mapping[str, float] | None = None
-
-    @classmethod
-    def similarity_only(cls, **overrides: Any) -> RememConfig:
-        """System A: cosine ranking only; no guard, no outcome features, no retention or outcome staleness.
-
-        Ingest-time supersession still applies (it is a property of the ledger, not of ranking).
-        """
-        base: dict[str, Any] = {
-            "utility": "similarity",
-            "guard_top": 0,
-            "p_floor": 0.0,
-            "selection": "greedy",
-            "features": FeatureConfig(groups=("static",)),
-            "retention": RetentionPolicy(enabled=False),
-            "staleness": StalenessPolicy(outcome_invalidation=False),
-        }
-        return cls(**{**base, **overrides})
-
-    def make_utility(self) -> UtilityModel:
-        if self.utility == "heuristic":
-            base = HeuristicUtility(explore=self.explore, explore_c=self.explore_c)
-            if self.heuristic_weights:
-                unknown = set(self.heuristic_weights) - set(base.weights)
-                if unknown:
-                    raise UserInputError(f"unknown heuristic weights {sorted(unknown)}; known: {sorted(base.weights)}")
-                base = replace(base, weights={**base.weights, **self.heuristic_weights})
-            return base
-        if self.utility == "similarity":
-            return SimilarityUtility()
-        if self.utility == "learned":
-            if not self.utility_path:
-                raise UserInputError("utility='learned' needs utility_path (a LearnedUtility JSON file)")
-            from remem_agent.ranking.learned import LearnedUtility
-
-            return LearnedUtility.load(self.utility_path)
-        raise UserInputError(f"unknown utility {self.utility!r}; use 'heuristic' or 'learned'")
 
 
 class ReMem:
@@ -329,87 +256,20 @@ class ReMem:
 
         qvec = check_vectors(self.embedder.embed([query]), 1, self.dim, source=self.embedder.name)[0]
         self._sync_index()
-        cands, sims = self._pool(qvec, k, at, historical=t_as_of is not None)
-        served: list[Hit] = []
-        served_features: list[list[float]] = []  # feature snapshot at retrieval time, for training
-        if cands:
-            tasks = (ALL_TASKS, task) if task else (ALL_TASKS,)
-            groups = set(self.config.features.groups)
-            need_stats = bool(groups & {"history", "outcome"}) or self.config.guard_top > 0
-            with self.store.read() as tx:
-                stats = tx.stats([m.id for m in cands], tasks) if need_stats else {}
-                keyed = [m.key for m in cands if m.key is not None and m.role == "state"]
-                # Pending same-key conflicts exist only in learned-schema mode (key mode supersedes on arrival).
-                learned = self.config.staleness.mode == "learned"
-                keys = tx.key_summary(keyed) if keyed and learned and "contradiction" in groups else {}
-                changing = (
-                    {a for a, info in tx.attributes([k[1] for k in keyed]).items() if info.changes > 0}
-                    if keyed and "static" in groups
-                    else set()
-                )
-            feats = build_features(
-                cands,
-                sims,
-                stats,
-                task=task,
-                now=at,
-                config=self.config.features,
-                keys=keys,
-                changing_attributes=changing,
-                decay_half_life_days=self.config.staleness.decay_half_life_days,
-            )
-            p, comps = self.utility.score(feats)
-            exempt = np.array(
-                [
-                    (s := stats.get((m.id, task or ALL_TASKS))) is not None
-                    and s.shown >= self.config.guard_min_shown
-                    and s.contribution_rate < self.config.guard_max_rate
-                    for m in cands
-                ],
-                dtype=bool,
-            )
-            tokens = np.array([m.token_cost for m in cands], dtype=np.int64)
-            chosen = select(
-                p,
-                sims,
-                tokens,
-                k=k,
-                token_budget=token_budget,
-                p_floor=self.config.p_floor,
-                guard_top=self.config.guard_top,
-                guard_exempt=exempt,
-                method=self.config.selection,
-            )
-            fmat = feature_matrix(feats)
-            for rank, i in enumerate(chosen):
-                m = cands[i]
-                served_features.append(fmat[i].round(5).tolist())
-                detail = None
-                if explain:
-                    detail = {f"feature.{n}": float(v[i]) for n, v in feats.items()}
-                    detail.update({f"component.{n}": float(v[i]) for n, v in comps.items()})
-                served.append(
-                    Hit(
-                        id=m.id,
-                        text=m.text,
-                        score=float(p[i]),
-                        similarity=float(sims[i]),
-                        state=m.state,
-                        rank=rank,
-                        valid_from=m.valid_from,
-                        valid_to=m.valid_to,
-                        entity=m.entity,
-                        attribute=m.attribute,
-                        role=m.role,
-                        token_cost=m.token_cost,
-                        explain=detail,
-                    )
-                )
+        # gather (I/O) -> rank and select (pure) -> record (I/O)
+        candidates = self.candidates(qvec, k=k, task=task, at=at, historical=t_as_of is not None)
+        ranking = rank_and_select(
+            candidates,
+            config=self.config,
+            utility=self.utility,
+            task=task,
+            at=at,
+            k=k,
+            token_budget=token_budget,
+            explain=explain,
+        )
         search_id = new_id("s")
-        record = [
-            {"id": h.id, "rank": h.rank, "score": round(h.score, 6), "similarity": round(h.similarity, 6), "f": f}
-            for h, f in zip(served, served_features, strict=True)
-        ]
+        record = ranking.search_record()
         at_wall = wall_now()
         self.store.transact(
             lambda tx: tx.insert_search(
@@ -424,33 +284,48 @@ class ReMem:
             ),
             commutative=True,  # a new row and counter increments: concurrent searches commute
         )
-        return SearchResult(search_id, query, task, tuple(served), t_as_of, t_now, token_budget)
+        return SearchResult(search_id, query, task, ranking.hits, t_as_of, t_now, token_budget)
 
-    def _pool(self, qvec: np.ndarray, k: int, at: float, *, historical: bool) -> tuple[list[Memory], np.ndarray]:
-        """Over-fetch candidates and keep the ones eligible at time ``at``; widen if too few survive."""
+    def candidates(
+        self, qvec: NDArray[np.float32], *, k: int, at: float, task: str | None = None, historical: bool = False
+    ) -> Candidates:
+        """Search's gather stage: the pool eligible at ``at`` and the ledger's evidence about it, in one read.
+
+        Public for harnesses and baselines that must rank exactly the pool a search ranks (``evals/``).
+
+        The pool is over-fetched (``k * pool_factor``, at least ``min_pool``) and widened when filtering
+        leaves too few; each widening is a new index lookup and read (rare: most searches read once).
+        """
         size = len(self.index)
         want = max(self.config.min_pool, k * self.config.pool_factor)
         pool = min(size, want)
+        needs = EvidenceNeeds.of(self.config)
         while True:
             ids, sims = self.index.candidates(qvec, pool)
             with self.store.read() as tx:
                 rows = tx.memories(ids)
-            keep_m: list[Memory] = []
-            keep_s: list[float] = []
-            for mid, s in zip(ids, sims, strict=True):
-                m = rows.get(mid)
-                if m is None or not m.valid_at(at):
+                keep = [(m, float(s)) for mid, s in zip(ids, sims, strict=True) if (m := rows.get(mid)) is not None]
+                keep = [(m, s) for m, s in keep if is_eligible(m, at, historical=historical)]
+                if len(keep) < min(want, k * 2) and pool < size:
+                    pool = min(size, pool * 4)
                     continue
-                if historical:
-                    if m.state is State.ARCHIVED:
-                        continue
-                elif m.state not in SERVABLE_STATES:
-                    continue
-                keep_m.append(m)
-                keep_s.append(float(s))
-            if len(keep_m) >= min(want, k * 2) or pool >= size:
-                return keep_m[:want], np.array(keep_s[:want], dtype=np.float64)
-            pool = min(size, pool * 4)
+                keep = keep[:want]
+                cands = [m for m, _ in keep]
+                if not cands:
+                    return Candidates(memories=(), similarities=np.zeros(0, dtype=np.float64))
+                tasks = (ALL_TASKS, task) if task else (ALL_TASKS,)
+                keyed = [m.key for m in cands if m.key is not None and m.role == "state"]
+                return Candidates(
+                    memories=cands,
+                    similarities=np.array([s for _, s in keep], dtype=np.float64),
+                    stats=tx.stats([m.id for m in cands], tasks) if needs.stats else {},
+                    keys=tx.key_summary(keyed) if keyed and needs.keys else {},
+                    changing_attributes=frozenset(
+                        a for a, info in tx.attributes([key[1] for key in keyed]).items() if info.changes > 0
+                    )
+                    if keyed and needs.attributes
+                    else frozenset(),
+                )
 
     # -- feedback -------------------------------------------------------------------------------
     def feedback(
@@ -500,75 +375,28 @@ class ReMem:
             if answer is not None:
                 texts = {m.id: m.original_text for m in tx.memories(served).values()}
                 used += sorted(values_used(texts, answer) - set(used))
-        payload: dict[str, Any] = {"success": success, "used": sorted(used), "cited": sorted(cited)}
-        if weight != 1.0:
-            payload["weight"] = weight
-        if source != "api":
-            payload["source"] = source
-        if rec["feedback"] is not None:
-            return self._repeat(search_id, rec["feedback"], payload, success)
         essential: set[str] = set()
         calls = 0
         policy = self.config.credit
         if replay is not None and success and policy.loo != "off":
             essential, calls = leave_one_out(served, policy.replay_candidates(served, cited, used), replay)
-        at = wall_now()
-
-        def learn(tx: LedgerTx) -> FeedbackReceipt:
-            if not tx.record_feedback(search_id, payload, at):  # another writer answered meanwhile
-                first = tx.search(search_id)
-                assert first is not None
-                return self._repeat(search_id, first["feedback"], payload, success, tx)
-            assigned = policy.assign(served, success=success, cited=cited, used=used, essential=essential)
-            records = [
-                CreditRecord(
-                    search_id, mid, rec["task"], at, success, mid in cited, mid in used, cr * weight, bl * weight
-                )
-                for mid, (cr, bl) in assigned.items()
-            ]
-            tx.insert_credits(records)
-            mems = tx.memories(served)
-            transitions: list[Event] = self.config.staleness.after_feedback(tx, mems, records, at=at)
-            if transitions:
-                mems = tx.memories(served)
-            transitions += self.config.retention.after_feedback(tx, mems, tx.stats_all_classes(served), records, at=at)
-            return FeedbackReceipt(
-                search_id,
-                success,
-                {r.memory_id: r.credit for r in records},
-                {r.memory_id: r.blame for r in records},
-                tuple(transitions),
-                replay_calls=calls,
-                source=source,
-            )
-
-        return self.store.transact(learn)
-
-    def _repeat(
-        self,
-        search_id: str,
-        first: Mapping[str, Any],
-        payload: Mapping[str, Any],
-        success: bool,
-        tx: LedgerTx | None = None,
-    ) -> FeedbackReceipt:
-        if dict(first) != dict(payload):
-            raise FeedbackConflictError(search_id, f"first {dict(first)}, now {dict(payload)}")
-        if tx is not None:
-            return self._receipt_from_ledger(tx, search_id, success, repeated=True)
-        with self.store.read() as rtx:
-            return self._receipt_from_ledger(rtx, search_id, success, repeated=True)
-
-    def _receipt_from_ledger(self, tx: LedgerTx, search_id: str, success: bool, *, repeated: bool) -> FeedbackReceipt:
-        rows = tx.credits_for_search(search_id)
-        return FeedbackReceipt(
-            search_id,
-            success,
-            {r.memory_id: r.credit for r in rows},
-            {r.memory_id: r.blame for r in rows},
-            (),
-            repeated,
+        plan = FeedbackPlan(
+            search_id=search_id,
+            task=rec["task"],
+            served=tuple(served),
+            success=success,
+            cited=tuple(cited),
+            used=tuple(used),
+            essential=frozenset(essential),
+            weight=weight,
+            source=source,
+            at=wall_now(),
+            replay_calls=calls,
         )
+        if rec["feedback"] is not None:
+            with self.store.read() as rtx:
+                return repeat_receipt(rtx, search_id, rec["feedback"], plan.payload(), success)
+        return self.store.transact(lambda tx: apply_feedback(tx, plan, self.config))
 
     # -- inspection -----------------------------------------------------------------------------
     def get(self, memory_id: str) -> Memory:

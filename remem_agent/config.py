@@ -1,0 +1,83 @@
+"""``RememConfig``: the tunable defaults of search (ranking, selection) and feedback (credit, staleness, retention).
+
+One frozen value object that both the recall pipeline (``ranking/pipeline.py``) and the learning step
+(``learning/feedback.py``) read, so neither needs the ``ReMem`` facade.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from remem_agent.errors import UserInputError
+from remem_agent.learning.credit import CreditPolicy
+from remem_agent.learning.retention import RetentionPolicy
+from remem_agent.learning.staleness import StalenessPolicy
+from remem_agent.ranking.features import FeatureConfig
+from remem_agent.ranking.utility import HeuristicUtility, SimilarityUtility, UtilityModel
+
+
+@dataclass(frozen=True)
+class RememConfig:
+    """Tunable defaults of search and feedback."""
+
+    k: int = 5
+    pool_factor: int = 4  # over-fetch k * pool_factor candidates ...
+    min_pool: int = 40  # ... but never fewer than this
+    p_floor: float = 0.35  # chosen on dev seeds 200-201 of the synthetic benchmark (see evals/)
+    guard_top: int = 3
+    guard_min_shown: int = 3  # guard exemption: shown at least this often ...
+    guard_max_rate: float = 0.2  # ... with class contribution rate below this
+    # Under a token budget: "knapsack" maximises the summed utility exactly; "greedy" fills the budget in
+    # rank order (what a plain similarity search truncated to a budget does).
+    selection: Literal["knapsack", "greedy"] = "knapsack"
+    features: FeatureConfig = field(default_factory=FeatureConfig)
+    credit: CreditPolicy = field(default_factory=CreditPolicy)
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    staleness: StalenessPolicy = field(default_factory=StalenessPolicy)
+    # Which utility model ranks candidates when none is passed to ReMem: the documented heuristic, or a
+    # LearnedUtility loaded from ``utility_path`` (JSON written by LearnedUtility.save).
+    utility: Literal["heuristic", "learned", "similarity"] = "heuristic"
+    utility_path: str | None = None
+    # Exploration of the heuristic utility: "ucb" adds explore_c * posterior std; "thompson" samples.
+    explore: Literal["ucb", "thompson", "none"] = "ucb"
+    explore_c: float = 0.1
+    # Overrides of HeuristicUtility's documented weights (ablations, experiments); None keeps them.
+    heuristic_weights: Mapping[str, float] | None = None
+
+    @classmethod
+    def similarity_only(cls, **overrides: Any) -> RememConfig:
+        """System A: cosine ranking only; no guard, no outcome features, no retention or outcome staleness.
+
+        Ingest-time supersession still applies (it is a property of the ledger, not of ranking).
+        """
+        base: dict[str, Any] = {
+            "utility": "similarity",
+            "guard_top": 0,
+            "p_floor": 0.0,
+            "selection": "greedy",
+            "features": FeatureConfig(groups=("static",)),
+            "retention": RetentionPolicy(enabled=False),
+            "staleness": StalenessPolicy(outcome_invalidation=False),
+        }
+        return cls(**{**base, **overrides})
+
+    def make_utility(self) -> UtilityModel:
+        if self.utility == "heuristic":
+            base = HeuristicUtility(explore=self.explore, explore_c=self.explore_c)
+            if self.heuristic_weights:
+                unknown = set(self.heuristic_weights) - set(base.weights)
+                if unknown:
+                    raise UserInputError(f"unknown heuristic weights {sorted(unknown)}; known: {sorted(base.weights)}")
+                base = replace(base, weights={**base.weights, **self.heuristic_weights})
+            return base
+        if self.utility == "similarity":
+            return SimilarityUtility()
+        if self.utility == "learned":
+            if not self.utility_path:
+                raise UserInputError("utility='learned' needs utility_path (a LearnedUtility JSON file)")
+            from remem_agent.ranking.learned import LearnedUtility
+
+            return LearnedUtility.load(self.utility_path)
+        raise UserInputError(f"unknown utility {self.utility!r}; use 'heuristic' or 'learned'")

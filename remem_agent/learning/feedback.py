@@ -1,0 +1,104 @@
+"""The body of a feedback transaction: credit -> staleness -> retention, in one ledger transaction.
+
+``ReMem.feedback`` validates the call and reads the search it refers to (gather), optionally replays the
+task leave-one-out (outside any lock: it calls the agent), then hands a :class:`FeedbackPlan` to
+:func:`apply_feedback` inside ``store.transact``. On PostgreSQL that body may be rerun after a
+serialization conflict, so it has no effect outside the transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from remem_agent.config import RememConfig
+from remem_agent.errors import FeedbackConflictError
+from remem_agent.store.sql import LedgerTx
+from remem_agent.types import CreditRecord, Event, FeedbackReceipt, OutcomeSource
+
+
+@dataclass(frozen=True, kw_only=True)
+class FeedbackPlan:
+    """A validated verdict about one search, ready to be written."""
+
+    search_id: str
+    task: str | None  # the task class the search was made for
+    served: Sequence[str]
+    success: bool
+    cited: Sequence[str]
+    used: Sequence[str]
+    essential: frozenset[str]  # leave-one-out: served ids whose removal failed the replay
+    weight: float
+    source: OutcomeSource
+    at: float
+    replay_calls: int = 0
+
+    def payload(self) -> dict[str, Any]:
+        """What the search row keeps as its verdict (and what a repeated call must equal)."""
+        out: dict[str, Any] = {"success": self.success, "used": sorted(self.used), "cited": sorted(self.cited)}
+        if self.weight != 1.0:
+            out["weight"] = self.weight
+        if self.source != "api":
+            out["source"] = self.source
+        return out
+
+
+def apply_feedback(tx: LedgerTx, plan: FeedbackPlan, config: RememConfig) -> FeedbackReceipt:
+    """Record the verdict once, write credit rows, then let staleness and retention move states."""
+    payload = plan.payload()
+    if not tx.record_feedback(plan.search_id, payload, plan.at):  # another writer answered meanwhile
+        first = tx.search(plan.search_id)
+        assert first is not None
+        return repeat_receipt(tx, plan.search_id, first["feedback"], payload, plan.success)
+    cited, used = set(plan.cited), set(plan.used)
+    assigned = config.credit.assign(
+        list(plan.served), success=plan.success, cited=list(plan.cited), used=list(plan.used), essential=plan.essential
+    )
+    records = [
+        CreditRecord(
+            plan.search_id,
+            mid,
+            plan.task,
+            plan.at,
+            plan.success,
+            mid in cited,
+            mid in used,
+            cr * plan.weight,
+            bl * plan.weight,
+        )
+        for mid, (cr, bl) in assigned.items()
+    ]
+    tx.insert_credits(records)
+    served = list(plan.served)
+    mems = tx.memories(served)
+    transitions: list[Event] = config.staleness.after_feedback(tx, mems, records, at=plan.at)
+    if transitions:
+        mems = tx.memories(served)
+    transitions += config.retention.after_feedback(tx, mems, tx.stats_all_classes(served), records, at=plan.at)
+    return FeedbackReceipt(
+        plan.search_id,
+        plan.success,
+        {r.memory_id: r.credit for r in records},
+        {r.memory_id: r.blame for r in records},
+        tuple(transitions),
+        replay_calls=plan.replay_calls,
+        source=plan.source,
+    )
+
+
+def repeat_receipt(
+    tx: LedgerTx, search_id: str, first: Mapping[str, Any], payload: Mapping[str, Any], success: bool
+) -> FeedbackReceipt:
+    """Identical repeated feedback returns the first receipt (nothing counted twice); a different verdict raises."""
+    if dict(first) != dict(payload):
+        raise FeedbackConflictError(search_id, f"first {dict(first)}, now {dict(payload)}")
+    rows = tx.credits_for_search(search_id)
+    return FeedbackReceipt(
+        search_id,
+        success,
+        {r.memory_id: r.credit for r in rows},
+        {r.memory_id: r.blame for r in rows},
+        (),
+        True,
+    )

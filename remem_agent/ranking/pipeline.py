@@ -1,0 +1,157 @@
+"""Recall's decisions, with no I/O: which candidates are eligible, how they rank, which are served.
+
+``ReMem.search`` is three stages: *gather* (embed the query, fetch the candidate pool and the ledger's
+evidence about it in one read), :func:`rank_and_select` here (features -> utility -> floor, guard and
+knapsack; pure and deterministic given its inputs), and *record* (the durable search record that feedback
+refers to). Keeping the middle stage pure means it can be tested, replayed and benchmarked without a store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from remem_agent.config import RememConfig
+from remem_agent.ranking.features import build_features
+from remem_agent.ranking.features import matrix as feature_matrix
+from remem_agent.ranking.select import select
+from remem_agent.ranking.utility import UtilityModel
+from remem_agent.types import ALL_TASKS, SERVABLE_STATES, Hit, Memory, State, TaskStats
+
+Key = tuple[str, str]
+
+
+def is_eligible(memory: Memory, at: float, *, historical: bool) -> bool:
+    """Present tense: a servable state, valid at ``at``. ``as_of`` (historical): valid then, anything but archived."""
+    if not memory.valid_at(at):
+        return False
+    if historical:
+        return memory.state is not State.ARCHIVED
+    return memory.state in SERVABLE_STATES
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvidenceNeeds:
+    """Which ledger reads the configured features need (disabled groups read nothing)."""
+
+    stats: bool
+    keys: bool
+    attributes: bool
+
+    @classmethod
+    def of(cls, config: RememConfig) -> EvidenceNeeds:
+        groups = set(config.features.groups)
+        return cls(
+            stats=bool(groups & {"history", "outcome"}) or config.guard_top > 0,
+            # Pending same-key conflicts exist only in learned-schema mode (key mode supersedes on arrival).
+            keys=config.staleness.mode == "learned" and "contradiction" in groups,
+            attributes="static" in groups,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidates:
+    """What the gather stage read: the eligible pool (best similarity first) and the evidence about it."""
+
+    memories: Sequence[Memory]
+    similarities: NDArray[np.float64]
+    stats: Mapping[tuple[str, str], TaskStats] = field(default_factory=dict)
+    keys: Mapping[Key, tuple[int, float]] = field(default_factory=dict)
+    changing_attributes: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ranking:
+    """The served hits, best first, and each one's feature snapshot (training rows are built from these)."""
+
+    hits: tuple[Hit, ...]
+    features: tuple[tuple[float, ...], ...]
+
+    def search_record(self) -> list[dict[str, object]]:
+        """The served list as the ledger stores it (rounded so the record is compact and stable)."""
+        return [
+            {"id": h.id, "rank": h.rank, "score": round(h.score, 6), "similarity": round(h.similarity, 6), "f": list(f)}
+            for h, f in zip(self.hits, self.features, strict=True)
+        ]
+
+
+def rank_and_select(
+    candidates: Candidates,
+    *,
+    config: RememConfig,
+    utility: UtilityModel,
+    task: str | None,
+    at: float,
+    k: int,
+    token_budget: int | None,
+    explain: bool = False,
+) -> Ranking:
+    """Features -> utility -> selection (p_floor, similarity guard, knapsack under a token budget)."""
+    cands, sims = candidates.memories, candidates.similarities
+    if not cands:
+        return Ranking(hits=(), features=())
+    stats = candidates.stats
+    feats = build_features(
+        cands,
+        sims,
+        stats,
+        task=task,
+        now=at,
+        config=config.features,
+        keys=candidates.keys,
+        changing_attributes=candidates.changing_attributes,
+        decay_half_life_days=config.staleness.decay_half_life_days,
+    )
+    p, comps = utility.score(feats)
+    exempt = np.array(
+        [
+            (s := stats.get((m.id, task or ALL_TASKS))) is not None
+            and s.shown >= config.guard_min_shown
+            and s.contribution_rate < config.guard_max_rate
+            for m in cands
+        ],
+        dtype=bool,
+    )
+    tokens = np.array([m.token_cost for m in cands], dtype=np.int64)
+    chosen = select(
+        p,
+        sims,
+        tokens,
+        k=k,
+        token_budget=token_budget,
+        p_floor=config.p_floor,
+        guard_top=config.guard_top,
+        guard_exempt=exempt,
+        method=config.selection,
+    )
+    fmat = feature_matrix(feats)
+    hits: list[Hit] = []
+    snapshots: list[tuple[float, ...]] = []
+    for rank, i in enumerate(chosen):
+        m = cands[i]
+        snapshots.append(tuple(fmat[i].round(5).tolist()))
+        detail = None
+        if explain:
+            detail = {f"feature.{n}": float(v[i]) for n, v in feats.items()}
+            detail.update({f"component.{n}": float(v[i]) for n, v in comps.items()})
+        hits.append(
+            Hit(
+                id=m.id,
+                text=m.text,
+                score=float(p[i]),
+                similarity=float(sims[i]),
+                state=m.state,
+                rank=rank,
+                valid_from=m.valid_from,
+                valid_to=m.valid_to,
+                entity=m.entity,
+                attribute=m.attribute,
+                role=m.role,
+                token_cost=m.token_cost,
+                explain=detail,
+            )
+        )
+    return Ranking(hits=tuple(hits), features=tuple(snapshots))
