@@ -92,3 +92,24 @@ def store_location(backend: str, tmp_path: Path, request: pytest.FixtureRequest)
         return made[name]
 
     return loc
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2])
+    return str(longrepr)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Say loudly when the headless-Chromium dashboard tests did not run (a silent skip hid them)."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if "chromium not installed" in _skip_reason(r)]
+    if not skipped:
+        return
+    terminalreporter.write_sep("!", "dashboard browser tests NOT run", yellow=True, bold=True)
+    terminalreporter.write_line(
+        f"{len(skipped)} headless-Chromium dashboard test(s) were skipped because /usr/bin/chromium is missing; "
+        "the dashboard's script and escaping were not checked in a browser.",
+        yellow=True,
+    )
+    terminalreporter.write_line("Install it (Debian/Ubuntu: apt-get install chromium) and rerun tests/test_viz.py.")
