@@ -376,6 +376,8 @@ class PostgresStore(StoreCommon):
             raise _connection_error(exc, self._where) from exc
         except psycopg.Error as exc:
             raise StoreError(f"ledger {self._where}: {exc}") from exc
+        except UnicodeEncodeError as exc:  # psycopg cannot send a lone surrogate; nothing was sent or written
+            raise UserInputError(f"cannot send a value that is not valid UTF-8 ({exc.reason})") from exc
 
     # -- the store seam ----------------------------------------------------------------------------
     @property

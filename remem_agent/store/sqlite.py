@@ -219,6 +219,12 @@ class SQLiteStore(StoreCommon):
             self._retry(lambda: self._conn.execute("BEGIN"))
             try:
                 yield SQLiteTx(self._conn, self._row_cache)
+            except sqlite3.Error as exc:  # typed like write(): a driver error is never raised bare
+                if _is_locked(exc):
+                    raise StoreBusyError(f"ledger {self.path} stayed locked: {exc}") from exc
+                raise StoreError(f"ledger {self.path}: {exc}") from exc
+            except UnicodeEncodeError as exc:  # a lookup value SQLite cannot bind (a lone surrogate)
+                raise UserInputError(f"cannot look up a value that is not valid UTF-8 ({exc.reason})") from exc
             finally:
                 if self._conn.in_transaction:
                     self._conn.execute("COMMIT")
