@@ -127,7 +127,9 @@ class ConceptHashEmbedder:
         return tuple(out)
 
     def _bucket_uncached(self, feature: str) -> tuple[int, float]:
-        h = int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest(), "little")
+        # surrogatepass: a lone surrogate (not storable, refused by ingest) must not crash a bare embed() call;
+        # every valid string encodes to the same bytes as with the default, so vectors are unchanged.
+        h = int.from_bytes(hashlib.blake2b(feature.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
         return h % self._dim, (1.0 if (h >> 63) & 1 else -1.0)
 
     def embed(self, texts: Sequence[str]) -> Vectors:
