@@ -24,6 +24,7 @@ class Reply:
     body: dict[str, Any] | str = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    content_type: str | None = None  # default: JSON for a dict body, text/plain for a str
 
 
 @dataclass
@@ -65,7 +66,8 @@ def error(status: int, message: str) -> Reply:
 class FakeOllama:
     """Start with :meth:`start` (or as a context manager); ``url`` is ``http://127.0.0.1:<port>``."""
 
-    def __init__(self) -> None:
+    def __init__(self, paths: tuple[str, ...] = ("/api/chat",)) -> None:
+        self.paths = paths  # POST paths answered by the script; any other gets a 404
         self.requests: list[Recorded] = []
         self.script: deque[Reply] = deque()
         self.default: Reply = chat_ok()
@@ -102,7 +104,7 @@ class FakeOllama:
                 with fake._lock:
                     fake.requests.append(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, parsed))
                     reply = fake.script.popleft() if fake.script else fake.default
-                if self.path != "/api/chat":
+                if self.path not in fake.paths:
                     reply = error(404, f"404 page not found: {self.path}")
                 if reply.delay:
                     time.sleep(reply.delay)
@@ -110,7 +112,9 @@ class FakeOllama:
                 data = payload.encode()
                 try:
                     self.send_response(reply.status)
-                    ctype = "application/json" if isinstance(reply.body, dict) else "text/plain; charset=utf-8"
+                    ctype = reply.content_type or (
+                        "application/json" if isinstance(reply.body, dict) else "text/plain; charset=utf-8"
+                    )
                     self.send_header("Content-Type", ctype)
                     self.send_header("Content-Length", str(len(data)))
                     for key, value in reply.headers.items():

@@ -3,7 +3,9 @@
 Structured output uses Ollama's native ``format=<JSON schema>``; sampling settings travel in ``options``
 (``temperature``, ``seed``, ``num_predict`` = max_tokens, ``stop``). Failures are mapped to
 :class:`~remem_agent.errors.ModelError`: HTTP 408/425/429/5xx, timeouts and connection errors are
-retryable, any other status is not. The adapter never retries by itself (see
+retryable, any other status is not. An HTTP-200 body that is not a chat response (not JSON, an HTML page,
+JSON of another shape) is a non-retryable ``ModelError`` with ``status=200``; only a JSON ``{"error": ...}``
+object sent with 200 is retryable. The adapter never retries by itself (see
 :mod:`remem_agent.adapters.retry`).
 """
 
@@ -132,9 +134,38 @@ class OllamaChat:
         except (ConnectionError, httpx.TransportError) as exc:
             # ollama turns httpx.ConnectError into the builtin ConnectionError (cause suppressed).
             raise ModelError(f"{where} could not connect ({type(exc).__name__})", retryable=True) from exc
-        except ValueError as exc:  # non-JSON body or a body that is not a chat response (pydantic)
-            raise ModelError(f"{where} returned a malformed response: {type(exc).__name__}") from exc
+        except json.JSONDecodeError as exc:  # an HTML page, an empty body: usually a host that is not Ollama
+            raise self._malformed(where, "a body that is not JSON", exc) from exc
+        except (ValueError, TypeError) as exc:  # JSON that is not a chat response (pydantic; a list or string)
+            raise self._malformed(where, f"JSON that is not a chat response ({type(exc).__name__})", exc) from exc
         return self._to_response(response, started)
+
+    @staticmethod
+    def _malformed(where: str, what: str, exc: Exception) -> ModelError:
+        """An HTTP-200 reply that is not a chat response.
+
+        Not retryable (the same host answers the same: usually a host that is not an Ollama server), except
+        a JSON object with an ``"error"`` field and no message, which reports a failure behind the server.
+        """
+        doc = getattr(exc, "doc", None)  # a JSONDecodeError keeps the body
+        body = doc if isinstance(doc, str) else None
+        retryable = False
+        errors = getattr(exc, "errors", None)  # a pydantic ValidationError names the input it rejected
+        if callable(errors):
+            for item in errors():
+                value = item.get("input") if isinstance(item, dict) else None
+                if isinstance(value, dict) and len(item.get("loc", ())) <= 1:  # the whole body
+                    body = json.dumps(value, default=str)
+                    retryable = "error" in value and not value.get("message")
+                    break
+        body = None if body is None else body[:_BODY_LIMIT]
+        hint = "" if retryable else "; check that the host is an Ollama server"
+        return ModelError(
+            f"{where} returned {what} (HTTP 200){hint}: {(body or str(exc))[:_MESSAGE_BODY_LIMIT]!r}",
+            status=200,
+            body=body,
+            retryable=retryable,
+        )
 
     async def aclose(self) -> None:
         """Close the SDK client if this adapter created it."""

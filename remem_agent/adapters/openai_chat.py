@@ -11,17 +11,20 @@ Structured output goes through the server's own mechanism:
 
 The SDK's own retries are switched off (``max_retries=0``): transient failures surface as retryable
 :class:`~remem_agent.errors.ModelError` for the single retry layer (:mod:`remem_agent.adapters.retry`).
+An HTTP-200 body that is not a chat completion is a ``ModelError`` too (``status=200``, the body kept):
+retryable only for an ``{"error": ...}`` object; a non-JSON body or JSON of the wrong shape is not.
 The API key never appears in an error message, a ``repr`` or a log line.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
 from remem_agent._extras import require
 from remem_agent.adapters.base import Capabilities, ChatRequest, ChatResponse, FinishReason, Usage
@@ -204,13 +207,39 @@ class OpenAIChat:
                 kwargs["response_format"] = {"type": "json_object", "schema": schema}
         return kwargs
 
-    async def _create(self, request: ChatRequest, mode: str) -> openai.types.chat.ChatCompletion:
+    async def _create(self, request: ChatRequest, mode: str) -> dict[str, Any]:
+        """The decoded JSON body of one completion; a malformed body is a ``ModelError`` (see ``_malformed``)."""
         kwargs = self._kwargs(request, mode)
         try:
-            result = await self._client.chat.completions.create(**kwargs)
+            raw = await self._client.chat.completions.with_raw_response.create(**kwargs)
+            text = raw.text
         except openai.APIError as exc:
             raise self._map_error(exc) from exc
-        return cast("openai.types.chat.ChatCompletion", result)
+        try:
+            data = json.loads(text)
+        except ValueError as exc:  # an HTML page, an empty body: usually a base_url that is not the API
+            raise self._malformed("a body that is not JSON", text) from exc
+        if not isinstance(data, dict):
+            raise self._malformed(f"a JSON {type(data).__name__}, not an object", text)
+        return data
+
+    def _malformed(self, what: str, body: str, *, retryable: bool = False) -> ModelError:
+        """An HTTP-200 reply that is not a chat completion.
+
+        Retryable only where a retry can help: an ``{"error": ...}`` object sent with status 200 (routers
+        report upstream failures so). A body that is not JSON (an HTML page, an empty body) or JSON of
+        the wrong shape (no choices, a choice without a message, content that is not a string) comes
+        back the same on every attempt, from a base_url that is not an OpenAI-compatible API: not retryable.
+        """
+        shown = self._redact(body)[:_BODY_LIMIT]
+        hint = "" if retryable else "; check that base_url is an OpenAI-compatible /v1 API"
+        return ModelError(
+            f"chat completion {self._model!r} at {self.base_url} returned {what} (HTTP 200){hint}: "
+            f"{shown[:_MESSAGE_BODY_LIMIT]!r}",
+            status=200,
+            body=shown,
+            retryable=retryable,
+        )
 
     def _redact(self, text: str) -> str:
         if self._secret:
@@ -251,23 +280,38 @@ class OpenAIChat:
         text = (exc.body or "").lower()
         return "response_format" in text or "json_schema" in text
 
-    def _to_response(self, completion: openai.types.chat.ChatCompletion, started: float) -> ChatResponse:
-        if not completion.choices:
-            raise ModelError(f"chat completion {self._model!r} returned no choices")
-        choice = completion.choices[0]
-        text = choice.message.content or ""
-        finish = _FINISH.get(str(choice.finish_reason), "other")
-        usage = completion.usage
+    def _to_response(self, data: dict[str, Any], started: float) -> ChatResponse:
+        """Validate the shape of a decoded completion and map it; anything else is a ``ModelError``."""
+        body = json.dumps(data)
+        error = data.get("error")
+        if error is not None and not data.get("choices"):
+            raise self._malformed("an error object instead of choices", body, retryable=True)
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise self._malformed("no choices", body)
+        choice = choices[0]
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict):
+            raise self._malformed("a choice without a message", body)
+        content = message.get("content")
+        if content is not None and not isinstance(content, str):
+            raise self._malformed(f"message content that is a {type(content).__name__}, not a string", body)
+        usage = data.get("usage")
+        if not isinstance(usage, dict):
+            usage = {}
+        model = data.get("model")
         return ChatResponse(
-            text=text,
-            finish_reason=finish,
-            usage=Usage(
-                usage.prompt_tokens if usage is not None else None,
-                usage.completion_tokens if usage is not None else None,
-            ),
-            model=completion.model or self._model,
+            text=content or "",
+            finish_reason=_FINISH.get(str(choice.get("finish_reason")), "other"),
+            usage=Usage(_count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))),
+            model=model if isinstance(model, str) and model else self._model,
             latency_ms=(time.perf_counter() - started) * 1000.0,
         )
+
+
+def _count(value: Any) -> int | None:
+    """A token count from the usage block, or None when missing or not a non-negative integer."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 __all__ = ["OpenAIChat", "parse_retry_after"]

@@ -2,8 +2,10 @@
 
 Works with OpenAI itself and with servers that mimic its API (vLLM, llama.cpp server, Ollama's
 ``/v1``, LM Studio, ...). No SDK is needed. Transient failures (timeouts, connection errors, 429,
-5xx) are retried with exponential backoff and jitter, honouring ``Retry-After``; any other 4xx fails
-fast with :class:`~remem_agent.errors.ModelError`. The API key is sent only in the Authorization
+5xx, an ``{"error": ...}`` object sent with HTTP 200) are retried with exponential backoff and jitter,
+honouring ``Retry-After``; any other 4xx fails fast with :class:`~remem_agent.errors.ModelError`, and so
+does an HTTP-200 body that is not JSON or has no ``data`` list (well-formed JSON whose vectors are
+missing, ragged or not numbers is an ``EmbeddingError``). The API key is sent only in the Authorization
 header and is never logged nor put in an exception message.
 """
 
@@ -229,13 +231,17 @@ class OpenAIEmbedder:
                 body=self._body_of(response),
             )
         try:
-            return response.json()
+            data = response.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ModelError(
                 f"embedding endpoint {self._url} returned invalid JSON",
                 status=status,
                 body=self._body_of(response),
             ) from exc
+        if isinstance(data, dict) and data.get("error") is not None and data.get("data") is None:
+            # An error object sent with 200: routers report upstream failures so; worth a retry.
+            raise _TransientError("an error object with HTTP 200", status=status, body=self._body_of(response))
+        return data
 
     def _embed_batch(self, batch: list[str]) -> list[list[float]]:
         payload: dict[str, Any] = {"model": self._model, "input": batch, "encoding_format": "float"}
