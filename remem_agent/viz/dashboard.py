@@ -458,16 +458,22 @@ def _short_name(location: str) -> str:
 def write_dashboard(
     store_path: str | Path, out: str | Path, *, title: str | None = None, max_rows: int | None = DEFAULT_MAX_ROWS
 ) -> Path:
-    """Render the dashboard of the store at ``store_path`` into ``out`` (read only; no embedder needed)."""
+    """Render the dashboard of the store at ``store_path`` into ``out`` (read only; no embedder needed).
+
+    ``out``'s folder must exist: a typo in it is refused (UserInputError) rather than created.
+    """
     from remem_agent.store.factory import open_store
 
+    target = Path(out).expanduser()
+    if target.is_dir():
+        raise UserInputError(f"output {str(target)!r} is a folder; give a file name (e.g. {target / 'memory.html'})")
+    if not target.parent.is_dir():
+        raise UserInputError(f"output folder {str(target.parent)!r} does not exist; create it first")
     store = open_store(store_path if isinstance(store_path, Path) else str(store_path), create=False)
     try:
         snap = load_snapshot(store)
     finally:
         store.close()
     page = render_dashboard(snap, title=title or f"remem dashboard — {_short_name(snap.folder)}", max_rows=max_rows)
-    target = Path(out).expanduser()
-    target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(page, encoding="utf-8")
     return target

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -167,16 +168,20 @@ def cmd_show(store: Store, memory_id: str, as_json: bool) -> int:
 
 
 def _print_events(events: Sequence[Event]) -> None:
-    rows = [
-        [
-            e.seq,
-            fmt_time(e.at),
-            e.kind,
-            f"{e.from_state.value if e.from_state else '-'} -> {e.to_state.value}",
-            truncate(e.reason, REASON_WIDTH),
-        ]
-        for e in events
-    ]
+    """Events as a table; each reason is printed whole, wrapped at REASON_WIDTH onto continuation rows."""
+    rows: list[list[object]] = []
+    for e in events:
+        lines = textwrap.wrap(one_line(e.reason), REASON_WIDTH, break_long_words=True, break_on_hyphens=False) or [""]
+        rows.append(
+            [
+                e.seq,
+                fmt_time(e.at),
+                e.kind,
+                f"{e.from_state.value if e.from_state else '-'} -> {e.to_state.value}",
+                lines[0],
+            ]
+        )
+        rows.extend(["", "", "", "", more] for more in lines[1:])
     print(table(["SEQ", "AT (UTC)", "EVENT", "FROM -> TO", "REASON"], rows, right=(0,)))
 
 
