@@ -6,6 +6,7 @@ STORE is a store folder (SQLite) or a ``postgresql://`` URL everywhere.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -13,11 +14,42 @@ from typing import Any
 
 from remem_agent.errors import RememError
 from remem_agent.store.factory import open_store
+from remem_agent.types import ROLES, State, StoreStats
 
 
 def _open_store(location: str) -> Any:
     """Open an existing ledger (folder or postgresql:// URL) without needing its embedder."""
     return open_store(location, create=False)
+
+
+def _positive_int(value: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {n}")
+    return n
+
+
+def _stats(store: Any) -> dict[str, Any]:
+    """The shape of ``ReMem.stats()`` (every state and role, dim an int) from a store opened without its embedder."""
+    c = store.counts()
+    dim = store.get_meta("dim")
+    stats = StoreStats(
+        memories=c["memories"],
+        by_state={s.value: c["by_state"].get(s.value, 0) for s in State},
+        by_role={r: c["by_role"].get(r, 0) for r in ROLES},
+        events=c["events"],
+        searches=c["searches"],
+        feedbacks=c["feedbacks"],
+        tokens_active=c["tokens_active"],
+        embedder=store.get_meta("embedder") or "",
+        dim=int(dim) if dim else 0,
+        schema_version=store.schema_version,
+    )
+    return dataclasses.asdict(stats)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -26,12 +58,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     p_demo = sub.add_parser("demo", help="run the offline demo (supersession, as_of, learning from feedback)")
     p_demo.add_argument("--path", help="store folder (default: a temporary folder, removed afterwards)")
-    p_demo.add_argument("--rounds", type=int, default=8, help="feedback rounds in the learning part")
+    p_demo.add_argument("--rounds", type=_positive_int, default=8, help="feedback rounds in the learning part (>= 1)")
     p_demo.add_argument(
         "--model",
         choices=["auto", "qwen", "smollm2", "none"],
         default="auto",
         help="local chat model for the agent loop (auto: qwen if installed, else smollm2, else skip)",
+    )
+    p_demo.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="trace of the agent loop (default: traces/remem-demo.jsonl inside the store folder)",
     )
 
     p_verify = sub.add_parser("verify", help="check a store's ledger invariants")
@@ -66,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "demo":
             from remem_agent.demo import run_demo
 
-            summary = run_demo(args.path, rounds=args.rounds, model=args.model)
+            summary = run_demo(args.path, rounds=args.rounds, model=args.model, trace=args.trace)
             return 0 if summary["verify_ok"] else 1
         if args.cmd == "dashboard":
             from remem_agent.viz.dashboard import write_dashboard
@@ -93,11 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"problem: {p}")
                 print("ok" if not problems else f"{len(problems)} problem(s)")
                 return 0 if not problems else 1
-            counts = store.counts()
-            counts.update(
-                embedder=store.get_meta("embedder"), dim=store.get_meta("dim"), schema_version=store.schema_version
-            )
-            print(json.dumps(counts, indent=2))
+            print(json.dumps(_stats(store), indent=2))
             return 0
         finally:
             store.close()

