@@ -459,18 +459,71 @@ class ReMem:
         return report
 
     # -- async twins ----------------------------------------------------------------------------
-    async def aadd(self, text: str, **kwargs: Any) -> str:
-        return await asyncio.to_thread(self.add, text, **kwargs)
+    # The same signatures as the sync calls (so calls are type-checked); the work runs on a worker thread.
+    async def aadd(
+        self,
+        text: str,
+        *,
+        entity: str | None = None,
+        attribute: str | None = None,
+        role: Role = "state",
+        task: str | Sequence[str] | None = None,
+        timestamp: Timestamp | None = None,
+        confidence: float = 1.0,
+    ) -> str:
+        return await asyncio.to_thread(
+            self.add,
+            text,
+            entity=entity,
+            attribute=attribute,
+            role=role,
+            task=task,
+            timestamp=timestamp,
+            confidence=confidence,
+        )
 
     async def aadd_many(self, items: Iterable[MemoryInput | Mapping[str, Any] | str]) -> builtins.list[str]:
         items = list(items)
         return await asyncio.to_thread(self.add_many, items)
 
-    async def asearch(self, query: str, **kwargs: Any) -> SearchResult:
-        return await asyncio.to_thread(self.search, query, **kwargs)
+    async def asearch(
+        self,
+        query: str,
+        *,
+        k: int | None = None,
+        task: str | None = None,
+        as_of: Timestamp | None = None,
+        now: Timestamp | None = None,
+        token_budget: int | None = None,
+        explain: bool = False,
+    ) -> SearchResult:
+        return await asyncio.to_thread(
+            self.search, query, k=k, task=task, as_of=as_of, now=now, token_budget=token_budget, explain=explain
+        )
 
-    async def afeedback(self, search_id: str, **kwargs: Any) -> FeedbackReceipt:
-        return await asyncio.to_thread(self.feedback, search_id, **kwargs)
+    async def afeedback(
+        self,
+        search_id: str,
+        *,
+        success: bool,
+        used_ids: Sequence[str] | None = None,
+        cited_ids: Sequence[str] | None = None,
+        answer: Any = None,
+        replay: Replay | None = None,
+        weight: float = 1.0,
+        source: OutcomeSource = "api",
+    ) -> FeedbackReceipt:
+        return await asyncio.to_thread(
+            self.feedback,
+            search_id,
+            success=success,
+            used_ids=used_ids,
+            cited_ids=cited_ids,
+            answer=answer,
+            replay=replay,
+            weight=weight,
+            source=source,
+        )
 
     async def ainspect(self, memory_id: str) -> MemoryInfo:
         return await asyncio.to_thread(self.inspect, memory_id)

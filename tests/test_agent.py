@@ -318,3 +318,31 @@ async def test_an_alias_written_as_the_answer_is_detected_by_the_analyzer(mem: R
     recs = load_traces(tmp_path / "trace.jsonl")
     c = classify(recs[0], build_domains(recs))
     assert c["primary"] == "answered_memory_id" and not c["success"]
+
+
+async def test_default_trace_goes_to_the_store_folder_not_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    with ReMem(tmp_path / "store") as m:
+        m.add("Our server is in east-1.", entity="server", attribute="region")
+        agent = MemoryAgent(m, FunctionChatModel(lambda req: reply("east-1", [])), retry=FAST, run_id="r1")
+        await agent.ask("Where is our server?", schema=SCHEMA)
+        assert agent.tracer is not None and agent.tracer.path == tmp_path / "store" / "traces" / "r1.jsonl"
+        assert len(load_traces(agent.tracer.path)) == 1
+        off = MemoryAgent(m, FunctionChatModel(lambda req: reply("east-1", [])), retry=FAST, trace=False)
+        await off.ask("Where is our server?", schema=SCHEMA)
+        assert off.tracer is None
+    assert list(work.iterdir()) == []  # nothing written into the caller's working directory
+
+
+def test_answer_and_outcome_are_keyword_only() -> None:
+    from remem_agent.agent import Answer, Outcome
+
+    with pytest.raises(TypeError):
+        Outcome(True, "truth")  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Answer("a", "q", None, None, (), (), "s", None, 1)  # type: ignore[misc]
+    assert Outcome.from_score(0.5, threshold=0.5).success and not Outcome.from_score(0.4, threshold=0.5).success

@@ -1,14 +1,15 @@
 """``MemoryAgent``: async middleware that wraps any chat model with an outcome-learning memory.
 
-Per ``ask``: recall -> prompt -> call -> enforce -> score -> learn -> trace. The model sees and cites
-short per-ask aliases (``M1``, ``M2``, ... in rank order; see ``prompt.citation_aliases``). Enforcement
-validates them and the middleware maps them back to memory ids right after, so credit,
-``Answer.citations`` and the trace's ``citations`` hold real memory ids (the trace also keeps the map).
+Per ``ask``, one stage per module: recall (``ReMem.asearch``) -> prompt (:mod:`.prompt`) -> call and
+enforce (:mod:`.call`, :mod:`.enforce`) -> score (:mod:`.scoring`) -> learn (``afeedback`` now, or later
+through :mod:`.outcomes`) -> trace (:mod:`.trace`). The model sees and cites short per-ask aliases (``M1``,
+``M2``, ... in rank order; see ``prompt.citation_aliases``); they are mapped back to memory ids right after
+enforcement, so credit, ``Answer.citations`` and the trace's ``citations`` hold real memory ids.
 
-Composition only: the wrapped model is any :class:`~remem_agent.adapters.base.ChatModel`; nothing of a
-vendor SDK is patched. Blocking work (embedding, SQLite, trace writes) runs on worker threads;
-concurrent asks are bounded by a semaphore, and each ask learns only through its own ``search_id``
-so credit never crosses between concurrent calls.
+Composition only: the wrapped model is any :class:`~remem_agent.adapters.base.ChatModel` and the memory
+any :class:`~remem_agent.agent.ports.AgentMemory`; nothing of a vendor SDK is patched. Blocking work
+(embedding, the ledger, trace writes) runs on worker threads; concurrent asks are bounded by a
+semaphore, and each ask learns only through its own ``search_id`` so credit never crosses between calls.
 """
 
 from __future__ import annotations
@@ -17,37 +18,31 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from remem_agent._time import Timestamp
-from remem_agent.adapters.base import ChatModel, ChatRequest, ChatResponse, Message
-from remem_agent.adapters.retry import RetryPolicy, call_with_retries
-from remem_agent.agent.enforce import Checked, check_reply
-from remem_agent.agent.prompt import (
-    build_messages,
-    check_answer_schema,
-    citation_aliases,
-    reask_message,
-    with_citations,
-)
+from remem_agent.adapters.base import ChatModel
+from remem_agent.adapters.retry import RetryPolicy
+from remem_agent.agent.call import Enforced, Sampling, call_and_enforce
+from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, PendingOutcomes, Waiting
+from remem_agent.agent.ports import AgentMemory
+from remem_agent.agent.prompt import build_messages, check_answer_schema, citation_aliases, with_citations
 from remem_agent.agent.scoring import Outcome, Scorer, exact_match
-from remem_agent.agent.trace import TraceWriter
+from remem_agent.agent.trace import AttemptRecord, TraceRecord, TraceWriter
 from remem_agent.errors import ModelError, OutputValidationError, UnknownSearchError, UserInputError
 from remem_agent.ingest import check_text
-from remem_agent.memory import ReMem
 from remem_agent.types import FeedbackReceipt, Hit, Role, SearchResult
 
 log = logging.getLogger("remem_agent.agent")
 
-WEAK_SUCCESS_WEIGHT = 0.3  # an inferred "moved on without correcting" success counts this much
+__all__ = ["WEAK_SUCCESS_WEIGHT", "Answer", "MemoryAgent", "default_trace_path"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Answer:
     """The result of one ``ask``. ``value`` is the caller's schema fields; ``error`` is set on failure."""
 
@@ -70,12 +65,15 @@ class Answer:
         return self.error is None
 
 
-@dataclass
-class _Pending:
-    """An answer whose outcome is not known yet (no truth given)."""
+def default_trace_path(memory: AgentMemory, run_id: str) -> Path | None:
+    """Where traces go when the caller names no path: ``<store folder>/traces/<run_id>.jsonl``.
 
-    answer: Answer
-    scored: bool = False
+    A library should not write into the caller's working directory unasked; the store folder is where
+    the caller already chose to keep this memory's data. A store with no folder (a PostgreSQL URL)
+    gets no trace unless a path is given.
+    """
+    folder = memory.path
+    return folder / "traces" / f"{run_id}.jsonl" if isinstance(folder, Path) else None
 
 
 class MemoryAgent:
@@ -87,7 +85,7 @@ class MemoryAgent:
 
     def __init__(
         self,
-        memory: ReMem,
+        memory: AgentMemory,
         model: ChatModel,
         *,
         k: int = 5,
@@ -107,6 +105,7 @@ class MemoryAgent:
         system_prompt: str | None = None,
         infer_outcomes: bool = True,
     ) -> None:
+        """``trace``: a path, a ``TraceWriter``, ``False`` (off) or ``None`` (:func:`default_trace_path`)."""
         if not isinstance(model, ChatModel):
             raise UserInputError("model must implement the ChatModel protocol (name, adapter, capabilities, complete)")
         if max_reasks < 0 or max_concurrency < 1:
@@ -122,19 +121,19 @@ class MemoryAgent:
         self.scorer = scorer
         self.success_threshold = success_threshold
         self.on_invalid = on_invalid
-        self.temperature, self.max_tokens, self.seed = temperature, max_tokens, seed
+        self.sampling = Sampling(temperature=temperature, max_tokens=max_tokens, seed=seed)
         self.system_prompt = system_prompt
         self.infer_outcomes = infer_outcomes
+        self.tracer: TraceWriter | None
         if trace is False:
-            self.tracer: TraceWriter | None = None
+            self.tracer = None
         elif isinstance(trace, TraceWriter):
             self.tracer = trace
         else:
-            self.tracer = TraceWriter(trace or Path("traces") / f"{self.run_id}.jsonl")
+            path = Path(trace) if trace is not None else default_trace_path(memory, self.run_id)
+            self.tracer = TraceWriter(path) if path is not None else None
         self._sem = asyncio.Semaphore(max_concurrency)
-        self._pending: OrderedDict[str, _Pending] = OrderedDict()  # answer_id -> pending, oldest first
-        self._last_by_task: dict[str | None, str] = {}
-        self._lock = asyncio.Lock()
+        self._pending: PendingOutcomes[str | None] = PendingOutcomes()  # threads are task classes
 
     # -- the loop -------------------------------------------------------------------------------
     async def ask(
@@ -153,246 +152,178 @@ class MemoryAgent:
         question = check_text(question, "question")
         base_schema = check_answer_schema(schema)
         async with self._sem:
-            return await self._ask(question, task, base_schema, truth, as_of, now, k, token_budget, task_id)
-
-    async def _ask(
-        self,
-        question: str,
-        task: str | None,
-        base_schema: dict[str, Any],
-        truth: Any,
-        as_of: Timestamp | None,
-        now: Timestamp | None,
-        k: int | None,
-        token_budget: int | None,
-        task_id: str | None,
-    ) -> Answer:
-        t0 = time.perf_counter()
-        answer_id = f"a_{uuid.uuid4().hex[:16]}"
-        if self.infer_outcomes:
-            await self._infer_moved_on(task)
-        # 1. recall
-        res: SearchResult = await self.memory.asearch(
-            question,
-            k=k or self.k,
-            task=task,
-            as_of=as_of,
-            now=now,
-            token_budget=self.token_budget if token_budget is None else token_budget,
-        )
-        t_recall = time.perf_counter()
-        # 2. prompt
-        aliases = citation_aliases(res.ids)  # "M1" -> first served id, ...
-        labels = list(aliases)
-        schema = with_citations(base_schema, labels)
-        messages = build_messages(question, res.items, schema, system_prompt=self.system_prompt, labels=labels)
-        trace: dict[str, Any] = {
-            "v": 1,
-            "ts": datetime.now(UTC).isoformat(),
-            "run": self.run_id,
-            "answer_id": answer_id,
-            "task_id": task_id,
-            "task": task,
-            "question": question,
-            "system": self.system,
-            "model": {
-                "adapter": self.model.adapter,
-                "name": self.model.name,
-                "params": {"temperature": self.temperature, "max_tokens": self.max_tokens, "seed": self.seed},
-                "native_json_schema": self.model.capabilities.native_json_schema,
-            },
-            "search_id": res.search_id,
-            "served": [
-                {
-                    "id": h.id,
-                    "rank": h.rank,
-                    "score": round(h.score, 6),
-                    "similarity": round(h.similarity, 6),
-                    "state": h.state.value,
-                    "text": h.text,
-                }
-                for h in res.items
-            ],
-            "aliases": aliases,
-            "schema": schema,
-            "messages": [m.to_dict() for m in messages],
-            "attempts": [],
-            "answer": None,
-            "citations": [],
-            "error": None,
-            "outcome": None,
-            "truth": truth,
-            "credit": {},
-            "blame": {},
-            "latency_ms": {},
-        }
-        # 3-4. call + enforce, with bounded re-asks
-        checked: Checked | None = None
-        last_raw: str | None = None
-        all_errors: list[str] = []
-        model_ms = 0.0
-        convo = list(messages)
-        error: str | None = None
-        try:
-            for _ in range(self.max_reasks + 1):
-                retries: list[dict[str, Any]] = []
-                attempt_rec: dict[str, Any] = {
-                    "raw": None,
-                    "finish_reason": None,
-                    "errors": [],
-                    "kind": "model_error",
-                    "latency_ms": 0.0,
-                    "usage": {},
-                    "retries": retries,
-                }
-                trace["attempts"].append(attempt_rec)
-                request = ChatRequest(
-                    messages=tuple(convo),
-                    json_schema=schema,
-                    schema_name="answer",
-                    temperature=self.temperature,
-                    max_tokens=self.max_tokens,
-                    seed=self.seed,
-                )
-                t_call = time.perf_counter()
-                try:
-                    resp = await self._call(request, retries)
-                finally:
-                    attempt_rec["latency_ms"] = round((time.perf_counter() - t_call) * 1000, 3)
-                    model_ms += attempt_rec["latency_ms"]
-                last_raw = resp.text
-                checked = check_reply(resp.text, schema, labels, truncated=resp.finish_reason == "length")
-                attempt_rec.update(
-                    raw=resp.text,
-                    finish_reason=resp.finish_reason,
-                    errors=list(checked.errors),
-                    kind=checked.kind,
-                    usage=resp.usage.to_dict(),
-                )
-                if checked.ok:
-                    break
-                all_errors += checked.errors
-                convo += [Message("assistant", resp.text), reask_message(checked.errors)]
-        except ModelError as exc:
-            error = f"model error: {exc}"
-            trace["error"] = error
-            trace["latency_ms"] = self._latencies(t0, t_recall, model_ms, 0.0)
-            await self._write(trace)
-            raise
-        attempts = len(trace["attempts"])
-        if checked is None or not checked.ok:
-            error = f"no valid answer after {attempts} attempt(s): {'; '.join(all_errors[-3:])}"
-            trace["error"] = error
-            trace["latency_ms"] = self._latencies(t0, t_recall, model_ms, 0.0)
-            await self._write(trace)
-            if self.on_invalid == "raise":
-                raise OutputValidationError(error, attempts=attempts, last_raw=last_raw, errors=all_errors)
-            return Answer(
-                answer_id,
+            t0 = time.perf_counter()
+            answer_id = f"a_{uuid.uuid4().hex[:16]}"
+            if self.infer_outcomes:
+                await self._infer_moved_on(task)
+            # 1. recall
+            res: SearchResult = await self.memory.asearch(
                 question,
-                task,
-                None,
-                (),
-                res.items,
-                res.search_id,
-                last_raw,
-                attempts,
-                error=error,
+                k=k or self.k,
+                task=task,
+                as_of=as_of,
+                now=now,
+                token_budget=self.token_budget if token_budget is None else token_budget,
+            )
+            t_recall = time.perf_counter()
+            # 2. prompt
+            aliases = citation_aliases(res.ids)  # "M1" -> first served id, ...
+            labels = list(aliases)
+            schema_ext = with_citations(base_schema, labels)
+            messages = build_messages(question, res.items, schema_ext, system_prompt=self.system_prompt, labels=labels)
+            attempts: list[AttemptRecord] = []
+
+            def trace_of(**rest: Any) -> TraceRecord:
+                return TraceRecord(
+                    ts=datetime.now(UTC).isoformat(),
+                    run=self.run_id,
+                    answer_id=answer_id,
+                    task_id=task_id,
+                    task=task,
+                    question=question,
+                    system=self.system,
+                    model={
+                        "adapter": self.model.adapter,
+                        "name": self.model.name,
+                        "params": self.sampling.to_dict(),
+                        "native_json_schema": self.model.capabilities.native_json_schema,
+                    },
+                    search_id=res.search_id,
+                    served=[_served_entry(h) for h in res.items],
+                    aliases=aliases,
+                    schema=schema_ext,
+                    messages=[m.to_dict() for m in messages],
+                    attempts=attempts,
+                    truth=truth,
+                    **rest,
+                )
+
+            # 3-4. call + enforce, with bounded re-asks
+            try:
+                enforced = await call_and_enforce(
+                    self.model,
+                    messages,
+                    schema_ext,
+                    labels,
+                    attempts=attempts,
+                    retry=self.retry,
+                    max_reasks=self.max_reasks,
+                    sampling=self.sampling,
+                )
+            except ModelError as exc:
+                model_ms = sum(a.latency_ms for a in attempts)
+                await self._write(trace_of(error=f"model error: {exc}", latency_ms=_latencies(t0, t_recall, model_ms)))
+                raise
+            if not enforced.ok:
+                return await self._invalid(
+                    enforced, trace_of, answer_id, question, task, res, aliases, len(attempts), t0, t_recall
+                )
+            assert enforced.checked is not None
+            # aliases -> memory ids (check_reply accepted only served aliases, each once)
+            cited_ids = tuple(aliases[c] for c in enforced.checked.citations)
+            value = enforced.checked.value or {}
+            # 5-6. score + learn
+            t_learn = time.perf_counter()
+            outcome: Outcome | None = None
+            receipt: FeedbackReceipt | None = None
+            if truth is not None:
+                outcome = Outcome.from_score(self.scorer(value, truth), threshold=self.success_threshold)
+                receipt = await self.memory.afeedback(
+                    res.search_id, success=outcome.success, cited_ids=list(cited_ids), answer=value, source="truth"
+                )
+            else:
+                waiting = Waiting(
+                    answer_id=answer_id,
+                    search_id=res.search_id,
+                    served_ids=tuple(res.ids),
+                    cited_ids=cited_ids,
+                    value=value,
+                )
+                await self._pending.add(waiting, task)
+            learn_ms = (time.perf_counter() - t_learn) * 1000
+            # 7. trace
+            await self._write(
+                trace_of(
+                    answer=value,
+                    citations=list(cited_ids),
+                    outcome=outcome.to_dict() if outcome else None,
+                    credit=dict(receipt.credit) if receipt else {},
+                    blame=dict(receipt.blame) if receipt else {},
+                    latency_ms=_latencies(t0, t_recall, enforced.model_ms, learn_ms),
+                )
+            )
+            return Answer(
+                answer_id=answer_id,
+                question=question,
+                task=task,
+                value=value,
+                citations=cited_ids,
+                served=res.items,
+                search_id=res.search_id,
+                raw=enforced.last_raw,
+                attempts=len(attempts),
+                outcome=outcome,
+                credit=dict(receipt.credit) if receipt else {},
                 aliases=aliases,
             )
-        # aliases -> memory ids (check_reply accepted only served aliases, each once)
-        cited_ids = tuple(aliases[c] for c in checked.citations)
-        # 5-6. score + learn
-        t_learn = time.perf_counter()
-        value = checked.value or {}
-        outcome: Outcome | None = None
-        receipt: FeedbackReceipt | None = None
-        if truth is not None:
-            score = float(self.scorer(value, truth))
-            outcome = Outcome(score >= self.success_threshold, "truth", score)
-            receipt = await self.memory.afeedback(
-                res.search_id,
-                success=outcome.success,
-                cited_ids=list(cited_ids),
-                answer=value,
-                source="truth",
+
+    async def _invalid(
+        self,
+        enforced: Enforced,
+        trace_of: Callable[..., TraceRecord],
+        answer_id: str,
+        question: str,
+        task: str | None,
+        res: SearchResult,
+        aliases: Mapping[str, str],
+        attempts: int,
+        t0: float,
+        t_recall: float,
+    ) -> Answer:
+        """No valid reply within the re-asks: trace it, then raise or return an ``Answer`` with ``error``."""
+        error = f"no valid answer after {attempts} attempt(s): {'; '.join(enforced.errors[-3:])}"
+        await self._write(trace_of(error=error, latency_ms=_latencies(t0, t_recall, enforced.model_ms)))
+        if self.on_invalid == "raise":
+            raise OutputValidationError(
+                error, attempts=attempts, last_raw=enforced.last_raw, errors=list(enforced.errors)
             )
-        answer = Answer(
-            answer_id,
-            question,
-            task,
-            value,
-            cited_ids,
-            res.items,
-            res.search_id,
-            last_raw,
-            attempts,
-            outcome,
-            dict(receipt.credit) if receipt else {},
+        return Answer(
+            answer_id=answer_id,
+            question=question,
+            task=task,
+            value=None,
+            citations=(),
+            served=res.items,
+            search_id=res.search_id,
+            raw=enforced.last_raw,
+            attempts=attempts,
+            error=error,
             aliases=aliases,
         )
-        if outcome is None:
-            async with self._lock:
-                self._pending[answer_id] = _Pending(answer)
-                self._last_by_task[task] = answer_id
-                while len(self._pending) > 10_000:
-                    self._pending.popitem(last=False)
-        learn_ms = (time.perf_counter() - t_learn) * 1000
-        # 7. trace
-        trace.update(
-            answer=value,
-            citations=list(cited_ids),
-            outcome=outcome.to_dict() if outcome else None,
-            credit=dict(receipt.credit) if receipt else {},
-            blame=dict(receipt.blame) if receipt else {},
-            latency_ms=self._latencies(t0, t_recall, model_ms, learn_ms),
-        )
-        await self._write(trace)
-        return answer
 
-    async def _call(self, request: ChatRequest, retries: list[dict[str, Any]]) -> ChatResponse:
-        def on_retry(attempt: int, exc: ModelError, wait: float) -> None:
-            retries.append({"attempt": attempt, "status": exc.status, "error": str(exc)[:500], "wait_s": wait})
-
-        return await call_with_retries(lambda: self.model.complete(request), self.retry, on_retry=on_retry)
-
-    @staticmethod
-    def _latencies(t0: float, t_recall: float, model_ms: float, learn_ms: float) -> dict[str, float]:
-        total = (time.perf_counter() - t0) * 1000
-        return {
-            "recall": round((t_recall - t0) * 1000, 3),
-            "model": round(model_ms, 3),
-            "learn": round(learn_ms, 3),
-            "total": round(total, 3),
-            "overhead": round(total - model_ms, 3),
-        }
-
-    async def _write(self, record: dict[str, Any]) -> None:
+    async def _write(self, record: TraceRecord) -> None:
         if self.tracer is not None:
-            await self.tracer.write(record)
+            await self.tracer.write(record.to_dict())
 
     # -- outcomes that arrive later -------------------------------------------------------------
     async def feedback(
         self, answer_id: str, *, success: bool, used_ids: Sequence[str] | None = None
     ) -> FeedbackReceipt:
         """An explicit user signal for an earlier answer (source "user")."""
-        async with self._lock:
-            pending = self._pending.get(answer_id)
-            if pending is None or pending.scored:
-                raise UnknownSearchError(answer_id)
-            pending.scored = True
-        a = pending.answer
+        item = await self._pending.take(answer_id)
+        if item is None:
+            raise UnknownSearchError(answer_id)
         try:
             return await self.memory.afeedback(
-                a.search_id,
+                item.search_id,
                 success=success,
                 used_ids=used_ids,
-                cited_ids=list(a.citations),
-                answer=a.value,
+                cited_ids=list(item.cited_ids),
+                answer=item.value,
                 source="user",
             )
         except BaseException:
-            pending.scored = False
+            await self._pending.release(item)
             raise
 
     async def remember(
@@ -415,37 +346,46 @@ class MemoryAgent:
 
     async def _infer_correction(self, new_id: str) -> None:
         info = await self.memory.ainspect(new_id)
-        corrected = set(info.supersedes)
-        if not corrected:
+        if not info.supersedes:
             return
-        async with self._lock:
-            hits = [p for p in self._pending.values() if not p.scored and corrected & {h.id for h in p.answer.served}]
-            for p in hits:
-                p.scored = True
-        for p in hits:
-            blamed = sorted(corrected & {h.id for h in p.answer.served})
-            log.debug("inferred failure of %s: corrected %s", p.answer.answer_id, blamed)
+        for item, blamed in await self._pending.take_serving(info.supersedes):
+            log.debug("inferred failure of %s: corrected %s", item.answer_id, blamed)
             await self.memory.afeedback(
-                p.answer.search_id,
-                success=False,
-                used_ids=blamed,
-                cited_ids=list(p.answer.citations),
-                source="inferred",
+                item.search_id, success=False, used_ids=blamed, cited_ids=list(item.cited_ids), source="inferred"
             )
 
     async def _infer_moved_on(self, task: str | None) -> None:
         """A new ask in the same task with no correction since: the previous answer was a weak success."""
-        async with self._lock:
-            prev_id = self._last_by_task.pop(task, None)
-            p = self._pending.get(prev_id) if prev_id else None
-            if p is None or p.scored:
-                return
-            p.scored = True
+        item = await self._pending.take_latest(task)
+        if item is None:
+            return
         await self.memory.afeedback(
-            p.answer.search_id,
+            item.search_id,
             success=True,
-            cited_ids=list(p.answer.citations),
-            answer=p.answer.value,
+            cited_ids=list(item.cited_ids),
+            answer=item.value,
             weight=WEAK_SUCCESS_WEIGHT,
             source="inferred",
         )
+
+
+def _served_entry(h: Hit) -> dict[str, Any]:
+    return {
+        "id": h.id,
+        "rank": h.rank,
+        "score": round(h.score, 6),
+        "similarity": round(h.similarity, 6),
+        "state": h.state.value,
+        "text": h.text,
+    }
+
+
+def _latencies(t0: float, t_recall: float, model_ms: float, learn_ms: float = 0.0) -> dict[str, float]:
+    total = (time.perf_counter() - t0) * 1000
+    return {
+        "recall": round((t_recall - t0) * 1000, 3),
+        "model": round(model_ms, 3),
+        "learn": round(learn_ms, 3),
+        "total": round(total, 3),
+        "overhead": round(total - model_ms, 3),
+    }

@@ -12,17 +12,25 @@ import re
 import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-OutcomeSource = Literal["truth", "user", "inferred"]  # the middleware's sources (ReMem also knows "api")
+from remem_agent.types import OutcomeSource
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Outcome:
+    """A verdict about one answer and where it came from (``source``, the ledger's ``OutcomeSource``)."""
+
     success: bool
     source: OutcomeSource
     score: float = 1.0  # the scorer's graded score in [0, 1] (success is score >= threshold)
     weight: float = 1.0  # how strongly the outcome counts when learning (inferred ones count less)
+
+    @classmethod
+    def from_score(cls, score: float | bool, *, threshold: float = 1.0, source: OutcomeSource = "truth") -> Outcome:
+        """The one way a graded score becomes an outcome: success is ``score >= threshold``."""
+        value = float(score)
+        return cls(success=value >= threshold, source=source, score=value)
 
     def to_dict(self) -> dict[str, Any]:
         return {"success": self.success, "source": self.source, "score": self.score, "weight": self.weight}
@@ -63,8 +71,3 @@ def _same(got: Any, want: Any) -> bool:
     if got is None:
         return False
     return normalise_value(got) == normalise_value(want)
-
-
-def to_outcome(score: float | bool, threshold: float = 1.0) -> Outcome:
-    value = float(score)
-    return Outcome(success=value >= threshold, source="truth", score=value)

@@ -28,7 +28,8 @@ import asyncio
 import json
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,89 @@ TRACE_SCHEMA: dict[str, Any] = {
     },
 }
 _VALIDATOR = Draft202012Validator(TRACE_SCHEMA)
+
+
+@dataclass(kw_only=True)
+class AttemptRecord:
+    """One model call of an ask (the first, or a re-ask): what came back and how enforcement judged it.
+
+    Mutable on purpose: the call stage fills it in as the call proceeds, so a call that raises still
+    leaves a record of what happened (its retries, its latency) for the trace.
+    """
+
+    raw: str | None = None
+    finish_reason: str | None = None
+    errors: list[str] = field(default_factory=list)
+    kind: str = "model_error"  # ok | invalid_json | schema | unknown_citation | truncated | model_error
+    latency_ms: float = 0.0
+    usage: dict[str, Any] = field(default_factory=dict)
+    retries: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "raw": self.raw,
+            "finish_reason": self.finish_reason,
+            "errors": list(self.errors),
+            "kind": self.kind,
+            "latency_ms": self.latency_ms,
+            "usage": dict(self.usage),
+            "retries": list(self.retries),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class TraceRecord:
+    """One trace line of ``MemoryAgent.ask``, typed; :meth:`to_dict` gives the v1 line ``TRACE_SCHEMA`` checks."""
+
+    ts: str
+    run: str
+    answer_id: str
+    task_id: str | None
+    task: str | None
+    question: str
+    system: str | None
+    model: Mapping[str, Any]
+    search_id: str | None
+    served: Sequence[Mapping[str, Any]]
+    aliases: Mapping[str, str]
+    schema: Mapping[str, Any]
+    messages: Sequence[Mapping[str, Any]]
+    attempts: Sequence[AttemptRecord]
+    answer: Mapping[str, Any] | None = None
+    citations: Sequence[str] = ()
+    error: str | None = None
+    outcome: Mapping[str, Any] | None = None
+    truth: Any = None
+    credit: Mapping[str, float] = field(default_factory=dict)
+    blame: Mapping[str, float] = field(default_factory=dict)
+    latency_ms: Mapping[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "v": TRACE_VERSION,
+            "ts": self.ts,
+            "run": self.run,
+            "answer_id": self.answer_id,
+            "task_id": self.task_id,
+            "task": self.task,
+            "question": self.question,
+            "system": self.system,
+            "model": dict(self.model),
+            "search_id": self.search_id,
+            "served": [dict(s) for s in self.served],
+            "aliases": dict(self.aliases),
+            "schema": dict(self.schema),
+            "messages": [dict(m) for m in self.messages],
+            "attempts": [a.to_dict() for a in self.attempts],
+            "answer": None if self.answer is None else dict(self.answer),
+            "citations": list(self.citations),
+            "error": self.error,
+            "outcome": None if self.outcome is None else dict(self.outcome),
+            "truth": self.truth,
+            "credit": dict(self.credit),
+            "blame": dict(self.blame),
+            "latency_ms": dict(self.latency_ms),
+        }
 
 _SECRET_KEYS = re.compile(r"(authorization|api[_-]?key|x-api-key|password|secret|bearer)", re.IGNORECASE)
 _SECRET_VALUES = [

@@ -1,0 +1,91 @@
+"""Outcomes that arrive after the answer: explicit signals and the two inference rules.
+
+An answer given without ground truth waits here until its verdict arrives:
+
+* ``user``: an explicit :meth:`PendingOutcomes.take` for that answer (``MemoryAgent.feedback``);
+* ``inferred`` failure: a new ``state`` fact supersedes a memory served to a waiting answer (a
+  correction); the failure is blamed on the corrected memory;
+* ``inferred`` weak success: the next ask of the same task arrives with no correction in between
+  ("moved on"), learned with weight :data:`WEAK_SUCCESS_WEIGHT`.
+
+Each answer gets at most one verdict: whichever arrives first claims it (under one lock), so a
+correction and a "moved on" racing for the same answer never both count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Collection, Hashable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+WEAK_SUCCESS_WEIGHT = 0.3  # an inferred "moved on without correcting" success counts this much
+MAX_PENDING = 10_000  # oldest waiting answers are forgotten beyond this (their outcome never arrives)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Waiting:
+    """What learning needs of an answer whose outcome is not known yet."""
+
+    answer_id: str
+    search_id: str
+    served_ids: tuple[str, ...]
+    cited_ids: tuple[str, ...]
+    value: object  # the answer's value (dict or text): value use is credited from it
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+class PendingOutcomes(Generic[K]):
+    """Waiting answers, oldest first, and the latest one per thread key (a task, or a conversation)."""
+
+    def __init__(self, max_pending: int = MAX_PENDING) -> None:
+        self._waiting: OrderedDict[str, Waiting] = OrderedDict()
+        self._claimed: set[str] = set()
+        self._latest: dict[K, str] = {}
+        self._max = max_pending
+        self._lock = asyncio.Lock()
+
+    async def add(self, item: Waiting, thread: K) -> None:
+        async with self._lock:
+            self._waiting[item.answer_id] = item
+            self._latest[thread] = item.answer_id
+            while len(self._waiting) > self._max:
+                old, _ = self._waiting.popitem(last=False)
+                self._claimed.discard(old)
+
+    async def take(self, answer_id: str) -> Waiting | None:
+        """Claim one answer for an explicit verdict; None if unknown or already judged."""
+        async with self._lock:
+            return self._claim(answer_id)
+
+    async def release(self, item: Waiting) -> None:
+        """Undo a claim whose verdict could not be recorded (the caller may try again)."""
+        async with self._lock:
+            self._claimed.discard(item.answer_id)
+
+    async def take_latest(self, thread: K) -> Waiting | None:
+        """Claim the latest waiting answer of ``thread`` (a new turn arrived: it "moved on")."""
+        async with self._lock:
+            answer_id = self._latest.pop(thread, None)
+            return self._claim(answer_id) if answer_id else None
+
+    async def take_serving(self, memory_ids: Collection[str]) -> list[tuple[Waiting, list[str]]]:
+        """Claim every waiting answer that was served one of ``memory_ids``, with the ids it was served."""
+        wanted = set(memory_ids)
+        out: list[tuple[Waiting, list[str]]] = []
+        async with self._lock:
+            for item in list(self._waiting.values()):
+                hit = sorted(wanted & set(item.served_ids))
+                if hit and self._claim(item.answer_id) is not None:
+                    out.append((item, hit))
+        return out
+
+    def _claim(self, answer_id: str) -> Waiting | None:
+        item = self._waiting.get(answer_id)
+        if item is None or answer_id in self._claimed:
+            return None
+        self._claimed.add(answer_id)
+        return item

@@ -1,0 +1,61 @@
+"""What the middleware needs from a memory: a small structural protocol that ``ReMem`` satisfies.
+
+``MemoryAgent`` depends on this, not on the ``ReMem`` class, so any object with these async calls (a
+remote client, a test double, a wrapper that adds scoping) can stand behind an agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from remem_agent._time import Timestamp
+from remem_agent.learning.credit import Replay
+from remem_agent.types import FeedbackReceipt, MemoryInfo, OutcomeSource, Role, SearchResult
+
+
+class AgentMemory(Protocol):
+    """Recall, learn, remember and inspect; ``path`` is where the memory lives (a folder or a URL)."""
+
+    @property
+    def path(self) -> Path | str: ...
+
+    async def asearch(
+        self,
+        query: str,
+        *,
+        k: int | None = None,
+        task: str | None = None,
+        as_of: Timestamp | None = None,
+        now: Timestamp | None = None,
+        token_budget: int | None = None,
+        explain: bool = False,
+    ) -> SearchResult: ...
+
+    async def afeedback(
+        self,
+        search_id: str,
+        *,
+        success: bool,
+        used_ids: Sequence[str] | None = None,
+        cited_ids: Sequence[str] | None = None,
+        answer: Any = None,
+        replay: Replay | None = None,
+        weight: float = 1.0,
+        source: OutcomeSource = "api",
+    ) -> FeedbackReceipt: ...
+
+    async def aadd(
+        self,
+        text: str,
+        *,
+        entity: str | None = None,
+        attribute: str | None = None,
+        role: Role = "state",
+        task: str | Sequence[str] | None = None,
+        timestamp: Timestamp | None = None,
+        confidence: float = 1.0,
+    ) -> str: ...
+
+    async def ainspect(self, memory_id: str) -> MemoryInfo: ...
