@@ -6,6 +6,7 @@ transaction so a batch is all or nothing and supersession sees the batch's earli
 
 from __future__ import annotations
 
+import math
 import re
 import time
 import uuid
@@ -15,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from remem_agent._time import Timestamp, to_epoch
+from remem_agent._time import Timestamp, shown, to_epoch
 from remem_agent._time import now as wall_now
 from remem_agent.errors import UserInputError
 from remem_agent.learning.lifecycle import LifecycleEvent
@@ -53,13 +54,39 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{time.time_ns() // 1_000_000:012x}{uuid.uuid4().hex[:12]}"
 
 
-def check_text(text: object, what: str = "text") -> str:
-    if not isinstance(text, str):
-        raise UserInputError(f"{what} must be a string, got {type(text).__name__}")
-    if not text.strip():
-        raise UserInputError(f"{what} must not be empty")
+# Documented maxima of the boundary checks (README "Errors"). Integers are bounded by what every
+# backend column holds (PostgreSQL ``integer``); texts by what a memory, a prompt and a ledger row can hold.
+MAX_INT = 2**31 - 1
+MAX_TEXT_CHARS = 1_000_000
+MAX_KEY_CHARS = 1_000
+
+
+def _check_storable(text: str, what: str) -> None:
+    """Refuse strings the ledger cannot store: NUL (PostgreSQL text cannot hold it) and anything that is
+    not encodable as UTF-8 (lone surrogates such as ``"\\ud800"``, e.g. from a broken JSON decoder)."""
     if "\x00" in text:
         raise UserInputError(f"{what} must not contain NUL characters")
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start : exc.end]
+        raise UserInputError(
+            f"{what} is not valid Unicode text: {bad!r} at position {exc.start} is a lone surrogate, "
+            "which cannot be stored as UTF-8 (decode the input with errors='replace', or fix the source)"
+        ) from None
+
+
+def check_text(text: object, what: str = "text", *, max_chars: int = MAX_TEXT_CHARS) -> str:
+    """A non-empty, storable string of at most ``max_chars`` characters, stripped."""
+    if not isinstance(text, str):
+        raise UserInputError(f"{what} must be a string, got {type(text).__name__}")
+    if len(text) > max_chars:
+        raise UserInputError(f"{what} is too long: {len(text)} characters (at most {max_chars})")
+    _check_storable(text, what)
+    if not text.strip():
+        raise UserInputError(f"{what} must not be empty")
     return text.strip()
 
 
@@ -68,6 +95,9 @@ def check_key(value: object, what: str) -> str | None:
         return None
     if not isinstance(value, str) or not value.strip():
         raise UserInputError(f"{what} must be a non-empty string or None")
+    if len(value) > MAX_KEY_CHARS:
+        raise UserInputError(f"{what} is too long: {len(value)} characters (at most {MAX_KEY_CHARS})")
+    _check_storable(value, what)
     return normalise_key(value)
 
 
@@ -76,6 +106,7 @@ def check_task(task: object) -> str | None:
         return None
     if not isinstance(task, str) or not _TASK_RE.match(task.strip()):
         raise UserInputError("task must be a non-empty single-line string (at most 128 chars, not '*')")
+    _check_storable(task, "task")
     return task.strip()
 
 
@@ -84,7 +115,7 @@ def check_tasks(task: object) -> tuple[str, ...]:
         return ()
     if isinstance(task, str):
         return (t,) if (t := check_task(task)) else ()
-    if isinstance(task, Iterable):
+    if isinstance(task, Iterable) and not isinstance(task, bytes | bytearray | Mapping):
         out = []
         for t in task:
             ct = check_task(t)
@@ -97,21 +128,55 @@ def check_tasks(task: object) -> tuple[str, ...]:
 def check_ids(ids: object, what: str) -> list[str]:
     if ids is None:
         return []
-    if isinstance(ids, str) or not isinstance(ids, Iterable):
+    if isinstance(ids, str | bytes | bytearray | Mapping) or not isinstance(ids, Iterable):
         raise UserInputError(f"{what} must be a list of memory ids")
     out = []
     for i in ids:
         if not isinstance(i, str):
             raise UserInputError(f"{what} must contain strings, got {type(i).__name__}")
+        _check_storable(i, what)
         if i not in out:
             out.append(i)
     return out
 
 
-def check_int(value: object, what: str, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise UserInputError(f"{what} must be an integer >= {minimum}, got {value!r}")
-    return value
+def check_int(value: object, what: str, *, minimum: int, maximum: int = MAX_INT) -> int:
+    """An int (not a bool) in ``[minimum, maximum]``; the default maximum is ``MAX_INT`` (2**31 - 1)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise UserInputError(f"{what} must be an integer in [{minimum}, {maximum}], got {shown(value)}")
+    return int(value)
+
+
+def check_fraction(value: object, what: str, *, low_open: bool = False) -> float:
+    """A finite real number (not a bool) in [0, 1], or (0, 1] with ``low_open``. Ints are compared before
+    ``float()``, so a huge one is refused instead of overflowing."""
+    f = math.nan
+    if isinstance(value, int) and not isinstance(value, bool):
+        f = float(value) if -1 <= value <= 1 else math.nan
+    elif isinstance(value, float):
+        f = value
+    ok = f > 0.0 if low_open else f >= 0.0  # False for NaN
+    if not (ok and f <= 1.0):
+        span = "(0, 1]" if low_open else "[0, 1]"
+        raise UserInputError(f"{what} must be a number in {span}, got {shown(value)}")
+    return float(f)
+
+
+def check_weight(weight: object) -> float:
+    """``feedback(weight=)``: a number in (0, 1]."""
+    return check_fraction(weight, "weight", low_open=True)
+
+
+def check_items(items: object) -> list[Any]:
+    """``add_many``'s argument as a list: a list/tuple or other iterable of items, but not a single item
+    (a string would store one memory per character, a dict one memory per key)."""
+    if isinstance(items, str | bytes | bytearray | Mapping | MemoryInput):
+        raise UserInputError(
+            f"add_many takes a list of facts, got a single {type(items).__name__}; use add() or wrap it in a list"
+        )
+    if not isinstance(items, Iterable):
+        raise UserInputError(f"add_many takes a list of facts (MemoryInput, dict or str), got {type(items).__name__}")
+    return list(items)
 
 
 @dataclass(frozen=True)
@@ -134,18 +199,16 @@ def validate_fact(item: MemoryInput | Mapping[str, Any] | str, pos: int = 0) -> 
     elif isinstance(item, Mapping):
         unknown = set(item) - _FIELDS
         if unknown:
-            raise UserInputError(f"item {pos}: unknown fields {sorted(unknown)}")
+            raise UserInputError(f"item {pos}: unknown fields {sorted(unknown, key=repr)}")
         if "text" not in item:
             raise UserInputError(f"item {pos}: missing 'text'")
         item = MemoryInput(**item)
     elif not isinstance(item, MemoryInput):
         raise UserInputError(f"item {pos}: expected MemoryInput, dict or str, got {type(item).__name__}")
     text = check_text(item.text)
-    if item.role not in ROLES:
+    if not isinstance(item.role, str) or item.role not in ROLES:
         raise UserInputError(f"role must be one of {ROLES}, got {item.role!r}")
-    conf = item.confidence
-    if isinstance(conf, bool) or not isinstance(conf, int | float) or not 0.0 <= float(conf) <= 1.0:
-        raise UserInputError(f"confidence must be a number in [0, 1], got {conf!r}")
+    confidence = check_fraction(item.confidence, "confidence")
     t = to_epoch(item.timestamp, name="timestamp", default=wall_now())
     assert t is not None
     return CleanFact(
@@ -155,8 +218,13 @@ def validate_fact(item: MemoryInput | Mapping[str, Any] | str, pos: int = 0) -> 
         role=item.role,
         tasks=check_tasks(item.task),
         t=t,
-        confidence=float(conf),
+        confidence=confidence,
     )
+
+
+def validate_facts(items: object) -> list[CleanFact]:
+    """Check ``add_many``'s whole argument (see ``check_items``) and every fact in it."""
+    return [validate_fact(it, i) for i, it in enumerate(check_items(items))]
 
 
 def insert_fact(tx: LedgerTx, c: CleanFact, vec: np.ndarray, warn: list[str], staleness: StalenessPolicy) -> str:
