@@ -3,7 +3,10 @@
 Tools: ``remember``, ``recall``, ``feedback``, ``inspect``, ``list_memories``, ``stats``. Arguments are
 JSON-schema'd from typed parameters; results are structured (JSON objects). Bad arguments come back as
 MCP tool errors (``isError``) and the server keeps serving; every store write is one transaction, so a
-rejected call leaves the ledger as it was.
+rejected call leaves the ledger as it was. A tool that reports failure has changed nothing: ``remember``
+validates before it writes, and once the fact is committed it always answers (with ``error_after_write``
+if reading it back failed). Every error names its cause: ``RememError`` subclasses by type and message,
+anything else as an internal error with its type and message.
 
 Inferred feedback (when the client never calls ``feedback``), the same rules as
 :class:`remem_agent.agent.middleware.MemoryAgent`:
@@ -75,10 +78,26 @@ def _validity(valid_from: float, valid_to: float | None) -> dict[str, Any]:
     return {"from": iso_time(valid_from), "to": iso_time(valid_to), "current": valid_to is None}
 
 
+def _times(record: Any) -> dict[str, Any]:
+    """``record.to_dict("iso")``; epoch seconds for a record whose time cannot be shown as a date.
+
+    Times outside years 1-9999 are refused at the door (``_time.to_epoch``), but a ledger written by an
+    older remem-agent may hold some: the tools must still list, recall and inspect those memories.
+    """
+    try:
+        out: dict[str, Any] = record.to_dict("iso")
+    except (ValueError, OverflowError, OSError):
+        out = record.to_dict("epoch")
+    return out
+
+
 def _memory_dict(m: Memory | Hit) -> dict[str, Any]:
     """The records' one JSON shape (``to_dict``), ISO times, plus a ``validity`` block for the model to read."""
-    out = m.to_dict("iso")
-    out["validity"] = _validity(m.valid_from, m.valid_to)
+    out = _times(m)
+    try:
+        out["validity"] = _validity(m.valid_from, m.valid_to)
+    except (ValueError, OverflowError, OSError):
+        out["validity"] = {"from": m.valid_from, "to": m.valid_to, "current": m.valid_to is None}
     return out
 
 
@@ -87,12 +106,16 @@ def _info_dict(info: MemoryInfo) -> dict[str, Any]:
     out.update(
         reason=info.reason,
         supersedes=list(info.supersedes),
-        stats={task: s.to_dict("iso") for task, s in info.stats.items()},
-        overall=info.overall.to_dict("iso"),
-        credits=[c.to_dict("iso") for c in info.credits],
-        history=[e.to_dict("iso") for e in info.history],
+        stats={task: _times(s) for task, s in info.stats.items()},
+        overall=_times(info.overall),
+        credits=[_times(c) for c in info.credits],
+        history=[_times(e) for e in info.history],
     )
     return out
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 # -- the server state -----------------------------------------------------------------------------
@@ -137,16 +160,27 @@ class RememTools:
                 mid = self.memory.add(
                     text, entity=entity, attribute=attribute, role=role, task=task, timestamp=timestamp
                 )
-            info = self.memory.inspect(mid)
+            # The fact is committed: from here on this call must not report failure (a failed tool call
+            # must have changed nothing), so what follows degrades to a smaller answer instead of raising.
+            notes = [str(w.message) for w in caught]
+            try:
+                info = self.memory.inspect(mid)
+            except Exception as exc:  # reported in the answer: the write stands
+                log.exception("remember stored %s but could not read it back", mid)
+                return {"id": mid, "new": None, "warnings": notes, "error_after_write": _describe(exc)}
             is_new = info.memory.created_at >= t0 - 1e-6
             inferred: list[dict[str, Any]] = []
             if self.auto_feedback and is_new and role == "state" and entity and attribute and info.supersedes:
-                inferred = self._infer_correction(set(info.supersedes))
+                try:
+                    inferred = self._infer_correction(set(info.supersedes))
+                except Exception as exc:  # the write stands; say why inference was skipped
+                    log.exception("remember stored %s; inferring feedback failed", mid)
+                    inferred = [{"skipped": _describe(exc)}]
             out = _memory_dict(info.memory)
             out.update(
                 new=is_new,
                 supersedes=list(info.supersedes) if is_new else [],
-                warnings=[str(w.message) for w in caught],
+                warnings=notes,
                 inferred_feedback=inferred,
             )
             return out
@@ -360,7 +394,10 @@ _TaskTags = Annotated[
 ]
 _Timestamp = Annotated[
     str | float | None,
-    Field(description="When it became true: ISO-8601 (e.g. '2025-03-01T00:00:00Z') or epoch seconds; default now."),
+    Field(
+        description="When it became true: ISO-8601 (e.g. '2025-03-01T00:00:00Z') or epoch seconds (not milliseconds), "
+        "within years 1-9999 UTC; default now. Passing the same timestamp again makes a repeated remember harmless."
+    ),
 ]
 _Query = Annotated[str, Field(description="What you need to know, as a question or keywords.")]
 _K = Annotated[int | None, Field(ge=1, le=100, description="How many memories at most (default 5).")]
@@ -396,6 +433,9 @@ def build_server(tools: RememTools) -> MCPServer:
             result: dict[str, Any] = fn(**kwargs)
         except RememError as exc:
             raise ToolError(f"{type(exc).__name__}: {exc}") from exc
+        except Exception as exc:  # a library bug: still say what went wrong, not an opaque error
+            log.exception("tool %s failed", getattr(fn, "__name__", fn))
+            raise ToolError(f"internal error of remem-agent ({_describe(exc)}); please report it") from exc
         return result
 
     @server.tool(
