@@ -21,7 +21,7 @@ from remem_agent._time import now as wall_now
 from remem_agent.errors import UserInputError
 from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.learning.staleness import StalenessPolicy, additive_wording, normalise, normalise_key, update_wording
-from remem_agent.store.sql import LedgerTx
+from remem_agent.store.sql import MEM_COLS, LedgerTx, row_to_memory
 from remem_agent.tokens import count_tokens
 from remem_agent.types import ROLES, Memory, Role, State
 
@@ -190,6 +190,7 @@ class CleanFact:
     tasks: tuple[str, ...]
     t: float
     confidence: float
+    explicit_time: bool = False  # the caller passed ``timestamp`` (not defaulted to "now")
 
 
 def validate_fact(item: MemoryInput | Mapping[str, Any] | str, pos: int = 0) -> CleanFact:
@@ -219,12 +220,35 @@ def validate_fact(item: MemoryInput | Mapping[str, Any] | str, pos: int = 0) -> 
         tasks=check_tasks(item.task),
         t=t,
         confidence=confidence,
+        explicit_time=item.timestamp is not None,
     )
 
 
 def validate_facts(items: object) -> list[CleanFact]:
     """Check ``add_many``'s whole argument (see ``check_items``) and every fact in it."""
     return [validate_fact(it, i) for i, it in enumerate(check_items(items))]
+
+
+def same_claim(tx: LedgerTx, c: CleanFact) -> Memory | None:
+    """The stored memory that ``c`` replays exactly, if any (README "Supersession", re-adding a fact).
+
+    Same claim = same entity+attribute (both given), same role, same normalised text and the same
+    ``valid_from`` as an explicitly passed timestamp, in any state (a superseded fact included).
+    Without an explicit timestamp a fact is stated "now" and is always a new claim.
+    """
+    if not c.explicit_time or c.entity is None or c.attribute is None:
+        return None
+    rows = tx.run(
+        f"SELECT {MEM_COLS} FROM memories WHERE entity = ? AND attribute = ? AND role = ? AND valid_from = ? "
+        "ORDER BY seq",
+        (c.entity, c.attribute, c.role, c.t),
+    )
+    want = normalise(c.text)
+    for r in rows:
+        m = row_to_memory(r)
+        if normalise(m.original_text) == want:
+            return m
+    return None
 
 
 def insert_fact(tx: LedgerTx, c: CleanFact, vec: np.ndarray, warn: list[str], staleness: StalenessPolicy) -> str:
@@ -252,6 +276,16 @@ def insert_fact(tx: LedgerTx, c: CleanFact, vec: np.ndarray, warn: list[str], st
                         updates={"text": old.original_text, "token_cost": count_tokens(old.original_text)},
                     )
                 return old.id
+    replayed = same_claim(tx, c)
+    if replayed is not None:
+        # The same claim again (e.g. a script run twice): nothing new is known, so nothing is written; a
+        # superseded fact stays superseded instead of retiring its successor ("the server moved back").
+        if set(replayed.tasks) | set(c.tasks) != set(replayed.tasks) or replayed.confidence != c.confidence:
+            warn.append(
+                f"{c.text!r} at {c.t} is already stored as {replayed.id} (same key, text and timestamp); the "
+                f"stored task tags {list(replayed.tasks)} and confidence {replayed.confidence} are kept"
+            )
+        return replayed.id
     mem = Memory(
         id=new_id("m"),
         text=c.text,
