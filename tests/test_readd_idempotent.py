@@ -79,7 +79,7 @@ def test_superseded_fact_at_a_new_time_is_a_move_back(mem: ReMem) -> None:
 
 
 def test_replay_matches_any_time_form_and_normalised_text(mem: ReMem) -> None:
-    east, west = _quickstart(mem)
+    east, _ = _quickstart(mem)
     t = datetime(2025, 1, 1, tzinfo=UTC)
     before = _snapshot(mem)
     assert mem.add("our server is in EAST-1", timestamp=t, **KEY) == east
