@@ -1,12 +1,16 @@
 """What a new user hits in the first minutes (issue 15): the demo's trace location and citations, CLI checks.
 
-The CLI is called in-process through ``remem_agent.cli.main``; argparse errors are ``SystemExit(2)``.
+The CLI is called in-process through ``remem_agent.cli.main``; argparse errors are ``SystemExit(2)``. The
+pytest summary hook of tests/conftest.py is checked by running pytest on a tiny test file with it loaded.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -178,3 +182,51 @@ def test_ledger_history_prints_reasons_whole(tmp_path: Path, capsys: pytest.Capt
     for reason in reasons:
         assert " ".join(reason.split()) in flat
     assert max(len(line) for line in out.splitlines()) <= 160  # wrapped, not one endless line
+
+
+# -- 5. skipped browser tests are loud in the pytest summary ---------------------------------------------
+
+
+def _pytest_with_our_conftest(tmp_path: Path, body: str) -> str:
+    (tmp_path / "test_sample.py").write_text(body, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_summary_says_loudly_when_chromium_tests_were_skipped(tmp_path: Path) -> None:
+    out = _pytest_with_our_conftest(
+        tmp_path,
+        "import pytest\n\n"
+        "@pytest.mark.skipif(True, reason='chromium not installed')\n"
+        "def test_in_browser():\n    pass\n\n"
+        "def test_other():\n    pass\n",
+    )
+    assert "dashboard browser tests NOT run" in out and "1 headless-Chromium dashboard test(s) were skipped" in out
+
+
+def test_summary_is_quiet_when_nothing_was_skipped_for_chromium(tmp_path: Path) -> None:
+    out = _pytest_with_our_conftest(
+        tmp_path, "import pytest\n\n@pytest.mark.skip(reason='other')\ndef test_x():\n    pass\n"
+    )
+    assert "NOT run" not in out and "1 skipped" in out
+
+
+# -- 9. no PytestDeprecationWarning from pytest-asyncio ----------------------------------------------------
+
+
+def test_pytest_config_sets_the_asyncio_fixture_loop_scope() -> None:
+    """pytest-asyncio 0.24-0.26 warn on every run while this key is unset (1.x no longer does)."""
+    import tomllib
+
+    config = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
+    assert config["tool"]["pytest"]["ini_options"]["asyncio_default_fixture_loop_scope"] == "function"
