@@ -303,7 +303,7 @@ async def test_unknown_alias_is_reasked_then_accepted(mem: ReMem, tmp_path: Path
 
 
 async def test_an_alias_written_as_the_answer_is_detected_by_the_analyzer(mem: ReMem, tmp_path: Path) -> None:
-    from evals.analyze_traces import build_domains, classify
+    from evals.analysis.analyze_traces import build_domains, classify
 
     mem.add("Dana approves deploys of billing.", entity="billing", attribute="approver", timestamp=1)
     schema = {

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from evals import perf_core, perf_middleware
+from evals.perf import core as perf_core
+from evals.perf import middleware as perf_middleware
 
 
 def test_perf_core_quick_writes_its_report(tmp_path: Path) -> None:
@@ -51,7 +52,7 @@ def test_perf_postgres_quick_writes_its_report(tmp_path: Path) -> None:
 
     out = tmp_path / "pg.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "evals.perf_postgres", "--quick", "--out", str(out), "--tmpdir", str(tmp_path)],
+        [sys.executable, "-m", "evals.perf.postgres", "--quick", "--out", str(out), "--tmpdir", str(tmp_path)],
         cwd=Path(__file__).resolve().parent.parent,
         capture_output=True,
         text=True,

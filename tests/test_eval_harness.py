@@ -8,11 +8,14 @@ from pathlib import Path
 
 import pytest
 
-import evals.runner as runner_mod
-from evals import run_benchmark
-from evals.reader import ReaderParams, Reading, read
-from evals.systems import load_systems
-from evals.world import DAY, T0, Fact, Step, Task, World, make_world
+import evals.harness.runner as runner_mod
+from evals.bench import run_benchmark
+from evals.harness.embedders import embedder_for
+from evals.harness.families import make_world
+from evals.harness.reader import ReaderParams, Reading, read
+from evals.harness.replay import public_fact
+from evals.harness.systems import load_systems
+from evals.harness.world import DAY, T0, Fact, Step, Task, World
 from remem_agent import ReMem
 
 SYSTEMS = load_systems()
@@ -78,8 +81,8 @@ def test_every_system_sees_the_same_candidate_pool(tmp_path: Path) -> None:
     pools = {}
     for name in ("A", "B", "C"):
         system = SYSTEMS[name]
-        mem = ReMem(tmp_path / name, embedder=runner_mod.embedder_for(world), config=system.config)
-        ids = mem.add_many([runner_mod._public(f, system.keys) for f in facts])
+        mem = ReMem(tmp_path / name, embedder=embedder_for(world), config=system.config)
+        ids = mem.add_many([public_fact(f, keys=system.keys) for f in facts])
         fid = {m: f.fid for m, f in zip(ids, facts, strict=True)}
         pools[name] = [[fid[i] for i in mem.index.candidates(mem.embedder.embed([q])[0], 40)[0]] for q in queries]
         mem.close()
@@ -131,7 +134,7 @@ def test_worlds_do_not_depend_on_the_hash_seed() -> None:
     import sys
 
     code = (
-        "import hashlib; from evals.world import make_world, FAMILIES; import evals.families;"
+        "import hashlib; from evals.harness.families import make_world, FAMILIES;"
         "print(hashlib.sha256(repr([make_world(f, 0) for f in sorted(FAMILIES)]).encode()).hexdigest())"
     )
     digests = {
@@ -148,7 +151,7 @@ def test_worlds_do_not_depend_on_the_hash_seed() -> None:
 
 
 def test_study_controls_frequency_prune_label_noise_and_loo() -> None:
-    from evals.systems import build
+    from evals.harness.systems import build
 
     world = make_world("rare_critical", 0, replace(make_world("rare_critical", 0).params, n_tasks=200))
     reader = ReaderParams()
@@ -165,7 +168,7 @@ def test_study_controls_frequency_prune_label_noise_and_loo() -> None:
 
 
 def test_study_table_renders(tmp_path: Path) -> None:
-    from evals.studies import Study, study_table
+    from evals.harness.studies import Study, study_table
 
     study = Study("t", "Tiny", ("A", "C"), "A", families=("distractor",))
     run_benchmark.main(

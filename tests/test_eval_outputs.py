@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from evals import demo_ranking, failure_analysis, plots, run_benchmark
-from evals.reader import ReaderParams
-from evals.world import WorldParams, key_name, make_world
+from evals.analysis import failure_analysis, plots
+from evals.bench import demo_ranking, run_benchmark
+from evals.harness.families import make_world
+from evals.harness.reader import ReaderParams
+from evals.harness.world import WorldParams, key_name
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -1,4 +1,5 @@
-"""The real-LLM evaluation pipeline (evals.run_llm_agent, analyze_traces, trace_prompts) on scripted models."""
+"""The real-LLM evaluation pipeline (evals.bench.run_llm_agent, evals.analysis.analyze_traces, trace_prompts)
+on scripted models."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from typing import Any
 
 import pytest
 
-from evals import analyze_traces, run_llm_agent, trace_prompts
-from evals.systems import load_systems
-from evals.world import WorldParams, make_world
+from evals.analysis import analyze_traces, trace_prompts
+from evals.bench import run_llm_agent
+from evals.harness.families import make_world
+from evals.harness.systems import load_systems
+from evals.harness.world import WorldParams
 from remem_agent.agent.trace import load_traces
 
 N_TASKS = 10
@@ -257,8 +260,8 @@ def test_aggregate_pairs_partial_runs_on_common_tasks(tmp_path: Path) -> None:
 
 
 def _compare_committed(tmp_path: Path, sets: dict[str, str], cell: str) -> dict[str, Any]:
-    """``evals.compare_traces`` over committed trace folders (set name -> ``traces/<folder>``), one cell."""
-    from evals import compare_traces
+    """``evals.analysis.compare_traces`` over committed trace folders (set name -> ``traces/<folder>``), one cell."""
+    from evals.analysis import compare_traces
 
     out = tmp_path / "cmp.json"
     root = Path(__file__).resolve().parent.parent / "traces"
@@ -269,7 +272,7 @@ def _compare_committed(tmp_path: Path, sets: dict[str, str], cell: str) -> dict[
 
 
 def test_compare_traces_on_the_committed_real_llm_traces(tmp_path: Path) -> None:
-    """evals.compare_traces over two committed trace sets: consistent counts and a paired view per cell."""
+    """evals.analysis.compare_traces over two committed trace sets: consistent counts and a paired view per cell."""
     cell = _compare_committed(tmp_path, {"before": "llm", "after": "llm_sorted_keys"}, "contradiction_0_A")
     for name in ("before", "after"):
         c = cell[name]

@@ -1,7 +1,7 @@
 """Four processes learning into one PostgreSQL store at once: no update is lost or counted twice.
 
 Each worker process opens its own ``ReMem`` on the same database and runs search + feedback cycles
-(the benchmark's worker, ``evals.perf_postgres.cycle_worker``). The store is small, so the workers
+(the benchmark's worker, ``evals.perf.postgres.cycle_worker``). The store is small, so the workers
 keep serving, crediting and blaming the same memories and hit the same statistics rows; SERIALIZABLE
 feedback transactions then conflict with each other and with the searches' counter increments, and
 are retried. The parent sums what the workers' receipts say they sent and compares it, per memory
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from evals.perf_postgres import run_workers
+from evals.perf.postgres import run_workers
 from remem_agent import ReMem, State
 from remem_agent.types import ALL_TASKS
 

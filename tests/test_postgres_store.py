@@ -28,10 +28,12 @@ import psycopg
 import pytest
 from psycopg import errors as pg_errors
 
-from evals import runner
-from evals.reader import ReaderParams
-from evals.systems import System, load_systems
-from evals.world import World, make_world
+from evals.harness import runner
+from evals.harness.embedders import embedder_for
+from evals.harness.families import make_world
+from evals.harness.reader import ReaderParams
+from evals.harness.systems import System, load_systems
+from evals.harness.world import World
 from remem_agent import ReMem
 from remem_agent.cli import main
 from remem_agent.errors import (
@@ -482,7 +484,7 @@ def bench_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, World, 
 
 
 def _open(location: str | Path, world: World, system: System) -> ReMem:
-    return ReMem(location, embedder=runner.embedder_for(world), config=system.config)
+    return ReMem(location, embedder=embedder_for(world), config=system.config)
 
 
 def _compare_searches(a: ReMem, b: ReMem, world: World, n: int = 6) -> list[str]:

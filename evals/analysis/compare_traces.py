@@ -1,6 +1,6 @@
 """Compare real-LLM trace sets over the same (family, seed, system) cells, the first set as the baseline.
 
-Every set is classified by :mod:`evals.analyze_traces` (same categories, same heuristics; each set's
+Every set is classified by :mod:`evals.analysis.analyze_traces` (same categories, same heuristics; each set's
 value domains come from its own lines, which are the same tasks, so the same domains). On top of that,
 per cell, from the trace lines:
 
@@ -22,21 +22,22 @@ and, against the baseline set, a paired view by task id: tasks that succeeded in
 baseline, only in the other set, in neither, with an exact two-sided sign test on the discordant tasks
 (tasks repeat questions, so discordant tasks are not independent: the distinct questions are counted too).
 
-    python -m evals.compare_traces --cells contradiction_0_A,contradiction_0_C,state_change_0_A,state_change_0_C \\
+    python -m evals.analysis.compare_traces \\
+        --cells contradiction_0_A,contradiction_0_C,state_change_0_A,state_change_0_C \\
         --sets before=traces/llm,after=traces/llm_after_fixes --out results/llm_agent_after_fixes/comparison.json
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evals.analyze_traces import PRIMARY, _parse, build_domains, classify, memory_ref
+from evals.analysis.analyze_traces import PRIMARY, _parse, build_domains, classify, memory_ref
+from evals.harness.jsonio import write_json
+from evals.harness.stats import mcnemar_exact
 from remem_agent.agent.trace import load_traces
 
 WHO_ATTRIBUTES = ("oncall", "approver")
@@ -61,16 +62,6 @@ def _repeated(raw: str | None) -> bool:
         return False
     strs = [c for c in cites if isinstance(c, str)]
     return len(strs) != len(set(strs))
-
-
-def sign_test(b: int, c: int) -> float:
-    """Exact two-sided binomial p-value for ``b`` vs ``c`` discordant pairs (McNemar's exact test)."""
-    n = b + c
-    if n == 0:
-        return 1.0
-    k = min(b, c)
-    tail: float = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
-    return min(1.0, 2 * tail)
 
 
 def _attribute(rec: Mapping[str, Any]) -> str:
@@ -159,7 +150,7 @@ def compare(sets: Mapping[str, Path], cells: Sequence[str]) -> dict[str, Any]:
                 f"only_{base}_ok": len(lost),
                 f"only_{name}_ok": len(won),
                 "both_failed": len(common) - both - len(lost) - len(won),
-                "sign_test_p": sign_test(len(lost), len(won)),
+                "sign_test_p": mcnemar_exact(len(lost), len(won)).p_value,
                 f"only_{base}_ok_questions": sorted({bt[t][1] for t in lost}),
                 f"only_{name}_ok_questions": sorted({tasks[t][1] for t in won}),
             }
@@ -189,7 +180,7 @@ def pooled(res: Mapping[str, Any]) -> dict[str, Any]:
             tot[f"paired_vs_{base}"] = {
                 f"only_{base}_ok": lost,
                 f"only_{name}_ok": won,
-                "sign_test_p": sign_test(lost, won),
+                "sign_test_p": mcnemar_exact(lost, won).p_value,
             }
         out[name] = tot
     return out
@@ -252,8 +243,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     res = compare(sets, [c for c in args.cells.split(",") if c])
     res["pooled"] = pooled(res)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(res, indent=1))
+        write_json(args.out, res, indent=1, newline=False)
     print(to_markdown(res))
 
 

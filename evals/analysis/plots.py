@@ -1,7 +1,7 @@
 """Plots of a benchmark run (PNG, matplotlib with the Agg backend).
 
-    python -m evals.plots                          # reads results/benchmark/benchmark.json
-    python -m evals.plots --bench results/quick --reader first
+    python -m evals.analysis.plots                          # reads results/benchmark/benchmark.json
+    python -m evals.analysis.plots --bench results/quick --reader first
 
 Writes to ``<bench>/plots/``:
 
@@ -29,7 +29,9 @@ def _pyplot() -> Any:
     try:
         import matplotlib
     except ImportError as exc:  # pragma: no cover - exercised only without matplotlib
-        raise ImportError("evals.plots needs matplotlib, which is not installed: run `pip install matplotlib`") from exc
+        raise ImportError(
+            "evals.analysis.plots needs matplotlib, which is not installed: run `pip install matplotlib`"
+        ) from exc
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -104,7 +106,7 @@ def _legend(ax: Any, bench: dict[str, Any], systems: Sequence[str], **kw: Any) -
 
 def _descriptions() -> dict[str, str]:
     try:
-        from evals.systems import load_systems
+        from evals.harness.systems import load_systems
 
         return {name: s.description for name, s in load_systems().items()}
     except Exception:  # noqa: BLE001 - the legend falls back to bare system names
@@ -219,7 +221,7 @@ def make_plots(bench_dir: Path, readers: Sequence[str] | None = None) -> list[Pa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m evals.plots", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m evals.analysis.plots", description=__doc__.split("\n\n")[0])
     ap.add_argument("--bench", default="results/benchmark", help="folder holding benchmark.json")
     ap.add_argument("--reader", help="per-family plots for this reader only (default: every reader of the run)")
     args = ap.parse_args(argv)

@@ -3,7 +3,7 @@
 Traces with per-ask citation ``aliases`` show each served memory's label (``[M1]``) before its id, so
 the prompt and the raw replies (which cite labels) can be read against the ids (which credit uses).
 
-``python -m evals.trace_prompts traces/llm/contradiction_0_C.jsonl --n 3 [--failures] [--task TID]``
+``python -m evals.analysis.trace_prompts traces/llm/contradiction_0_C.jsonl --n 3 [--failures] [--task TID]``
 """
 
 from __future__ import annotations

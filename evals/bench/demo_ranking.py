@@ -1,9 +1,9 @@
 """More similar is not more useful: tasks where system C serves a less similar gold fact over a look-alike.
 
-    python -m evals.demo_ranking                                   # distractor world, seed 0, 300 tasks
-    python -m evals.demo_ranking --family distractor --seed 3 --tasks 120 --out /tmp/demo.md
+    python -m evals.bench.demo_ranking                                   # distractor world, seed 0, 300 tasks
+    python -m evals.bench.demo_ranking --family distractor --seed 3 --tasks 120 --out /tmp/demo.md
 
-Runs system C (``evals/systems.yaml``) through one world the way :func:`evals.runner.run` does (add the
+Runs system C (``evals/harness/systems.yaml``) through one world the way :func:`evals.harness.runner.run` does (add the
 facts, search before each task, let the simulated reader answer, send feedback) and, on every search,
 looks at the whole scored candidate pool. A task counts when a **look-alike** (a trap: the question's
 words, no value) is *more similar* to the query than the gold fact (a served fact holding the value true
@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import tempfile
-import warnings
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,12 +26,15 @@ from typing import Any
 
 import numpy as np
 
-from evals.reader import ReaderParams, read
-from evals.runner import _public, embedder_for
-from evals.systems import System, load_systems
-from evals.world import Fact, Task, World, WorldParams, key_name, make_world
+from evals.harness.embedders import embedder_for
+from evals.harness.families import make_world
+from evals.harness.reader import ReaderParams, read
+from evals.harness.replay import WorldReplay, temp_store
+from evals.harness.systems import System, load_systems
+from evals.harness.world import Fact, Task, World, WorldParams, key_name
 from remem_agent import ReMem
-from remem_agent.types import ALL_TASKS
+from remem_agent.ranking.pipeline import Candidates
+from remem_agent.types import ALL_TASKS, SearchResult
 
 SHOWN_COMPONENTS = 4
 
@@ -57,15 +58,15 @@ class _Probe:
         self.features, self.p, self.comps = dict(features), p, comps
         return p, comps
 
-    def attach(self, mem: ReMem) -> None:
-        pool = mem._pool
 
-        def observed(*args: Any, **kwargs: Any) -> Any:
-            cands, sims = pool(*args, **kwargs)
-            self.cands = list(cands)
-            return cands, sims
+class _ProbedReMem(ReMem):
+    """A ReMem whose search also tells its :class:`_Probe` utility which candidate pool it scored."""
 
-        mem._pool = observed  # type: ignore[method-assign]
+    def candidates(self, *args: Any, **kwargs: Any) -> Candidates:
+        pool = super().candidates(*args, **kwargs)
+        if isinstance(self.utility, _Probe):
+            self.utility.cands = list(pool.memories)
+        return pool
 
 
 @dataclass
@@ -117,50 +118,23 @@ def probe_world(world: World, system: System, reader: ReaderParams) -> tuple[lis
     ``more_similar_lookalike`` (a look-alike more similar than the served gold fact was in the pool) and
     ``outranked_but_served`` (every such look-alike was served too, but scored below the gold fact)."""
     counts: Counter[str] = Counter()
-    fact_of: dict[str, Fact] = {}
-    mid_of: dict[str, str] = {}
     cases: list[Case] = []
     n = 0
-    with tempfile.TemporaryDirectory(prefix="remem-demo-") as tmp:
-        probe = _Probe(system.config.make_utility())
-        mem = ReMem(Path(tmp) / "store", embedder=embedder_for(world), config=system.config, utility=probe)
-        probe.attach(mem)
-        try:
-            for step in world.steps:
-                if step.facts:
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")  # additive-wording warnings are part of the worlds
-                        ids = mem.add_many([_public(f, system.keys) for f in step.facts])
-                    for mid, f in zip(ids, step.facts, strict=True):
-                        fact_of.setdefault(mid, f)
-                        mid_of[f.fid] = mid
-                task = step.task
-                if task is None:
-                    continue
-                res = mem.search(
-                    task.query,
-                    k=world.params.k,
-                    task=task.task_class,
-                    now=task.t,
-                    as_of=task.as_of if system.as_of else None,
-                    token_budget=world.params.token_budget,
-                    explain=True,
-                )
-                served = [fact_of[h.id] for h in res.items]
-                reading = read(task, served, seed=world.seed, params=reader, domains=world.domains)
-                case = _case(mem, probe, task, res, fact_of, n, served, reading.success, counts)
-                if case is not None:
-                    cases.append(case)
-                if system.learn:
-                    mem.feedback(
-                        res.search_id,
-                        success=reading.success,
-                        cited_ids=[mid_of[fid] for fid in reading.cited],
-                        answer=reading.answer,
-                    )
-                n += 1
-        finally:
-            mem.close()
+    probe = _Probe(system.config.make_utility())
+    with temp_store(
+        system.config, embedder_for(world), prefix="remem-demo-", utility=probe, store_class=_ProbedReMem
+    ) as mem:
+        replay = WorldReplay(mem, world, keys=system.keys, as_of=system.as_of)
+        for task in replay.tasks():
+            res = replay.search(task, explain=True)
+            served = replay.served(res)
+            reading = read(task, served, seed=world.seed, params=reader, domains=world.domains)
+            case = _case(mem, probe, task, res, replay.fact_of, n, served, reading.success, counts)
+            if case is not None:
+                cases.append(case)
+            if system.learn:
+                replay.feedback(res, reading)
+            n += 1
     counts["tasks"] = n
     return cases, counts
 
@@ -169,7 +143,7 @@ def _case(
     mem: ReMem,
     probe: _Probe,
     task: Task,
-    res: Any,
+    res: SearchResult,
     fact_of: dict[str, Fact],
     n: int,
     served: list[Fact],
@@ -256,7 +230,8 @@ def write_report(
     lines = [
         "# More similar is not more useful",
         "",
-        f"Generated by `python -m evals.demo_ranking --family {world.family} --seed {world.seed} --tasks {n_tasks}`: "
+        "Generated by "
+        f"`python -m evals.bench.demo_ranking --family {world.family} --seed {world.seed} --tasks {n_tasks}`: "
         f"system C (ReMem with every mechanism, heuristic utility) run through the `{world.family}` world of seed "
         f"{world.seed} ({n_tasks} tasks, k = {world.params.k}) with the simulated reader `first`, learning from "
         "each outcome as in the benchmark.",
@@ -332,7 +307,7 @@ def write_report(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m evals.demo_ranking", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m evals.bench.demo_ranking", description=__doc__.split("\n\n")[0])
     ap.add_argument("--family", default="distractor")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tasks", type=int, default=WorldParams().n_tasks)

@@ -18,7 +18,7 @@ embeddings with residual linear maps and learns them from the reader's citations
   individually) and a baseline b, an exponential moving average of past per-memory rewards (decay 0.05).
 
 Serving. ``serve="sample"`` serves the Gumbel-top-k sample, so the update is on-policy REINFORCE.
-``serve="greedy"`` (the default, chosen on dev seeds; see :mod:`evals.tune_rmm`) serves the top k of the
+``serve="greedy"`` (the default, chosen on dev seeds; see :mod:`evals.bench.tune_rmm`) serves the top k of the
 learned scores and applies the same update to the served (greedy) selection: the gradient of the
 log-probability of what was served under the tau-tempered policy. That is off-policy (the served set is
 the policy's mode, not a sample), so it is a biased but far less noisy estimate; ``tau`` then only sets
@@ -33,9 +33,7 @@ filled greedily in rank order exactly as ``select(..., method="greedy")`` does.
 from __future__ import annotations
 
 import contextlib
-import tempfile
 import time
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -43,17 +41,11 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from evals.reader import ReaderParams, read
-from evals.runner import (
-    _SCRATCH,
-    RunResult,
-    TaskRow,
-    _invalidation_errors,
-    _public,
-    embedder_for,
-    lifecycle_states,
-)
-from evals.world import Fact, World
+from evals.harness.embedders import embedder_for
+from evals.harness.reader import ReaderParams, read
+from evals.harness.replay import WorldReplay, temp_store
+from evals.harness.runner import RunResult, TaskRow, invalidation_errors, lifecycle_states
+from evals.harness.world import World
 from remem_agent import ReMem, RememConfig
 from remem_agent.embedders.base import check_vectors
 
@@ -253,7 +245,7 @@ def run_rmm(
     seed: int | None = None,
     workdir: Path | None = None,
 ) -> RunResult:
-    """Run the RMM-style reranker on ``world`` like :func:`evals.runner.run` runs a system (name "RMM").
+    """Run the RMM-style reranker on ``world`` like :func:`evals.harness.runner.run` runs a system (name "RMM").
 
     The store is system A's (similarity-only config, entity/attribute dropped, no feedback to ReMem);
     the reranker reorders A's candidate pool and learns from the reader's citations after every task.
@@ -261,13 +253,12 @@ def run_rmm(
     """
     t0 = time.perf_counter()
     cfg = RememConfig.similarity_only()
-    with _one_blas_thread(), tempfile.TemporaryDirectory(prefix="remem-rmm-", dir=workdir or _SCRATCH) as tmp:
-        mem = ReMem(Path(tmp) / "store", embedder=embedder_for(world), config=cfg)
-        try:
-            rr = RMMReranker(mem.dim, lr, tau, seed if seed is not None else 7_919 * world.seed + 0x524D4D)
-            rows, states, false_inv, missed = _run(mem, world, rr, reader_params, k or world.params.k, serve)
-        finally:
-            mem.close()
+    with one_blas_thread(), temp_store(cfg, embedder_for(world), prefix="remem-rmm-", workdir=workdir) as mem:
+        rr = RMMReranker(mem.dim, lr, tau, seed if seed is not None else 7_919 * world.seed + 0x524D4D)
+        replay = WorldReplay(mem, world, keys=False, as_of=False)
+        rows = _answer_tasks(replay, rr, reader_params, k or world.params.k, serve)
+        false_inv, missed = invalidation_errors(mem, world, replay.fact_of)
+        states = lifecycle_states(mem)
     return RunResult.from_rows(
         world,
         "RMM",
@@ -280,7 +271,7 @@ def run_rmm(
     )
 
 
-def _one_blas_thread() -> contextlib.AbstractContextManager[object]:
+def one_blas_thread() -> contextlib.AbstractContextManager[object]:
     """Limit BLAS to one thread when ``threadpoolctl`` is installed (optional). The products here are tiny
     (40 x 256 by 256 x 256); on a busy 2-core box multi-threaded OpenBLAS made a run 50x slower."""
     try:
@@ -292,34 +283,22 @@ def _one_blas_thread() -> contextlib.AbstractContextManager[object]:
 
 
 def _pool(mem: ReMem, qvec: NDArray[np.float32], k: int, at: float) -> tuple[list[str], list[int], NDArray[np.float32]]:
-    """A's candidate pool for a present-time search (``ReMem._pool``, the same over-fetch, eligibility
+    """A's candidate pool for a present-time search (``ReMem.candidates``, the same over-fetch, eligibility
     filter and widening): (ids, token costs, similarities)."""
-    cands, sims = mem._pool(qvec, k, at, historical=False)
-    return [m.id for m in cands], [m.token_cost for m in cands], sims.astype(np.float32)
+    pool = mem.candidates(qvec, k=k, at=at)
+    return [m.id for m in pool.memories], [m.token_cost for m in pool.memories], pool.similarities.astype(np.float32)
 
 
-def _run(
-    mem: ReMem, world: World, rr: RMMReranker, reader: ReaderParams, k: int, serve: Serve
-) -> tuple[list[TaskRow], dict[str, int], int, int]:
-    fact_of: dict[str, Fact] = {}
-    mid_of: dict[str, str] = {}
+def _answer_tasks(replay: WorldReplay, rr: RMMReranker, reader: ReaderParams, k: int, serve: Serve) -> list[TaskRow]:
+    """Every task of the replay: rerank A's pool, let the reader answer, learn from its citations."""
+    mem, world = replay.mem, replay.world
     vec_of: dict[str, NDArray[np.float32]] = {}  # mirror of the index's vectors (the ledger's embeddings)
     seq = 0
     rows: list[TaskRow] = []
     budget = world.params.token_budget
-    for step in world.steps:
-        if step.facts:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                ids = mem.add_many([_public(f, keys=False) for f in step.facts])
-            for mid, f in zip(ids, step.facts, strict=True):
-                fact_of.setdefault(mid, f)
-                mid_of[f.fid] = mid
-            seq, new_ids, mat = mem.store.embeddings_after(seq, mem.dim)
-            vec_of.update(zip(new_ids, mat, strict=True))
-        task = step.task
-        if task is None:
-            continue
+    for task in replay.tasks():
+        seq, new_ids, mat = mem.store.embeddings_after(seq, mem.dim)  # the memories added since the last task
+        vec_of.update(zip(new_ids, mat, strict=True))
         ts = time.perf_counter()
         qvec = check_vectors(mem.embedder.embed([task.query]), 1, mem.dim, source=mem.embedder.name)[0]
         cand, cost, sims = _pool(mem, qvec, k, task.t)
@@ -329,12 +308,11 @@ def _run(
             s = rr.scores(qvec, M, base=sims)
             chosen = rr.sample_topk(s, k, tokens=cost, budget=budget, greedy=serve == "greedy")
         search_ms = (time.perf_counter() - ts) * 1000
-        served = [fact_of[cand[i]] for i in chosen]
+        served = [replay.fact_of[cand[i]] for i in chosen]
         reading = read(task, served, seed=world.seed, params=reader, domains=world.domains)
         if chosen:
-            cited = {mid_of[fid] for fid in reading.cited}
+            cited = {replay.mid_of[fid] for fid in reading.cited}
             rewards = [1.0 if cand[i] in cited else -1.0 for i in chosen]
             rr.update(qvec, M, chosen, rewards, tokens=cost, budget=budget)
         rows.append(TaskRow.of(task, reading, served, tokens=sum(cost[i] for i in chosen), search_ms=search_ms))
-    false_inv, missed = _invalidation_errors(mem, world, fact_of)
-    return rows, lifecycle_states(mem), false_inv, missed
+    return rows

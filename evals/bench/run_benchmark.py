@@ -1,13 +1,13 @@
 """Run the synthetic benchmark: families x seeds x systems x readers, resumable, in parallel.
 
-    python -m evals.run_benchmark                  # full protocol: test seeds 0-14, all families, A/B/C, both readers
-    python -m evals.run_benchmark --quick          # smoke run (< 1 minute)
-    python -m evals.run_benchmark --families contradiction,state_change --seeds 0-4 --workers 2
+    python -m evals.bench.run_benchmark           # full protocol: test seeds 0-14, all families, A/B/C, both readers
+    python -m evals.bench.run_benchmark --quick   # smoke run (< 1 minute)
+    python -m evals.bench.run_benchmark --families contradiction,state_change --seeds 0-4 --workers 2
 
 Each (family, seed) world is one job; its per-run summaries and per-task rows are written to
 ``<out>/runs/<family>/<seed>.json`` as soon as it finishes, so an interrupted run resumes where it
 stopped (``--fresh`` starts over). The aggregate goes to ``<out>/benchmark.json`` and the tables to
-``<out>/RESULTS.md`` (see :mod:`evals.report`).
+``<out>/RESULTS.md`` (see :mod:`evals.analysis.report`).
 """
 
 from __future__ import annotations
@@ -23,10 +23,14 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from evals.reader import ReaderParams
-from evals.runner import run
-from evals.systems import load_systems
-from evals.world import CONTROL_FAMILIES, CORE_FAMILIES, FAMILIES, WorldParams, make_world
+from tqdm import tqdm
+
+from evals.harness.families import CONTROL_FAMILIES, CORE_FAMILIES, FAMILIES, make_world
+from evals.harness.jsonio import write_json
+from evals.harness.reader import ReaderMode, ReaderParams, reader_mode
+from evals.harness.runner import run
+from evals.harness.systems import load_systems
+from evals.harness.world import WorldParams
 
 TEST_SEEDS = tuple(range(15))
 DEV_SEEDS = (200, 201)
@@ -48,28 +52,30 @@ def parse_seeds(text: str) -> list[int]:
     return out
 
 
-def _job(args: tuple[str, int, tuple[str, ...], tuple[str, ...], WorldParams, float, str]) -> dict[str, Any]:
+Job = tuple[str, int, tuple[str, ...], tuple[ReaderMode, ...], WorldParams, float, str]
+"""One world: family, seed, systems, reader modes, world knobs, reader distraction, output folder."""
+
+
+def _job(args: Job) -> dict[str, Any]:
+    """Run every system and reader on one world; write ``<out>/runs/<family>/<seed>.json``."""
     family, seed, systems, readers, params, distraction, out = args
     specs = load_systems()
     world = make_world(family, seed, params)
     runs = []
     for reader in readers:
         for name in systems:
-            res = run(world, specs[name], ReaderParams(mode=reader, distraction=distraction))  # type: ignore[arg-type]
+            res = run(world, specs[name], ReaderParams(mode=reader, distraction=distraction))
             d = res.summary()
             d["rows"] = [asdict(r) for r in res.rows]
             runs.append(d)
     record = {"family": family, "seed": seed, "runs": runs}
     path = Path(out) / "runs" / family / f"{seed}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, path)  # atomic: a killed run never leaves a half-written result
+    write_json(path, record, newline=False, atomic=True)  # atomic: a killed run never leaves a half-written result
     return {"family": family, "seed": seed, "wall_s": sum(r["wall_s"] for r in runs)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m evals.run_benchmark", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m evals.bench.run_benchmark", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="3 families, 2 seeds, 120 tasks: a smoke run")
     ap.add_argument("--families", help=f"comma list (default: all: {','.join(ALL_FAMILIES)})")
     ap.add_argument("--seeds", help="e.g. 0-14 or 0,1,2 (default: test seeds 0-14)")
@@ -88,13 +94,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=max(1, min(2, os.cpu_count() or 1)))
     ap.add_argument("--out", default="results/benchmark")
     ap.add_argument("--fresh", action="store_true", help="ignore finished worlds in --out and run everything")
-    ap.add_argument("--study", help="run a study of evals/studies.py (ablation, credit, explore, retention, ...)")
+    ap.add_argument(
+        "--study", help="run a study of evals/harness/studies.py (ablation, credit, explore, retention, ...)"
+    )
     args = ap.parse_args(argv)
     if args.study:
         return _run_study(args, argv)
 
     if args.embedder == "minilm":
-        os.environ["REMEM_EVAL_EMBEDDER"] = "minilm"  # read by evals.runner.embedder_for in every worker
+        os.environ["REMEM_EVAL_EMBEDDER"] = "minilm"  # read by evals.harness.runner.embedder_for in every worker
         if args.out == "results/benchmark":
             args.out = "results/real_embeddings"
     if args.quick:
@@ -108,19 +116,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         n_tasks = args.tasks
         out = Path(args.out)
     systems = tuple(s for s in args.systems.split(",") if s)
-    readers = tuple(r for r in args.readers.split(",") if r)
+    try:
+        readers = tuple(reader_mode(r) for r in args.readers.split(",") if r)
+    except ValueError as exc:
+        ap.error(str(exc))
     unknown = [f for f in families if f not in FAMILIES and f not in ALL_FAMILIES]
     if unknown:
         ap.error(f"unknown families {unknown}")
     specs = load_systems()
     if missing := [s for s in systems if s not in specs]:
-        ap.error(f"unknown systems {missing}; defined in evals/systems.yaml: {sorted(specs)}")
+        ap.error(f"unknown systems {missing}; defined in evals/harness/systems.yaml: {sorted(specs)}")
 
     out.mkdir(parents=True, exist_ok=True)
     params = WorldParams(drop_keys=args.drop_keys, wording=not args.no_wording)
     if n_tasks is not None:
         params = replace(params, n_tasks=n_tasks)
-    jobs = []
+    jobs: list[Job] = []
     for family in families:
         for seed in seeds:
             done = out / "runs" / family / f"{seed}.json"
@@ -137,32 +148,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     t0 = time.perf_counter()
-    done_n = 0
-    tty = sys.stdout.isatty()
     if jobs:
         ctx = mp.get_context("fork")
-        with ctx.Pool(args.workers) as pool:
+        # tqdm redraws one line on a terminal; to a log file it writes a line at most every 30 s.
+        tty = sys.stderr.isatty()
+        with (
+            ctx.Pool(args.workers) as pool,
+            tqdm(total=len(jobs), unit="world", mininterval=0.1 if tty else 30.0, dynamic_ncols=tty) as bar,
+        ):
             for res in pool.imap_unordered(_job, jobs):
-                done_n += 1
-                el = time.perf_counter() - t0
-                eta = el / done_n * (len(jobs) - done_n)
-                bar = "#" * int(30 * done_n / len(jobs))
-                line = (
-                    f"[{bar:<30}] {done_n}/{len(jobs)} {res['family']}/{res['seed']} elapsed {el:5.0f}s eta {eta:5.0f}s"
-                )
-                if tty:
-                    print("\r" + line, end="", flush=True)
-                elif done_n == len(jobs) or done_n % max(1, len(jobs) // 10) == 0:
-                    print(line, flush=True)  # a log file gets ~10 lines, not one line per world
-        if tty:
-            print()
+                bar.set_postfix_str(f"{res['family']}/{res['seed']}", refresh=False)
+                bar.update()
     wall = time.perf_counter() - t0
 
-    from evals.report import aggregate, write_report
+    from evals.analysis.report import aggregate, write_report
 
     bench = aggregate(out, families, seeds, systems, readers)
     bench["wall_time_s_this_invocation"] = round(wall, 1)
-    bench["command"] = "python -m evals.run_benchmark " + " ".join(argv if argv is not None else sys.argv[1:])
+    bench["command"] = "python -m evals.bench.run_benchmark " + " ".join(argv if argv is not None else sys.argv[1:])
     bench["params"] = {
         "tasks_per_world": params.n_tasks,
         "distraction": args.distraction,
@@ -171,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "wording": params.wording,
         "workers": args.workers,
     }
-    (out / "benchmark.json").write_text(json.dumps(bench, indent=1, sort_keys=True) + "\n")
+    write_json(out / "benchmark.json", bench, indent=1, sort_keys=True)
     write_report(bench, out / "RESULTS.md")
     h = bench["headline"]
     for reader in readers:
@@ -185,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_study(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
-    from evals.studies import STUDIES, study_table
+    from evals.harness.studies import STUDIES, study_table
 
     if args.study not in STUDIES:
         raise SystemExit(f"unknown study {args.study!r}; known: {sorted(STUDIES)}")
@@ -217,7 +220,8 @@ def _run_study(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     main(sub)
     table = study_table(study, out)
     (out / "STUDY.md").write_text(
-        f"# Study: {study.name}\n\nGenerated by `python -m evals.run_benchmark --study {study.name}`.\n\n{table}\n"
+        f"# Study: {study.name}\n\n"
+        f"Generated by `python -m evals.bench.run_benchmark --study {study.name}`.\n\n{table}\n"
     )
     print(table)
     return 0

@@ -1,19 +1,19 @@
 """Real-LLM evaluation: the benchmark worlds answered by a real chat model through ``MemoryAgent``.
 
 For each (family, seed, system) the world is replayed into a ReMem store configured as the system (like
-:mod:`evals.runner`: public facts only, the world's hash embedder), and every task becomes one
+:mod:`evals.harness.runner`: public facts only, the world's hash embedder), and every task becomes one
 ``MemoryAgent.ask`` whose answer schema has exactly the task's answer keys (``"billing.region"``: string).
 Success is the middleware's default ``exact_match`` against the task's truth, key by key. Systems that
-learn (``learn: true`` in ``evals/systems.yaml``) learn from the real model's outcomes and citations;
+learn (``learn: true`` in ``evals/harness/systems.yaml``) learn from the real model's outcomes and citations;
 the others get no feedback. Every ask is traced (one JSON line) to ``<trace-dir>/<family>_<seed>_<system>.jsonl``.
 
 Resumable: one JSON result per (family, seed, system) in ``<out>/runs/``; a finished run is skipped, an
 unfinished one is redone from the start (its trace file is truncated first). ``<out>/summary.json`` and a
 printed table aggregate what exists::
 
-    python -m evals.run_llm_agent --adapter llamacpp --family contradiction,state_change \\
+    python -m evals.bench.run_llm_agent --adapter llamacpp --family contradiction,state_change \\
         --seeds 0,1,2 --tasks 40 --systems A,C
-    python -m evals.run_llm_agent --summarize-only --out results/llm_agent
+    python -m evals.bench.run_llm_agent --summarize-only --out results/llm_agent
 """
 
 from __future__ import annotations
@@ -25,21 +25,22 @@ import math
 import os
 import statistics
 import sys
-import tempfile
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from evals.runner import _SCRATCH, _public, embedder_for
-from evals.stats import estimate, paired
-from evals.systems import System, load_systems
-from evals.world import Fact, Task, World, WorldParams, make_world
+from evals.harness.embedders import embedder_for
+from evals.harness.families import make_world
+from evals.harness.jsonio import write_json
+from evals.harness.replay import WorldReplay, temp_store
+from evals.harness.stats import estimate, paired
+from evals.harness.systems import System, load_systems
+from evals.harness.world import Fact, Task, World, WorldParams
 from remem_agent import ReMem
 from remem_agent.adapters.base import Capabilities, ChatModel, ChatRequest, ChatResponse
-from remem_agent.agent.middleware import MemoryAgent
+from remem_agent.agent.middleware import Answer, MemoryAgent
 from remem_agent.agent.scoring import normalise_value
 from remem_agent.errors import OutputValidationError
 from remem_agent.types import FeedbackReceipt
@@ -128,35 +129,33 @@ def make_model(args: argparse.Namespace) -> ChatModel:
 
         kw: dict[str, Any] = {"n_threads": args.threads, "n_ctx": args.n_ctx}
         if args.model in (None, "qwen", "qwen2.5-coder-0.5b"):
-            model: Any = LlamaCppChat.qwen(**kw)
+            model = LlamaCppChat.qwen(**kw)
         elif args.model == "smollm2":
             model = LlamaCppChat.smollm2(**kw)
         else:
             model = LlamaCppChat(args.model, **kw)
         model.warm_up()
-        return model  # type: ignore[no-any-return]
+        return model
     if args.adapter == "openai":
         from remem_agent.adapters.openai_chat import OpenAIChat
 
         base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
-        return OpenAIChat(args.model or "gpt-4o-mini", base_url=base_url)  # type: ignore[no-any-return]
+        return OpenAIChat(args.model or "gpt-4o-mini", base_url=base_url)
     if args.adapter == "ollama":
         from remem_agent.adapters.ollama_chat import OllamaChat
 
         host = args.base_url or os.environ.get("OLLAMA_HOST") or "http://localhost:11434"
-        return OllamaChat(args.model or "qwen2.5:3b", host=host)  # type: ignore[no-any-return]
+        return OllamaChat(args.model or "qwen2.5:3b", host=host)
     raise SystemExit(f"unknown adapter {args.adapter!r}")
 
 
 # ------------------------------------------------------------------------------------------ memory
-class _NoLearning:
-    """A ReMem view whose feedback is dropped: systems with ``learn: false`` never learn from outcomes."""
+class NoLearningReMem(ReMem):
+    """A ReMem whose (async) feedback is dropped: systems with ``learn: false`` never learn from outcomes.
 
-    def __init__(self, mem: ReMem) -> None:
-        self._mem = mem
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._mem, name)
+    ``MemoryAgent`` reports outcomes through ``afeedback`` only; the receipt says what the outcome was and
+    credits nothing.
+    """
 
     async def afeedback(self, search_id: str, **kwargs: Any) -> FeedbackReceipt:
         return FeedbackReceipt(search_id, bool(kwargs.get("success")), {}, {})
@@ -184,11 +183,15 @@ class RunSpec:
         return f"{self.family}_{self.seed}_{self.system}"
 
 
-def _task_row(task: Task, ans: Any, err: str | None, fact_of: Mapping[str, Fact], trace: dict[str, Any]) -> dict:
+def _task_row(
+    task: Task, ans: Answer | None, err: str | None, fact_of: Mapping[str, Fact], trace: dict[str, Any]
+) -> dict[str, Any]:
+    """One task's row of a run: outcome, error and what was served (stale, gold), cited and answered."""
     served = [h.id for h in ans.served] if ans is not None else trace.get("served_ids", [])
     cites = list(ans.citations) if ans is not None else []
     needs = {f"{k[0]}.{k[1]}": k for k in task.needs}
-    stale, gold = set(), set()
+    stale: set[str] = set()
+    gold: set[str] = set()
     for mid in served:
         f = fact_of.get(mid)
         if f is None or f.key is None:
@@ -238,65 +241,53 @@ async def run_one(
     trace_path.write_text("")  # a run is redone from scratch: the store is rebuilt anyway
     rows: list[dict[str, Any]] = []
     timed_out = False
-    with tempfile.TemporaryDirectory(prefix="remem-llm-", dir=_SCRATCH) as tmp:
-        mem = ReMem(Path(tmp) / "store", embedder=embedder_for(world), config=system.config)
-        try:
-            agent = MemoryAgent(
-                mem if system.learn else _NoLearning(mem),  # type: ignore[arg-type]
-                model,
-                k=world.params.k,
-                token_budget=world.params.token_budget,
-                max_reasks=max_reasks,
-                trace=trace_path,
-                run_id=run_id,
-                system=system.name,
-                max_tokens=max_tokens,
-                temperature=0.0,
-                infer_outcomes=False,
-            )
-            fact_of: dict[str, Fact] = {}
-            n_tasks = sum(1 for _ in world.tasks())
-            for step in world.steps:
-                if step.facts:
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
-                        ids = mem.add_many([_public(f, system.keys) for f in step.facts])
-                    for mid, f in zip(ids, step.facts, strict=True):
-                        fact_of.setdefault(mid, f)
-                task = step.task
-                if task is None:
-                    continue
-                if deadline is not None and time.time() > deadline:
-                    timed_out = True
-                    break
-                ta = time.perf_counter()
-                ans, err = None, None
-                try:
-                    ans = await agent.ask(
-                        task.query,
-                        task=task.task_class,
-                        schema=answer_schema(task),
-                        truth=dict(task.truth),
-                        now=task.t,
-                        as_of=task.as_of if system.as_of else None,
-                        task_id=task.tid,
-                    )
-                except OutputValidationError as exc:
-                    err = str(exc)
-                row = _task_row(task, ans, err, fact_of, {})
-                if ans is None:  # the served ids of a failed ask are only in its trace line
-                    row.update(_from_last_trace(trace_path, task, fact_of))
-                row["latency_ms"] = round((time.perf_counter() - ta) * 1000, 1)
-                row["attempts"] = ans.attempts if ans is not None else max_reasks + 1
-                rows.append(row)
-                if progress:
-                    ok = sum(r["success"] for r in rows)
-                    progress(
-                        f"{run_id}: {len(rows)}/{n_tasks} {'ok ' if row['success'] else 'ERR' if err else 'no '}"
-                        f" ({ok}/{len(rows)} ok, {row['latency_ms'] / 1000:.1f}s)"
-                    )
-        finally:
-            mem.close()
+    store_class = ReMem if system.learn else NoLearningReMem
+    with temp_store(system.config, embedder_for(world), prefix="remem-llm-", store_class=store_class) as mem:
+        agent = MemoryAgent(
+            mem,
+            model,
+            k=world.params.k,
+            token_budget=world.params.token_budget,
+            max_reasks=max_reasks,
+            trace=trace_path,
+            run_id=run_id,
+            system=system.name,
+            max_tokens=max_tokens,
+            temperature=0.0,
+            infer_outcomes=False,
+        )
+        replay = WorldReplay(mem, world, keys=system.keys, as_of=system.as_of)
+        n_tasks = sum(1 for _ in world.tasks())
+        for task in replay.tasks():
+            if deadline is not None and time.time() > deadline:
+                timed_out = True
+                break
+            ta = time.perf_counter()
+            ans, err = None, None
+            try:
+                ans = await agent.ask(
+                    task.query,
+                    task=task.task_class,
+                    schema=answer_schema(task),
+                    truth=dict(task.truth),
+                    now=task.t,
+                    as_of=replay.as_of(task),
+                    task_id=task.tid,
+                )
+            except OutputValidationError as exc:
+                err = str(exc)
+            row = _task_row(task, ans, err, replay.fact_of, {})
+            if ans is None:  # the served ids of a failed ask are only in its trace line
+                row.update(_from_last_trace(trace_path, task, replay.fact_of))
+            row["latency_ms"] = round((time.perf_counter() - ta) * 1000, 1)
+            row["attempts"] = ans.attempts if ans is not None else max_reasks + 1
+            rows.append(row)
+            if progress:
+                ok = sum(r["success"] for r in rows)
+                progress(
+                    f"{run_id}: {len(rows)}/{n_tasks} {'ok ' if row['success'] else 'ERR' if err else 'no '}"
+                    f" ({ok}/{len(rows)} ok, {row['latency_ms'] / 1000:.1f}s)"
+                )
     usage = _usage_from_trace(trace_path)
     return summarize_rows(rows, world, system, model, usage, time.perf_counter() - t0, complete=not timed_out)
 
@@ -396,13 +387,6 @@ def _is_done(path: Path, cfg: Mapping[str, Any]) -> bool:
     return True
 
 
-def _write_json(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=str))
-    tmp.replace(path)
-
-
 def _fmt(e: Mapping[str, Any]) -> str:
     if e["n"] == 0 or e["mean"] is None or (isinstance(e["mean"], float) and math.isnan(e["mean"])):
         return "-"
@@ -477,7 +461,7 @@ def aggregate(out: Path) -> dict[str, Any]:
             "stale_served": paired([p["stale_served_A"] for p in ps], [p["stale_served_C"] for p in ps]).to_dict(),
         }
     summary = {"runs": len(runs), "partial_runs": partial, "by_family": table, "paired_C_minus_A": pairs}
-    _write_json(out / "summary.json", summary)
+    write_json(out / "summary.json", summary, indent=1, default=str, newline=False, atomic=True)
     return summary
 
 
@@ -551,7 +535,7 @@ async def _main_async(args: argparse.Namespace, specs: list[RunSpec], systems: M
             deadline=run_deadline,
         )
         res["output_mode"] = args.output_mode
-        _write_json(path, res)
+        write_json(path, res, indent=1, default=str, newline=False, atomic=True)
         print(
             f"[{i}/{len(specs)}] {spec.stem}: success {res['success']:.3f} over {res['n_tasks']} tasks,"
             f" {res['latency_ms_mean'] / 1000:.1f}s/ask, {res['wall_s']:.0f}s"

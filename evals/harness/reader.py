@@ -23,11 +23,20 @@ import hashlib
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
-from evals.world import Fact, Task, key_name
+from evals.harness.world import Fact, Task, key_name
 
 ReaderMode = Literal["first", "latest"]
+READER_MODES: tuple[ReaderMode, ...] = get_args(ReaderMode)
+
+
+def reader_mode(name: str) -> ReaderMode:
+    """``name`` as a :data:`ReaderMode` (``first`` or ``latest``); anything else is a ValueError."""
+    for mode in READER_MODES:
+        if name == mode:
+            return mode
+    raise ValueError(f"unknown reader mode {name!r}; known: {', '.join(READER_MODES)}")
 
 
 @dataclass(frozen=True)

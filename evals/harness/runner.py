@@ -13,28 +13,21 @@ ranking, selection and lifecycle.
 from __future__ import annotations
 
 import hashlib
-import os
 import statistics
-import tempfile
 import time
-import warnings
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from evals.reader import ReaderParams, Reading, read
-from evals.systems import System
-from evals.world import DAY, Fact, Task, World
+from evals.harness.embedders import embedder_for
+from evals.harness.reader import ReaderParams, Reading, read
+from evals.harness.replay import WorldReplay, temp_store
+from evals.harness.systems import System
+from evals.harness.world import DAY, Fact, Task, World
 from remem_agent import ReMem, State
-from remem_agent.embedders.base import Embedder, Vectors, check_vectors
-from remem_agent.embedders.hashing import DEFAULT_CONCEPT_GROUPS, ConceptHashEmbedder
 from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.types import ALL_TASKS
-
-_SCRATCH = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
 
 
 @dataclass
@@ -149,73 +142,16 @@ class RunResult:
         return d
 
 
-class CachedEmbedder:
-    """Wraps an embedder with a text -> vector cache (same name and dim, so stores accept it).
-
-    Every question rebuilds its store, and a benchmark's haystacks share many turns: each distinct text
-    is embedded once per run.
-    """
-
-    def __init__(self, inner: Embedder) -> None:
-        self.inner = inner
-        self._cache: dict[str, np.ndarray] = {}
-        self.seconds = 0.0
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def dim(self) -> int:
-        return self.inner.dim
-
-    def embed(self, texts: Sequence[str]) -> Vectors:
-        texts = list(texts)
-        missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
-        if missing:
-            t0 = time.perf_counter()
-            vecs = check_vectors(self.inner.embed(missing), len(missing), self.inner.dim, source=self.inner.name)
-            self.seconds += time.perf_counter() - t0
-            for t, v in zip(missing, vecs, strict=True):
-                self._cache[t] = v
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return np.stack([self._cache[t] for t in texts]).astype(np.float32)
-
-
-_MINILM: CachedEmbedder | None = None
-
-
-def embedder_for(world: World) -> Any:
-    """The world's embedder: the concept-hash embedder with the world's lexicon, or all-MiniLM-L6-v2 when
-    ``REMEM_EVAL_EMBEDDER=minilm`` (``run_benchmark --embedder minilm``)."""
-    global _MINILM
-    if os.environ.get("REMEM_EVAL_EMBEDDER", "hash") == "minilm":
-        if _MINILM is None:
-            from remem_agent.embedders.sentence_transformers import SentenceTransformerEmbedder
-
-            _MINILM = CachedEmbedder(SentenceTransformerEmbedder())
-        return _MINILM
-    return ConceptHashEmbedder(concepts=[*DEFAULT_CONCEPT_GROUPS, *world.lexicon])
-
-
-def _public(f: Fact, keys: bool) -> Any:
-    item = f.public()
-    return item if keys else replace(item, entity=None, attribute=None)
-
-
 def run(
     world: World, system: System, reader: ReaderParams, *, workdir: Path | None = None, keep_store: Path | None = None
 ) -> RunResult:
     """Run ``system`` on ``world``; the store lives in a temporary folder unless ``keep_store`` names one."""
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="remem-eval-", dir=workdir or _SCRATCH) as tmp:
-        mem = ReMem(keep_store or Path(tmp) / "store", embedder=embedder_for(world), config=system.config)
-        try:
-            rows, states, false_inv, missed, counters = _run(mem, world, system, reader)
-        finally:
-            mem.close()
-
+    with temp_store(system.config, embedder_for(world), workdir=workdir, keep=keep_store) as mem:
+        replay = WorldReplay(mem, world, keys=system.keys, as_of=system.as_of)
+        rows, counters = _answer_tasks(replay, system, reader)
+        false_inv, missed = invalidation_errors(mem, world, replay.fact_of)
+        states = lifecycle_states(mem)
     return RunResult.from_rows(
         world,
         system.name,
@@ -230,62 +166,34 @@ def run(
     )
 
 
-def _run(
-    mem: ReMem, world: World, system: System, reader: ReaderParams
-) -> tuple[list[TaskRow], dict[str, int], int, int, dict[str, int]]:
+def _answer_tasks(replay: WorldReplay, system: System, reader: ReaderParams) -> tuple[list[TaskRow], dict[str, int]]:
+    """Every task of the replay: search, let the reader answer, learn from it (if the system learns)."""
+    world, mem = replay.world, replay.mem
     counters = {"replays": 0, "pruned": 0}
-    fact_of: dict[str, Fact] = {}  # memory id -> the (first) fact behind it
-    mid_of: dict[str, str] = {}
     rows: list[TaskRow] = []
-    k, budget = world.params.k, world.params.token_budget
-    for step in world.steps:
-        if step.facts:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # additive-wording warnings are part of the worlds
-                ids = mem.add_many([_public(f, system.keys) for f in step.facts])
-            for mid, f in zip(ids, step.facts, strict=True):
-                fact_of.setdefault(mid, f)
-                mid_of[f.fid] = mid
-        task = step.task
-        if task is None:
-            continue
+    for task in replay.tasks():
         ts = time.perf_counter()
-        res = mem.search(
-            task.query,
-            k=k,
-            task=task.task_class,
-            now=task.t,
-            as_of=task.as_of if system.as_of else None,
-            token_budget=budget,
-        )
+        res = replay.search(task)
         search_ms = (time.perf_counter() - ts) * 1000
-        served = [fact_of[h.id] for h in res.items]
+        served = replay.served(res)
         reading = read(task, served, seed=world.seed, params=reader, domains=world.domains)
         if system.learn:
             success = reading.success
             if system.label_noise and _coin(world.seed, task.tid, "noise") < system.label_noise:
                 success = not success  # outcome-label noise study
-            replay = None
+            loo: Callable[[Sequence[str]], bool] | None = None
             if system.loo_replay:
 
-                def replay(ids: Sequence[str], task: Task = task) -> bool:
+                def loo(ids: Sequence[str], task: Task = task) -> bool:
                     counters["replays"] += 1
-                    return read(
-                        task, [fact_of[i] for i in ids], seed=world.seed, params=reader, domains=world.domains
-                    ).success
+                    facts = [replay.fact_of[i] for i in ids]
+                    return read(task, facts, seed=world.seed, params=reader, domains=world.domains).success
 
-            mem.feedback(
-                res.search_id,
-                success=success,
-                cited_ids=[mid_of[fid] for fid in reading.cited],
-                answer=reading.answer,
-                replay=replay,
-            )
+            replay.feedback(res, reading, success=success, replay=loo)
         if system.prune == "frequency" and len(rows) % PRUNE_EVERY == PRUNE_EVERY - 1:
             counters["pruned"] += frequency_prune(mem, protect_after=task.t - PRUNE_EVERY * DAY / 8)
         rows.append(TaskRow.of(task, reading, served, tokens=res.tokens, search_ms=search_ms))
-    false_inv, missed = _invalidation_errors(mem, world, fact_of)
-    return rows, lifecycle_states(mem), false_inv, missed, counters
+    return rows, counters
 
 
 PRUNE_EVERY = 50  # tasks between two passes of the frequency-prune control
@@ -325,9 +233,11 @@ def _coin(seed: int, tid: str, salt: str) -> float:
     return int.from_bytes(h, "little") / 2**64
 
 
-def _invalidation_errors(mem: ReMem, world: World, fact_of: dict[str, Fact]) -> tuple[int, int]:
-    """False invalidations: facts invalidated while still true (current value, or multi-valued).
-    Missed: single-valued facts replaced in truth but still not invalidated at the end."""
+def invalidation_errors(mem: ReMem, world: World, fact_of: dict[str, Fact]) -> tuple[int, int]:
+    """(false, missed) invalidations at the end of a run, from the hidden truth of ``fact_of``'s facts.
+
+    False: facts invalidated while still true (current value, or multi-valued). Missed: single-valued
+    facts replaced in truth but still not invalidated at the end."""
     latest: dict[tuple[str, str], Fact] = {}
     for f in world.facts():
         if f.key is not None and not f.multi_valued and (f.key not in latest or f.t >= latest[f.key].t):

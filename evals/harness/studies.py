@@ -1,6 +1,6 @@
 """The studies of the reference design §10, each a set of systems run on the core families.
 
-    python -m evals.run_benchmark --study ablation      # -> results/studies/ablation/{benchmark.json,RESULTS.md}
+    python -m evals.bench.run_benchmark --study ablation      # -> results/studies/ablation/{benchmark.json,RESULTS.md}
 
 A study's table puts every system beside the reference's number (reader ``first``, core families) and
 gives the paired difference to the study's baseline system over seeds.
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evals.stats import estimate, paired
+from evals.harness.stats import estimate, paired
 
 
 @dataclass(frozen=True)
@@ -129,10 +129,10 @@ STUDIES: dict[str, Study] = {
 
 def study_table(study: Study, out: Path) -> str:
     """Markdown table of a finished study from its per-world run files."""
-    from evals.world import CORE_FAMILIES
+    from evals.harness.families import CORE_FAMILIES
 
     fams = study.families or CORE_FAMILIES
-    per: dict[tuple[str, str], dict[int, dict[str, float]]] = {}
+    per: dict[tuple[str, str], dict[int, dict[str, dict[str, Any]]]] = {}  # (reader, system) -> seed -> family -> run
     for fam in fams:
         for p in sorted((out / "runs" / fam).glob("*.json")):
             rec = json.loads(p.read_text())
@@ -159,7 +159,7 @@ def study_table(study: Study, out: Path) -> str:
             if not full:
                 continue
 
-            def mean_over(v: dict[str, Any], metric: str) -> float:
+            def mean_over(v: dict[str, dict[str, Any]], metric: str) -> float:
                 return sum(float(r[metric]) for r in v.values()) / len(v)
 
             succ = estimate([mean_over(v, "success") for v in full.values()])

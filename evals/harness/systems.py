@@ -1,4 +1,4 @@
-"""Systems of the benchmark, loaded from ``evals/systems.yaml``."""
+"""Systems of the benchmark, loaded from ``evals/harness/systems.yaml``."""
 
 from __future__ import annotations
 

@@ -10,13 +10,14 @@ about them. Two views exist of every fact and task:
   answer) stays with the world and the simulated reader. The runner never passes it to a system, and
   a test checks that scrambling it changes no system decision.
 
-Families are registered in :data:`FAMILIES` (see :mod:`evals.families`).
+This module is the data model only; the task families that build worlds, their registry and
+:func:`~evals.harness.families.make_world` live in :mod:`evals.harness.families`.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -137,35 +138,3 @@ def truth_at(facts: Sequence[Fact], key: tuple[str, str], t: float) -> str | Non
         if f.key == key and f.t <= t and (best is None or f.t >= best.t):
             best = f
     return best.value if best else None
-
-
-Generator = Callable[[int, WorldParams], World]
-FAMILIES: dict[str, Generator] = {}
-CORE_FAMILIES = (
-    "distractor",
-    "long_horizon",
-    "contradiction",
-    "rare_critical",
-    "useless_frequent",
-    "budget_tight",
-    "state_change",
-)
-CONTROL_FAMILIES = ("distractor_norecur",)
-
-
-def register(name: str) -> Callable[[Generator], Generator]:
-    def deco(fn: Generator) -> Generator:
-        FAMILIES[name] = fn
-        return fn
-
-    return deco
-
-
-def make_world(family: str, seed: int, params: WorldParams | None = None) -> World:
-    """Build the world of ``family`` for ``seed`` (deterministic)."""
-    import evals.families  # noqa: F401  (registers the generators)
-
-    if family not in FAMILIES:
-        raise KeyError(f"unknown family {family!r}; known: {sorted(FAMILIES)}")
-    world = FAMILIES[family](seed, params or WorldParams())
-    return drop_keys(world, world.params.drop_keys, seed)

@@ -14,9 +14,9 @@ Measures, for each store size, on synthetic but varied facts:
 
 Usage::
 
-    python -m evals.perf_core [--sizes 10000,100000] [--queries 300] [--out results/perf_core.json]
-    python -m evals.perf_core --quick          # CI smoke: small store, few queries, < 20 s
-    python -m evals.perf_core --profile        # also cProfile search (largest size) and add (smallest)
+    python -m evals.perf.core [--sizes 10000,100000] [--queries 300] [--out results/perf_core.json]
+    python -m evals.perf.core --quick          # CI smoke: small store, few queries, < 20 s
+    python -m evals.perf.core --profile        # also cProfile search (largest size) and add (smallest)
 
 Everything runs on the main thread; no background work competes for the GIL while timing. Search
 paths are interleaved per query (rotating order) so none always runs on a warmer cache.
@@ -34,13 +34,9 @@ import contextlib
 import cProfile
 import gc
 import io
-import json
-import os
-import platform
 import pstats
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,6 +48,8 @@ from typing import Any
 
 import numpy as np
 
+from evals.harness.jsonio import write_json
+from evals.perf.measure import git_commit, git_dirty, latency_ms, loadavg, machine_facts
 from remem_agent import MemoryInput, ReMem, RememConfig
 
 # -- targets ------------------------------------------------------------------------------------
@@ -274,20 +272,6 @@ def make_world(n: int, n_queries: int, seed: int = 7) -> World:
 
 
 # -- timing helpers -----------------------------------------------------------------------------
-def _pct(samples_ns: Sequence[int]) -> dict[str, float]:
-    a = np.asarray(samples_ns, dtype=np.float64) / 1e6
-    if a.size == 0:
-        return {"n": 0}
-    return {
-        "n": int(a.size),
-        "mean_ms": round(float(a.mean()), 4),
-        "p50_ms": round(float(np.percentile(a, 50)), 4),
-        "p95_ms": round(float(np.percentile(a, 95)), 4),
-        "p99_ms": round(float(np.percentile(a, 99)), 4),
-        "max_ms": round(float(a.max()), 4),
-    }
-
-
 def _similarity_only(mem: ReMem, query: str, k: int) -> list[str]:
     """The baseline: embed the query, take the index's top k, read those rows' text."""
     q = mem.embedder.embed([query])[0]
@@ -314,7 +298,7 @@ def bench_size(
     root: Path,
     log: Callable[[str], None],
 ) -> tuple[dict[str, Any], ReMem, World]:
-    load_start = _loadavg()
+    load_start = loadavg()
     t_gen = time.perf_counter_ns()
     world = make_world(n, n_queries + warmup + n_queries, seed=seed)
     gen_s = (time.perf_counter_ns() - t_gen) / 1e9
@@ -349,7 +333,7 @@ def bench_size(
         "per_cpu_s": round(n / max(add_cpu_ns / 1e9, 1e-9), 1),
         "batch_per_s_first_10pct": round(float(np.mean(per_batch[:tenth])), 1),
         "batch_per_s_last_10pct": round(float(np.mean(per_batch[-tenth:])), 1),
-        "batch_ms": _pct(batch_ns),
+        "batch_ms": latency_ms(batch_ns),
         "state_updates_generated": world.n_state_updates,
         "restatements_generated": world.n_restatements,
         "roles": world.roles,
@@ -415,7 +399,7 @@ def bench_size(
                 a_ns.append(time.perf_counter_ns() - t)
             cpu_ns[which] += time.process_time_ns() - c
     mem_a.close()
-    full, bud, sim, sys_a = _pct(full_ns), _pct(budget_ns), _pct(sim_ns), _pct(a_ns)
+    full, bud, sim, sys_a = latency_ms(full_ns), latency_ms(budget_ns), latency_ms(sim_ns), latency_ms(a_ns)
     for d, c in ((full, cpu_ns[0]), (bud, cpu_ns[1]), (sim, cpu_ns[2]), (sys_a, cpu_ns[3])):
         d["cpu_mean_ms"] = round(c / 1e6 / max(1, len(measure)), 4)
     search = {
@@ -455,24 +439,25 @@ def bench_size(
         mem.feedback(res.search_id, success=success, used_ids=used, cited_ids=cited)
         fb_ns.append(time.perf_counter_ns() - t)
         fb_cpu += time.process_time_ns() - c
-    fb = _pct(fb_ns)
+    fb = latency_ms(fb_ns)
     fb["cpu_mean_ms"] = round(fb_cpu / 1e6 / max(1, len(fb_queries)), 4)
     log(f"[{n}] feedback p50/p95 ms: {fb['p50_ms']:.3f}/{fb['p95_ms']:.3f}")
-    res = {
+    result = {
         "size": n,
         "generate_s": round(gen_s, 2),
         "add": add,
         "search": search,
         "feedback": fb,
         "loadavg_start": load_start,
-        "loadavg_end": _loadavg(),
+        "loadavg_end": loadavg(),
     }
-    return res, mem, world
+    return result, mem, world
 
 
 # -- profiling ----------------------------------------------------------------------------------
 def _top(prof: cProfile.Profile, n: int = 25) -> list[dict[str, Any]]:
     st = pstats.Stats(prof, stream=io.StringIO())
+    # pstats.Stats keeps its table in attributes that typeshed does not declare (total_tt, stats)
     total = st.total_tt  # type: ignore[attr-defined]
     rows = []
     for (file, line, func), (_cc, nc, tt, ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
@@ -517,75 +502,6 @@ def profile_add(n: int, batch: int, seed: int, root: Path) -> dict[str, Any]:
         prof.disable()
     mem.close()
     return {"memories": n, "batch_size": batch, "top_cumulative": _top(prof)}
-
-
-# -- environment --------------------------------------------------------------------------------
-def _git(*args: str) -> str | None:
-    """stdout of ``git ARGS`` in the repository, or None when git is missing or fails."""
-    try:
-        out = subprocess.run(
-            ["git", *args],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            cwd=Path(__file__).resolve().parent.parent,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout if out.returncode == 0 else None
-
-
-def _git_commit() -> str | None:
-    return (_git("rev-parse", "HEAD") or "").strip() or None
-
-
-def _git_dirty() -> list[str] | None:
-    """Tracked files with uncommitted changes (the numbers describe the working tree, not HEAD)."""
-    out = _git("status", "--porcelain", "--untracked-files=no")
-    if out is None:
-        return None
-    return [line[3:] for line in out.splitlines() if line.strip()]
-
-
-def machine_facts() -> dict[str, Any]:
-    import sqlite3
-
-    return {
-        "cpu_count": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "python": sys.version.split()[0],
-        "implementation": platform.python_implementation(),
-        "numpy": np.__version__,
-        "sqlite": sqlite3.sqlite_version,
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "thread_env": {
-            v: os.environ[v] for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS") if v in os.environ
-        },
-        "blas": _blas_info(),
-    }
-
-
-def _blas_info() -> list[dict[str, Any]] | None:
-    """BLAS libraries and their thread counts (needs the optional ``threadpoolctl``)."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return None
-    return [
-        {k: d.get(k) for k in ("internal_api", "version", "num_threads", "threading_layer")}
-        for d in threadpool_info()
-        if d.get("user_api") == "blas"
-    ]
-
-
-def _loadavg() -> list[float] | None:
-    """1/5/15-minute load averages: other processes on a 2-core box distort latencies."""
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
 
 
 # -- targets ------------------------------------------------------------------------------------
@@ -663,7 +579,7 @@ def print_table(result: dict[str, Any]) -> None:
 
 # -- main ---------------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m evals.perf_core", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m evals.perf.core", description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="10000,100000", help="comma-separated store sizes")
     ap.add_argument("--queries", type=int, default=300, help="measured queries per path and size")
     ap.add_argument("--batch", type=int, default=1000, help="add_many batch size")
@@ -767,8 +683,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "machine": machine,
         "blas_threads_limit": args.blas_threads,
         "embedder": embedder,
-        "git_commit": _git_commit(),
-        "git_dirty": _git_dirty(),
+        "git_commit": git_commit(),
+        "git_dirty": git_dirty(),
         "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "sizes": per_size,
         "targets": evaluate_targets(per_size),
@@ -787,7 +703,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result["profiles"] = profiles
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    write_json(out, result, indent=2, sort_keys=True)
     print_table(result)
     return 0
 

@@ -8,8 +8,8 @@ per call from the middleware's own per-stage timings.
 
 Usage::
 
-    python -m evals.perf_middleware [--memories 10000] [--asks 300] [--out results/perf_middleware.json]
-    python -m evals.perf_middleware --quick
+    python -m evals.perf.middleware [--memories 10000] [--asks 300] [--out results/perf_middleware.json]
+    python -m evals.perf.middleware --quick
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from evals.perf_core import _git_commit, _git_dirty
+from evals.harness.jsonio import write_json
+from evals.perf.measure import git_commit, git_dirty
 from remem_agent import ReMem
 from remem_agent.adapters import ChatRequest, FunctionChatModel
 from remem_agent.agent import MemoryAgent, load_traces
@@ -113,17 +114,17 @@ def main(argv: list[str] | None = None) -> int:
     p50 = res["overhead"]["p50_ms"]
     report = {
         "benchmark": "perf_middleware",
-        "command": "python -m evals.perf_middleware" + (" --quick" if args.quick else ""),
+        "command": "python -m evals.perf.middleware" + (" --quick" if args.quick else ""),
         "result": res,
         "target": {"overhead_p50_ms": TARGET_P50_MS, "met": p50 <= TARGET_P50_MS},
         "machine": {"python": sys.version.split()[0], "platform": platform.platform(), "numpy": np.__version__},
-        "git_commit": _git_commit(),
-        "git_dirty": _git_dirty(),
+        "git_commit": git_commit(),
+        "git_dirty": git_dirty(),
         "wall_time_s": round(time.perf_counter() - t0, 2),
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    write_json(out, report, indent=2, sort_keys=True)
     o, r, le = res["overhead"], res["recall"], res["learn"]
     print(f"middleware overhead at {res['memories']} memories, {res['asks']} asks:")
     print(f"  overhead p50 {o['p50_ms']:.2f} ms  p95 {o['p95_ms']:.2f} ms  (target p50 <= {TARGET_P50_MS} ms)")

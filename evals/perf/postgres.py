@@ -2,7 +2,7 @@
 
 The run starts its own PostgreSQL 16 with pgvector (the ``pgserver`` package) in a temporary folder,
 so both backends share the CPU, the disk and the load of the moment. For each store size it builds
-the same synthetic store (``evals.perf_core.make_world``, hash embedder) in both backends and measures:
+the same synthetic store (``evals.perf.core.make_world``, hash embedder) in both backends and measures:
 
 * batched add throughput (``ReMem.add_many`` in batches of ``--batch``);
 * ``ReMem.search`` latency (k=5, default config) over the same queries, the two backends
@@ -23,8 +23,8 @@ against the ledger's statistics: must be 0) and ``verify().ok``.
 
 Usage::
 
-    python -m evals.perf_postgres [--sizes 10000 100000] [--out results/perf_postgres.json]
-    python -m evals.perf_postgres --quick      # CI smoke: one small size, few cycles
+    python -m evals.perf.postgres [--sizes 10000 100000] [--out results/perf_postgres.json]
+    python -m evals.perf.postgres --quick      # CI smoke: one small size, few cycles
 
 Latencies are wall time. ``client_cpu_s`` is this process's CPU; ``server_cpu_s`` is the CPU of
 the PostgreSQL server's processes over the same interval (the work pgvector does in the server).
@@ -53,7 +53,9 @@ from typing import Any
 
 import numpy as np
 
-from evals.perf_core import _git_commit, _git_dirty, _loadavg, _pct, machine_facts, make_world
+from evals.harness.jsonio import write_json
+from evals.perf.core import make_world
+from evals.perf.measure import git_commit, git_dirty, latency_ms, loadavg, machine_facts
 from remem_agent import MemoryInput, ReMem
 from remem_agent.types import ALL_TASKS
 
@@ -69,9 +71,9 @@ Log = Callable[[str], None]
 @contextmanager
 def private_server(folder: Path) -> Iterator[Any]:
     """A PostgreSQL 16 + pgvector server (pgserver) with its data in ``folder``; stopped on exit."""
-    import pgserver
+    from pgserver.postgres_server import get_server
 
-    server = pgserver.get_server(folder, cleanup_mode="stop")
+    server = get_server(folder, cleanup_mode="stop")
     try:
         yield server
     finally:
@@ -82,7 +84,7 @@ def create_database(server: Any, name: str) -> str:
     """Create database ``name`` on ``server``; returns a URL for it."""
     import psycopg
 
-    admin = server.get_uri()
+    admin = str(server.get_uri())
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     before, sep, params = admin.partition("?")
@@ -90,14 +92,20 @@ def create_database(server: Any, name: str) -> str:
 
 
 def server_facts(url: str) -> dict[str, Any]:
+    """Server version, pgvector version and the settings that matter for the timings."""
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        facts: dict[str, Any] = {"version": conn.execute("SHOW server_version").fetchone()[0]}  # type: ignore[index]
+
+        def show(name: str) -> Any:
+            row = conn.execute(f"SHOW {name}").fetchone()
+            return row[0] if row else None
+
+        facts: dict[str, Any] = {"version": show("server_version")}
         row = conn.execute("SELECT default_version FROM pg_available_extensions WHERE name = 'vector'").fetchone()
         facts["pgvector"] = row[0] if row else None
         for name in ("shared_buffers", "work_mem", "maintenance_work_mem", "fsync", "synchronous_commit"):
-            facts[name] = conn.execute(f"SHOW {name}").fetchone()[0]  # type: ignore[index]
+            facts[name] = show(name)
     return facts
 
 
@@ -161,7 +169,7 @@ def timed_add(mem: ReMem, items: Sequence[MemoryInput], batch: int, cpu_of_serve
         "server_cpu_s": None if s0 is None or s1 is None else round(s1 - s0, 3),
         "batch_per_s_first_10pct": round(float(np.mean(per_batch[:tenth])), 1),
         "batch_per_s_last_10pct": round(float(np.mean(per_batch[-tenth:])), 1),
-        "batch_ms": _pct(batch_ns),
+        "batch_ms": latency_ms(batch_ns),
         "rows_in_ledger": mem.stats().memories,
     }
     return ids, report
@@ -183,7 +191,7 @@ def bench_size(
     seed: int,
     log: Log,
 ) -> dict[str, Any]:
-    load_start = _loadavg()
+    load_start = loadavg()
     t_gen = time.perf_counter()
     world = make_world(n, warmup + 2 * n_queries, seed=seed)
     gen_s = time.perf_counter() - t_gen
@@ -250,7 +258,7 @@ def bench_size(
     finally:
         for m in mems.values():
             m.close()
-    out["loadavg_end"] = _loadavg()
+    out["loadavg_end"] = loadavg()
     return out
 
 
@@ -261,7 +269,11 @@ def candidate_recall(
     flat, hnsw = mems["sqlite"].index, mems["postgres"].index
     cfg = mems["postgres"].config
     pool = min(len(flat), max(cfg.min_pool, k * cfg.pool_factor))
-    topk, in_pool, pooled, topk_ties, pooled_ties = [], [], [], [], []
+    topk: list[float] = []
+    in_pool: list[float] = []
+    pooled: list[float] = []
+    topk_ties: list[float] = []
+    pooled_ties: list[float] = []
     flat_ns: list[int] = []
     hnsw_ns: list[int] = []
     for q, _task in queries:
@@ -292,7 +304,7 @@ def candidate_recall(
         "topk_recall_tie_aware": round(float(np.mean(topk_ties)), 4),
         "pool_recall_tie_aware": round(float(np.mean(pooled_ties)), 4),
         "queries_with_pool_recall_below_0_9": int(sum(r < 0.9 for r in pooled)),
-        "candidates_ms": {"sqlite_flat": _pct(flat_ns), "postgres_hnsw": _pct(hnsw_ns)},
+        "candidates_ms": {"sqlite_flat": latency_ms(flat_ns), "postgres_hnsw": latency_ms(hnsw_ns)},
     }
 
 
@@ -316,7 +328,7 @@ def ef_search_sweep(
                 rows = tx.run("SELECT id FROM memories ORDER BY embedding <=> ? LIMIT ?", (vec, pool)).fetchall()
                 ns.append(time.perf_counter_ns() - t)
                 recall.append(_overlap(want, [r[0] for r in rows]))
-        out.append({"ef_search": int(ef), "pool_recall": round(float(np.mean(recall)), 4), "query_ms": _pct(ns)})
+        out.append({"ef_search": int(ef), "pool_recall": round(float(np.mean(recall)), 4), "query_ms": latency_ms(ns)})
     return out
 
 
@@ -343,7 +355,7 @@ def timed_searches(
         identical += want == served["postgres"]
     out = {}
     for b in BACKENDS:
-        out[b] = _pct(ns[b])
+        out[b] = latency_ms(ns[b])
         out[b]["client_cpu_mean_ms"] = round(cpu[b] / 1e6 / max(1, len(queries)), 4)
     agreement = {
         "mean": round(float(np.mean(agree)), 4) if agree else 1.0,
@@ -377,7 +389,7 @@ def timed_feedback(mems: dict[str, ReMem], queries: Sequence[tuple[str, str]], k
                 cited_ids=[ids[i] for i in fb["cited"]],
             )
             ns[b].append(time.perf_counter_ns() - t)
-    return {b: _pct(ns[b]) for b in BACKENDS}
+    return {b: latency_ms(ns[b]) for b in BACKENDS}
 
 
 # -- concurrency -------------------------------------------------------------------------------
@@ -399,7 +411,7 @@ def count_attempts(mem: ReMem) -> dict[str, int]:
 
         return original(body, commutative=commutative)
 
-    mem.store.transact = transact  # type: ignore[method-assign]
+    mem.store.transact = transact  # type: ignore[method-assign]  # counting wrapper on this one instance
     return counter
 
 
@@ -452,7 +464,7 @@ def cycle_worker(
     finally:
         if mem is not None:
             mem.close()
-        Path(out_path).write_text(json.dumps(rec))
+        write_json(out_path, rec, newline=False)
 
 
 def run_workers(
@@ -571,7 +583,7 @@ def bench_concurrency(
     batch: int,
     log: Log,
 ) -> dict[str, Any]:
-    load_start = _loadavg()
+    load_start = loadavg()
     world = make_world(memories, 400, seed=seed + 11)
     url = create_database(server, "perf_concurrency")
     with ReMem(url) as mem, warnings.catch_warnings():
@@ -611,8 +623,8 @@ def bench_concurrency(
         "lifecycle_transitions": sum(c["transitions"] for r in records for c in r["cycles"]),
         "seconds": round(span, 3),
         "updates_per_s": round(feedbacks / span, 1) if span > 0 else None,
-        "search_ms": _pct([ns for r in records for ns in r.get("search_ns", [])]),
-        "feedback_ms": _pct([ns for r in records for ns in r.get("feedback_ns", [])]),
+        "search_ms": latency_ms([ns for r in records for ns in r.get("search_ns", [])]),
+        "feedback_ms": latency_ms([ns for r in records for ns in r.get("feedback_ns", [])]),
         "server_cpu_s": None if cpu0 is None or cpu1 is None else round(cpu1 - cpu0, 3),
         "retries": {
             "observed_by": "wrapping each worker's store.transact: runs of the transaction body minus calls",
@@ -631,7 +643,7 @@ def bench_concurrency(
         "errors": errors[:5],
         "worker_errors": len(errors),
         "loadavg_start": load_start,
-        "loadavg_end": _loadavg(),
+        "loadavg_end": loadavg(),
     }
     log(
         f"[concurrency] {out['updates_per_s']} feedback/s over {span:.1f}s; retries {runs - calls}/{calls}; "
@@ -675,7 +687,7 @@ def print_table(result: dict[str, Any]) -> None:
 
 # -- main --------------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m evals.perf_postgres", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m evals.perf.postgres", description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000], help="store sizes")
     ap.add_argument("--queries", type=int, default=300, help="measured queries per size (and as many feedbacks)")
     ap.add_argument("--warmup", type=int, default=30)
@@ -699,7 +711,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     t_wall = time.perf_counter()
-    load_start = _loadavg()
+    load_start = loadavg()
     root = Path(tempfile.mkdtemp(prefix="remem_perf_pg_", dir=args.tmpdir))
     per_size: list[dict[str, Any]] = []
     try:
@@ -754,19 +766,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             "backends": {"sqlite": "SQLite ledger + numpy FlatIndex", "postgres": "PostgreSQL + pgvector HNSW"},
         },
         "machine": {**machine_facts(), "postgres": postgres},
-        "git_commit": _git_commit(),
-        "git_dirty": _git_dirty(),
+        "git_commit": git_commit(),
+        "git_dirty": git_dirty(),
         "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "sizes": per_size,
         "concurrency": concurrency,
         "loadavg_start": load_start,
-        "loadavg_end": _loadavg(),
+        "loadavg_end": loadavg(),
         "wall_time_s": round(time.perf_counter() - t_wall, 2),
         "out": args.out,
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    write_json(out, result, indent=2, sort_keys=True)
     print_table(result)
     ok = concurrency["lost_updates"] == 0 and concurrency["verify_ok"] and not concurrency["worker_errors"]
     return 0 if ok else 1

@@ -1,0 +1,1 @@
+"""Synthetic worlds, the simulated reader, the compared systems, replay, runner, statistics and studies."""

@@ -1,0 +1,1 @@
+"""Performance benchmarks (core, middleware, PostgreSQL) and the machine facts they record."""
