@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 Role = Literal["state", "preference", "note"]
-OutcomeSource = Literal["api", "truth", "user", "inferred"]
-OUTCOME_SOURCES: tuple[OutcomeSource, ...] = ("api", "truth", "user", "inferred")
+OutcomeSource = Literal["api", "truth", "user", "inferred", "judge"]
+OUTCOME_SOURCES: tuple[OutcomeSource, ...] = ("api", "truth", "user", "inferred", "judge")
 ROLES: tuple[Role, ...] = ("state", "preference", "note")
 
 # The overall statistics row of a memory uses this task class; per-class rows use the caller's name.

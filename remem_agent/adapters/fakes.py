@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
-from remem_agent.adapters.base import Capabilities, ChatRequest, ChatResponse, Usage
+from remem_agent.adapters.base import (
+    Capabilities,
+    ChatRequest,
+    ChatResponse,
+    StreamChunk,
+    ToolCallDelta,
+    Usage,
+)
 from remem_agent.errors import ModelError
+
+FAKE_CAPABILITIES = Capabilities(tools=True, streaming=True)
 
 Reply = str | ChatResponse | BaseException
 
@@ -17,6 +27,19 @@ def _as_response(reply: str | ChatResponse, name: str) -> ChatResponse:
     if isinstance(reply, ChatResponse):
         return reply
     return ChatResponse(text=reply, finish_reason="stop", usage=Usage(None, len(reply.split())), model=name)
+
+
+async def _chunks(resp: ChatResponse) -> AsyncIterator[StreamChunk]:
+    """A reply as a real stream would send it: word pieces, then tool-call pieces, then the finish."""
+    for piece in re.findall(r"\S+\s*|\s+", resp.text):
+        await asyncio.sleep(0)  # a real suspension point between chunks, as over a socket
+        yield StreamChunk(text=piece)
+    for i, call in enumerate(resp.tool_calls):
+        yield StreamChunk(tool_calls=(ToolCallDelta(index=i, id=call.id, name=call.name),))
+        half = len(call.arguments) // 2
+        for part in (call.arguments[:half], call.arguments[half:]):
+            yield StreamChunk(tool_calls=(ToolCallDelta(index=i, arguments=part),))
+    yield StreamChunk(finish_reason=resp.finish_reason, usage=resp.usage)
 
 
 @dataclass
@@ -29,7 +52,7 @@ class ScriptedChatModel:
 
     replies: Iterable[Reply]
     name: str = "scripted"
-    capabilities: Capabilities = field(default_factory=Capabilities)
+    capabilities: Capabilities = FAKE_CAPABILITIES
     adapter: str = "scripted"
     requests: list[ChatRequest] = field(default_factory=list)
 
@@ -47,6 +70,12 @@ class ScriptedChatModel:
             raise reply
         return _as_response(reply, self.name)
 
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
+        """The next scripted reply in pieces (an exception in the script is raised before the first one)."""
+        resp = await self.complete(request)
+        async for chunk in _chunks(resp):
+            yield chunk
+
 
 @dataclass
 class FunctionChatModel:
@@ -54,7 +83,7 @@ class FunctionChatModel:
 
     fn: Callable[[ChatRequest], str | ChatResponse | Awaitable[str | ChatResponse]]
     name: str = "function"
-    capabilities: Capabilities = field(default_factory=Capabilities)
+    capabilities: Capabilities = FAKE_CAPABILITIES
     adapter: str = "function"
     requests: list[ChatRequest] = field(default_factory=list)
 
@@ -64,3 +93,8 @@ class FunctionChatModel:
         if inspect.isawaitable(out):
             out = await out
         return _as_response(out, self.name)
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
+        resp = await self.complete(request)
+        async for chunk in _chunks(resp):
+            yield chunk

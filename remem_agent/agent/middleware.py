@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from remem_agent._time import Timestamp
-from remem_agent.adapters.base import ChatModel
+from remem_agent.adapters.base import ChatModel, Message, ToolSpec
 from remem_agent.adapters.retry import RetryPolicy
 from remem_agent.agent.call import Enforced, Sampling, call_and_enforce
+from remem_agent.agent.chat import ChatOptions, ChatReply, ChatStream, Conversations, Verdict, run_chat, stream_chat
 from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, PendingOutcomes, Waiting
 from remem_agent.agent.ports import AgentMemory
 from remem_agent.agent.prompt import build_messages, check_answer_schema, citation_aliases, with_citations
@@ -39,7 +40,7 @@ from remem_agent.types import FeedbackReceipt, Hit, Role, SearchResult
 
 log = logging.getLogger("remem_agent.agent")
 
-__all__ = ["WEAK_SUCCESS_WEIGHT", "Answer", "MemoryAgent", "default_trace_path"]
+__all__ = ["WEAK_SUCCESS_WEIGHT", "Answer", "ChatReply", "ChatStream", "MemoryAgent", "default_trace_path"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,8 +105,15 @@ class MemoryAgent:
         seed: int | None = 0,
         system_prompt: str | None = None,
         infer_outcomes: bool = True,
+        judge: ChatModel | None = None,
+        strip_citations: bool = False,
     ) -> None:
-        """``trace``: a path, a ``TraceWriter``, ``False`` (off) or ``None`` (:func:`default_trace_path`)."""
+        """``trace``: a path, a ``TraceWriter``, ``False`` (off) or ``None`` (:func:`default_trace_path`).
+
+        ``judge`` (off by default): a chat model that rates a conversation's previous answer from the
+        next user turn (schema-enforced); its verdict replaces the next-turn heuristic when it is sure.
+        ``strip_citations``: remove inline ``[M1]`` labels from chat replies (``ChatReply.raw`` keeps them).
+        """
         if not isinstance(model, ChatModel):
             raise UserInputError("model must implement the ChatModel protocol (name, adapter, capabilities, complete)")
         if max_reasks < 0 or max_concurrency < 1:
@@ -132,8 +140,115 @@ class MemoryAgent:
         else:
             path = Path(trace) if trace is not None else default_trace_path(memory, self.run_id)
             self.tracer = TraceWriter(path) if path is not None else None
+        if judge is not None and not isinstance(judge, ChatModel):
+            raise UserInputError("judge must implement the ChatModel protocol")
+        self.strip_citations = strip_citations
         self._sem = asyncio.Semaphore(max_concurrency)
-        self._pending: PendingOutcomes[str | None] = PendingOutcomes()  # threads are task classes
+        # Threads of waiting answers: ("task", task class) for ask, ("conv", conversation id) for chat.
+        self._pending: PendingOutcomes[tuple[str, str | None]] = PendingOutcomes()
+        self._conversations = Conversations(
+            memory=memory,
+            model=model,
+            pending=self._pending,
+            tracer=lambda: self.tracer,
+            run_id=self.run_id,
+            retry=self.retry,
+            k=k,
+            token_budget=token_budget,
+            judge=judge,
+        )
+
+    # -- conversations ----------------------------------------------------------------------------
+    async def chat(
+        self,
+        messages: Sequence[Mapping[str, Any] | Message],
+        *,
+        tools: Sequence[Mapping[str, Any] | ToolSpec] | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
+        conversation_id: str | None = None,
+        task: str | None = None,
+        k: int | None = None,
+        now: Timestamp | None = None,
+        token_budget: int | None = None,
+        strip_citations: bool | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> ChatReply:
+        """Answer the caller's conversation with memory; see :mod:`remem_agent.agent.chat` for the rules.
+
+        ``messages`` are OpenAI-style (system / user / assistant with ``tool_calls`` / tool with
+        ``tool_call_id``); they are passed on unchanged apart from one added memory block. Bad input is
+        a ``UserInputError`` before any model call. ``conversation_id`` defaults to a hash of the
+        conversation's first system and user message.
+        """
+        opts = self._chat_options(
+            messages, tools, tool_choice, conversation_id, task, k, now, token_budget, strip_citations,
+            temperature, max_tokens, extra,
+        )  # fmt: skip
+        async with self._sem:
+            return await run_chat(self._conversations, opts, self.retry)
+
+    def chat_stream(
+        self,
+        messages: Sequence[Mapping[str, Any] | Message],
+        *,
+        tools: Sequence[Mapping[str, Any] | ToolSpec] | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
+        conversation_id: str | None = None,
+        task: str | None = None,
+        k: int | None = None,
+        now: Timestamp | None = None,
+        token_budget: int | None = None,
+        strip_citations: bool | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> ChatStream:
+        """Like :meth:`chat`, streamed: ``async for chunk in agent.chat_stream(...)`` (see :class:`ChatStream`).
+
+        Input is validated here, before anything runs; a bad conversation raises ``UserInputError`` at once.
+        """
+        opts = self._chat_options(
+            messages, tools, tool_choice, conversation_id, task, k, now, token_budget, strip_citations,
+            temperature, max_tokens, extra,
+        )  # fmt: skip
+        conv, retry, sem = self._conversations, self.retry, self._sem
+        return ChatStream(lambda s: stream_chat(conv, opts, retry, s, lambda: sem))
+
+    def _chat_options(
+        self,
+        messages: object,
+        tools: object,
+        tool_choice: object,
+        conversation_id: str | None,
+        task: str | None,
+        k: int | None,
+        now: Timestamp | None,
+        token_budget: int | None,
+        strip_citations: bool | None,
+        temperature: float | None,
+        max_tokens: int | None,
+        extra: Mapping[str, Any] | None,
+    ) -> ChatOptions:
+        sampling = Sampling(
+            temperature=self.sampling.temperature if temperature is None else temperature,
+            max_tokens=self.sampling.max_tokens if max_tokens is None else max_tokens,
+            seed=self.sampling.seed,
+        )
+        return self._conversations.options(
+            messages,
+            tools=tools,
+            tool_choice=tool_choice,
+            conversation_id=conversation_id,
+            task=task,
+            k=k,
+            now=now,
+            token_budget=token_budget,
+            strip_citations=self.strip_citations if strip_citations is None else strip_citations,
+            sampling=sampling,
+            extra=extra,
+        )
 
     # -- the loop -------------------------------------------------------------------------------
     async def ask(
@@ -155,7 +270,7 @@ class MemoryAgent:
             t0 = time.perf_counter()
             answer_id = f"a_{uuid.uuid4().hex[:16]}"
             if self.infer_outcomes:
-                await self._infer_moved_on(task)
+                await self._infer_moved_on(("task", task))
             # 1. recall
             res: SearchResult = await self.memory.asearch(
                 question,
@@ -239,7 +354,7 @@ class MemoryAgent:
                     cited_ids=cited_ids,
                     value=value,
                 )
-                await self._pending.add(waiting, task)
+                await self._pending.add(waiting, ("task", task))
             learn_ms = (time.perf_counter() - t_learn) * 1000
             # 7. trace
             await self._write(
@@ -307,17 +422,31 @@ class MemoryAgent:
 
     # -- outcomes that arrive later -------------------------------------------------------------
     async def feedback(
-        self, answer_id: str, *, success: bool, used_ids: Sequence[str] | None = None
+        self,
+        answer_id: str,
+        *,
+        success: bool,
+        used_ids: Sequence[str] | None = None,
+        reason: str | None = None,
     ) -> FeedbackReceipt:
-        """An explicit user signal for an earlier answer (source "user")."""
-        item = await self._pending.take(answer_id)
+        """An explicit user signal (thumbs up/down) for an earlier answer of ``ask`` or ``chat`` (source "user").
+
+        ``reason`` is kept in the trace's outcome line. An answer gets one verdict: a second call, or one
+        after the verdict was inferred, raises ``UnknownSearchError``.
+        """
+        if not isinstance(success, bool):
+            raise UserInputError("success must be True or False")
+        if reason is not None:
+            reason = check_text(reason, "reason")
+        item = await self._pending.take(answer_id) if isinstance(answer_id, str) else None
         if item is None:
-            raise UnknownSearchError(answer_id)
+            raise UnknownSearchError(str(answer_id))
+        used = sorted({*item.used_ids, *(used_ids or ())})
         try:
-            return await self.memory.afeedback(
+            receipt = await self.memory.afeedback(
                 item.search_id,
                 success=success,
-                used_ids=used_ids,
+                used_ids=used,
                 cited_ids=list(item.cited_ids),
                 answer=item.value,
                 source="user",
@@ -325,6 +454,9 @@ class MemoryAgent:
         except BaseException:
             await self._pending.release(item)
             raise
+        verdict = Verdict(success=success, source="user", weight=1.0, reason=reason or "")
+        await self._conversations.write_outcome(item, None, verdict, receipt, started=None)
+        return receipt
 
     async def remember(
         self,
@@ -354,9 +486,9 @@ class MemoryAgent:
                 item.search_id, success=False, used_ids=blamed, cited_ids=list(item.cited_ids), source="inferred"
             )
 
-    async def _infer_moved_on(self, task: str | None) -> None:
+    async def _infer_moved_on(self, thread: tuple[str, str | None]) -> None:
         """A new ask in the same task with no correction since: the previous answer was a weak success."""
-        item = await self._pending.take_latest(task)
+        item = await self._pending.take_latest(thread)
         if item is None:
             return
         await self.memory.afeedback(

@@ -32,7 +32,8 @@ class Waiting:
     search_id: str
     served_ids: tuple[str, ...]
     cited_ids: tuple[str, ...]
-    value: object  # the answer's value (dict or text): value use is credited from it
+    value: object  # the answer's value (a schema answer's dict): value use is credited from it
+    used_ids: tuple[str, ...] = ()  # served memories whose values a free-text reply repeated
 
 
 K = TypeVar("K", bound=Hashable)

@@ -1,6 +1,11 @@
-"""Trace: one JSON line per ``ask``, for failure analysis by a person or a script.
+"""Trace: one JSON line per ``ask`` or chat call (and one per late outcome), for failure analysis.
 
-Line schema (version 1; ``TRACE_SCHEMA`` below is the machine-checkable form)::
+Two versions live side by side and :func:`load_traces` reads both: version 1 lines come from
+``MemoryAgent.ask`` (``TRACE_SCHEMA``); version 2 lines have a ``kind``: ``"chat"`` for one call of
+``MemoryAgent.chat``/``chat_stream`` (``CHAT_TRACE_SCHEMA``) and ``"outcome"`` for a verdict that arrived
+after the reply (``OUTCOME_TRACE_SCHEMA``: explicit, inferred from the next user turn, or a judge's).
+
+Version 1 line schema (``TRACE_SCHEMA`` below is the machine-checkable form)::
 
     {"v": 1, "ts": ISO-8601, "run": str, "answer_id": str, "task_id": str|null, "task": str|null,
      "question": str, "system": str|null,
@@ -84,7 +89,84 @@ TRACE_SCHEMA: dict[str, Any] = {
         "latency_ms": {"type": "object"},
     },
 }
+CHAT_TRACE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": [
+        "v", "kind", "ts", "run", "answer_id", "conversation_id", "turn", "model", "served", "aliases",
+        "recalled", "messages", "reply", "citations", "error", "latency_ms",
+    ],
+    "properties": {
+        "v": {"const": 2},
+        "kind": {"const": "chat"},
+        "ts": {"type": "string"},
+        "run": {"type": "string"},
+        "answer_id": {"type": "string"},
+        "conversation_id": {"type": "string"},
+        "turn": {"type": "integer"},  # index of the latest user message in the conversation
+        "task": {"type": ["string", "null"]},
+        "model": {"type": "object", "required": ["adapter", "name"]},
+        "search_id": {"type": ["string", "null"]},
+        "recall_query": {"type": ["string", "null"]},
+        "recalled": {"type": "boolean"},  # False: a tool-loop call of a turn reuses the turn's recall
+        "served": {"type": "array", "items": {"type": "object", "required": ["id", "rank", "score", "state"]}},
+        "aliases": {"type": "object", "additionalProperties": {"type": "string"}},
+        "messages": {"type": "array", "items": {"type": "object", "required": ["role", "content"]}},
+        "memory_block": {"type": ["string", "null"]},
+        "tools": {"type": "array", "items": {"type": "string"}},
+        "stream": {"type": "boolean"},
+        "reply": {
+            "type": "object",
+            "required": ["text", "tool_calls", "finish_reason"],
+            "properties": {"text": {"type": "string"}, "tool_calls": {"type": "array"}},
+        },
+        "citations": {"type": "array", "items": {"type": "string"}},
+        "unknown_citations": {"type": "array", "items": {"type": "string"}},
+        "used": {"type": "array", "items": {"type": "string"}},
+        "error": {"type": ["string", "null"]},
+        "latency_ms": {"type": "object"},
+    },
+}  # fmt: skip
+
+OUTCOME_TRACE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["v", "kind", "ts", "run", "answer_id", "search_id", "outcome"],
+    "properties": {
+        "v": {"const": 2},
+        "kind": {"const": "outcome"},
+        "ts": {"type": "string"},
+        "run": {"type": "string"},
+        "answer_id": {"type": "string"},
+        "conversation_id": {"type": ["string", "null"]},
+        "search_id": {"type": "string"},
+        "outcome": {
+            "type": "object",
+            "required": ["success", "source", "weight"],
+            "properties": {"source": {"enum": ["user", "inferred", "judge"]}},
+        },
+        "reason": {"type": ["string", "null"]},
+        "heuristic": {"type": ["object", "null"]},  # what the next-turn rules said
+        "judge": {"type": ["object", "null"]},  # what the judge said, when one is configured
+        "credit": {"type": "object"},
+        "blame": {"type": "object"},
+        "after_s": {"type": ["number", "null"]},  # seconds from the reply to the verdict
+    },
+}
+
 _VALIDATOR = Draft202012Validator(TRACE_SCHEMA)
+_VALIDATORS_V2 = {
+    "chat": Draft202012Validator(CHAT_TRACE_SCHEMA),
+    "outcome": Draft202012Validator(OUTCOME_TRACE_SCHEMA),
+}
+
+
+def _schema_errors(rec: Any) -> list[str]:
+    """Why ``rec`` is not a valid trace line of any version (empty when it is one)."""
+    if isinstance(rec, dict) and rec.get("v") == 2:
+        validator = _VALIDATORS_V2.get(rec.get("kind"))  # type: ignore[arg-type]
+        if validator is None:
+            return [f"unknown v2 trace kind {rec.get('kind')!r}"]
+        return [e.message for e in validator.iter_errors(rec)]
+    return [e.message for e in _VALIDATOR.iter_errors(rec)]
 
 
 @dataclass(kw_only=True)
@@ -224,10 +306,10 @@ def iter_traces(path: str | Path, *, strict: bool = True) -> Iterator[dict[str, 
                 if strict:
                     raise UserInputError(f"{path}:{n}: not JSON: {exc}") from exc
                 continue
-            errs = list(_VALIDATOR.iter_errors(rec))
+            errs = _schema_errors(rec)
             if errs:
                 if strict:
-                    raise UserInputError(f"{path}:{n}: not a v{TRACE_VERSION} trace line: {errs[0].message}")
+                    raise UserInputError(f"{path}:{n}: not a trace line: {errs[0]}")
                 continue
             yield rec
 

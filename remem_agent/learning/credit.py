@@ -113,3 +113,35 @@ def values_used(texts: Mapping[str, str], answer: Any) -> set[str]:
         return set()
     pats = [re.compile(r"(?<![\w-])" + re.escape(v) + r"(?![\w-])") for v in values]
     return {mid for mid, text in texts.items() if any(p.search(_norm(text)) for p in pats)}
+
+
+_VALUE_TOKEN = re.compile(r"[\w][\w.:/@-]*[\w]|\w")
+_STOP = frozenset(
+    "the a an and or of to in on at for is are was were be been it its this that with from by as our your my their "
+    "we you i he she they them his her not no yes".split()
+)
+
+
+def carried_values(text: str) -> set[str]:
+    """The value-like tokens a memory carries: words with a digit or an inner ``-._:/@`` (``west-2``,
+    ``10.0.0.1``, ``v3.2``) and capitalised words after the first (names). Casefolded."""
+    out: set[str] = set()
+    for n, m in enumerate(_VALUE_TOKEN.finditer(unicodedata.normalize("NFKC", text))):
+        tok = m.group(0)
+        low = tok.casefold()
+        if low in _STOP or len(tok) < 2:
+            continue
+        if any(ch.isdigit() for ch in tok) or any(ch in tok for ch in "-._:/@") or (n > 0 and tok[0].isupper()):
+            out.add(low)
+    return out
+
+
+def carried_values_used(texts: Mapping[str, str], reply: str, *, exclude: str = "") -> set[str]:
+    """Ids of memories carrying a value that the free-text ``reply`` (or tool-call arguments) repeats.
+
+    A value the conversation itself already contains (``exclude``: the user's turns) is not evidence that
+    the memory was used, so it does not count.
+    """
+    said = {t.casefold() for t in _VALUE_TOKEN.findall(unicodedata.normalize("NFKC", reply))}
+    known = {t.casefold() for t in _VALUE_TOKEN.findall(unicodedata.normalize("NFKC", exclude))}
+    return {mid for mid, text in texts.items() if (carried_values(text) - known) & said}

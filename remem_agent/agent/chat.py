@@ -1,0 +1,657 @@
+"""Memory for a conversation the caller owns: ``MemoryAgent.chat`` and ``MemoryAgent.chat_stream``.
+
+The caller keeps its system prompt, history, tools and sampling; per call the middleware
+
+1. validates the messages and tools (:mod:`.conversation`), before any model call;
+2. recalls once per *user turn*: a call whose latest user message is new runs a search; a call that
+   only adds assistant tool calls and tool results to the same turn (an agent loop) reuses that turn's
+   recall, so every call of the turn shows the same labels and credit goes to the turn that served;
+3. adds one memory block (placement in :func:`~remem_agent.agent.conversation.inject_memories`);
+4. calls the model (streamed or not), extracts inline citations ``[M1]`` and the values of served
+   memories that the reply or tool-call arguments repeat;
+5. leaves the turn's answer waiting for its outcome, which arrives as an explicit
+   ``feedback(answer_id, ...)``, as a correction (a new ``state`` fact superseding a served one), or
+   from the next user turn of the same conversation: a correction ("No, ...") is a failure blamed on the
+   memories the answer used; moving on is a weak success; an optional judge model rates the answer;
+6. writes one trace line per call and one per outcome (:mod:`.trace`, version 2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from remem_agent._time import Timestamp
+from remem_agent.adapters.base import (
+    ChatModel,
+    ChatRequest,
+    ChatResponse,
+    FinishReason,
+    Message,
+    StreamAssembler,
+    StreamChunk,
+    ToolCall,
+    ToolSpec,
+    Usage,
+    stream_reply,
+)
+from remem_agent.adapters.retry import RetryPolicy, call_with_retries
+from remem_agent.agent.call import Sampling
+from remem_agent.agent.conversation import (
+    CitationStripper,
+    conversation_key,
+    extract_citations,
+    inject_memories,
+    latest_user_index,
+    looks_like_correction,
+    parse_messages,
+    parse_tool_choice,
+    parse_tools,
+    recall_query,
+    strip_citations,
+    tool_arguments,
+)
+from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, PendingOutcomes, Waiting
+from remem_agent.agent.ports import AgentMemory
+from remem_agent.agent.prompt import citation_aliases, render_memories
+from remem_agent.agent.trace import TraceWriter
+from remem_agent.errors import ModelError, UserInputError
+from remem_agent.learning.credit import carried_values_used
+from remem_agent.types import FeedbackReceipt, Hit, OutcomeSource, SearchResult
+
+log = logging.getLogger("remem_agent.agent")
+
+MAX_CONVERSATIONS = 10_000  # turn state kept for this many conversations (least recently used dropped)
+Thread = tuple[str, str | None]  # ("conv", conversation id) in the pending outcomes
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChatReply:
+    """One model reply in a conversation, with what the memory did for it."""
+
+    text: str  # citations stripped when the agent was asked to (``raw`` keeps them)
+    raw: str
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: FinishReason
+    usage: Usage
+    answer_id: str  # the turn's answer: the same for every call of one user turn (tool loop)
+    conversation_id: str
+    search_id: str | None
+    served: tuple[Hit, ...]
+    aliases: Mapping[str, str]
+    citations: tuple[str, ...]  # memory ids cited inline in this reply
+    used: tuple[str, ...]  # served memories whose values this reply (or its tool arguments) repeats
+    recalled: bool  # False when the call reused its turn's recall (an agent-loop continuation)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """A judgement of the previous answer from the next user turn."""
+
+    success: bool | None  # None: no verdict (the judge was unsure)
+    source: OutcomeSource
+    weight: float
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"success": self.success, "source": self.source, "weight": self.weight, "reason": self.reason}
+
+
+JUDGE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "verdict": {"type": "string", "enum": ["helpful", "wrong", "unclear"]},
+        "reason": {"type": "string", "maxLength": 200},
+    },
+    "required": ["verdict", "reason"],
+    "additionalProperties": False,
+}
+
+JUDGE_PROMPT = """You rate an assistant's answer from the user's next message.
+Reply with ONE JSON object: {"verdict": "helpful" | "wrong" | "unclear", "reason": short text}.
+"wrong": the next message corrects the answer or says it was wrong or outdated. "helpful": the user
+accepts it or moves on. "unclear": you cannot tell."""
+
+
+@dataclass
+class _Turn:
+    """State of the latest user turn of one conversation."""
+
+    key: tuple[int, str]
+    answer_id: str
+    result: SearchResult
+    aliases: dict[str, str]
+    query: str
+    user_text: str  # all user turns so far: a value they contain is not evidence of memory use
+    question: str
+    started: float = field(default_factory=time.time)
+    cited: list[str] = field(default_factory=list)
+    used: list[str] = field(default_factory=list)
+    replies: list[str] = field(default_factory=list)
+    answered: bool = False  # a reply of this turn was delivered (so it waits for an outcome)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChatOptions:
+    """What one chat call asked for, validated."""
+
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...]
+    tool_choice: str | None
+    conversation_id: str
+    task: str | None
+    k: int | None
+    now: Timestamp | None
+    token_budget: int | None
+    strip: bool
+    sampling: Sampling
+    extra: Mapping[str, Any]
+
+
+class Conversations:
+    """Turn state, recall and dialogue outcomes for every conversation one ``MemoryAgent`` serves."""
+
+    def __init__(
+        self,
+        *,
+        memory: AgentMemory,
+        model: ChatModel,
+        pending: PendingOutcomes[Any],
+        tracer: Callable[[], TraceWriter | None],
+        run_id: str,
+        retry: RetryPolicy,
+        k: int,
+        token_budget: int | None,
+        judge: ChatModel | None = None,
+    ) -> None:
+        self.memory, self.model, self.pending = memory, model, pending
+        self._tracer, self.run_id, self.retry = tracer, run_id, retry
+        self.k, self.token_budget, self.judge = k, token_budget, judge
+        self._turns: OrderedDict[str, _Turn] = OrderedDict()
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # -- validation -----------------------------------------------------------------------------
+    def options(
+        self,
+        messages: object,
+        *,
+        tools: object,
+        tool_choice: object,
+        conversation_id: str | None,
+        task: str | None,
+        k: int | None,
+        now: Timestamp | None,
+        token_budget: int | None,
+        strip_citations: bool,
+        sampling: Sampling,
+        extra: Mapping[str, Any] | None,
+    ) -> ChatOptions:
+        msgs = parse_messages(messages)
+        specs = parse_tools(tools)
+        choice = parse_tool_choice(tool_choice, specs)
+        if specs and not self.model.capabilities.tools:
+            raise UserInputError(
+                f"model {self.model.name!r} ({self.model.adapter}) does not support tools; "
+                "pass no tools, or use an adapter whose capabilities.tools is True"
+            )
+        if conversation_id is not None and (not isinstance(conversation_id, str) or not conversation_id.strip()):
+            raise UserInputError("conversation_id must be a non-empty string")
+        if extra is not None and not isinstance(extra, Mapping):
+            raise UserInputError("extra must be a mapping of provider fields")
+        return ChatOptions(
+            messages=msgs,
+            tools=specs,
+            tool_choice=choice,
+            conversation_id=conversation_id or conversation_key(msgs),
+            task=task,
+            k=k,
+            now=now,
+            token_budget=token_budget,
+            strip=strip_citations,
+            sampling=sampling,
+            extra=dict(extra or {}),
+        )
+
+    # -- recall once per user turn ----------------------------------------------------------------
+    async def begin(self, opts: ChatOptions) -> tuple[_Turn, bool]:
+        """The turn this call belongs to; a new user turn first settles the previous one, then recalls."""
+        cid = opts.conversation_id
+        ui = latest_user_index(opts.messages)
+        user = opts.messages[ui].content
+        key = (ui, hashlib.sha256(user.encode()).hexdigest()[:16])
+        lock = self._locks.setdefault(cid, asyncio.Lock())
+        async with lock:  # two calls of one conversation never recall or settle the same turn twice
+            prev = self._turns.get(cid)
+            if prev is not None and prev.key == key:
+                self._turns.move_to_end(cid)
+                return prev, False
+            if prev is not None:
+                await self.settle_from_next_turn(prev, cid, user)
+            query = recall_query(opts.messages)
+            res = await self.memory.asearch(
+                query,
+                k=opts.k or self.k,
+                task=opts.task,
+                now=opts.now,
+                token_budget=self.token_budget if opts.token_budget is None else opts.token_budget,
+            )
+            turn = _Turn(
+                key=key,
+                answer_id=f"a_{uuid.uuid4().hex[:16]}",
+                result=res,
+                aliases=citation_aliases(res.ids),
+                query=query,
+                user_text="\n".join(m.content for m in opts.messages if m.role == "user"),
+                question=user,
+            )
+            self._turns[cid] = turn
+            self._turns.move_to_end(cid)
+            while len(self._turns) > MAX_CONVERSATIONS:
+                old, _ = self._turns.popitem(last=False)
+                self._locks.pop(old, None)
+            return turn, True
+
+    def request(self, opts: ChatOptions, turn: _Turn) -> tuple[ChatRequest, str | None]:
+        labels = list(turn.aliases)
+        prompt = inject_memories(opts.messages, turn.result.items, labels)
+        block = render_memories(turn.result.items, labels) if turn.result.items else None
+        req = ChatRequest(
+            messages=prompt,
+            temperature=opts.sampling.temperature,
+            max_tokens=opts.sampling.max_tokens,
+            seed=opts.sampling.seed,
+            tools=opts.tools,
+            tool_choice=opts.tool_choice,
+            extra=opts.extra,
+        )
+        return req, block
+
+    # -- after the reply --------------------------------------------------------------------------
+    async def finish(self, opts: ChatOptions, turn: _Turn, resp: ChatResponse, *, recalled: bool) -> ChatReply:
+        """Citations and value use of one reply; the turn's answer (re)joins the waiting outcomes."""
+        cited, unknown = extract_citations(resp.text, turn.aliases)
+        texts = {h.id: h.text for h in turn.result.items}
+        said = "\n".join([resp.text, *(json.dumps(a, ensure_ascii=False) for a in tool_arguments(resp.tool_calls))])
+        used = sorted(carried_values_used(texts, said, exclude=turn.user_text))
+        turn.cited += [c for c in cited if c not in turn.cited]
+        turn.used += [u for u in used if u not in turn.used]
+        turn.replies.append(resp.text)
+        turn.answered = True
+        if turn.result.items:
+            await self.pending.add(
+                Waiting(
+                    answer_id=turn.answer_id,
+                    search_id=turn.result.search_id,
+                    served_ids=tuple(turn.result.ids),
+                    cited_ids=tuple(turn.cited),
+                    value=None,
+                    used_ids=tuple(turn.used),
+                ),
+                ("conv", opts.conversation_id),
+            )
+        if unknown:
+            log.debug("reply cited labels that were not served: %s", unknown)
+        return ChatReply(
+            text=strip_citations(resp.text) if opts.strip else resp.text,
+            raw=resp.text,
+            tool_calls=resp.tool_calls,
+            finish_reason=resp.finish_reason,
+            usage=resp.usage,
+            answer_id=turn.answer_id,
+            conversation_id=opts.conversation_id,
+            search_id=turn.result.search_id,
+            served=turn.result.items,
+            aliases=dict(turn.aliases),
+            citations=cited,
+            used=tuple(used),
+            recalled=recalled,
+        )
+
+    async def settle_from_next_turn(self, prev: _Turn, cid: str, next_user: str) -> None:
+        """The next user turn arrived: judge the previous answer (unless a verdict already came)."""
+        if not prev.answered or not prev.result.items:
+            return
+        item = await self.pending.take(prev.answer_id)
+        if item is None:  # already judged (explicit feedback, a correction by a new fact)
+            return
+        correction = looks_like_correction(next_user)
+        heuristic = Verdict(
+            success=not correction,
+            source="inferred",
+            weight=1.0 if correction else WEAK_SUCCESS_WEIGHT,
+            reason="the next user turn reads as a correction" if correction else "the user moved on",
+        )
+        judged = await self._judge(prev, next_user) if self.judge is not None else None
+        verdict = judged if judged is not None and judged.success is not None else heuristic
+        assert verdict.success is not None
+        try:
+            receipt = await self.memory.afeedback(
+                item.search_id,
+                success=verdict.success,
+                cited_ids=list(item.cited_ids),
+                used_ids=list(item.used_ids),
+                weight=verdict.weight,
+                source=verdict.source,
+            )
+        except BaseException:
+            await self.pending.release(item)
+            raise
+        await self.write_outcome(
+            item,
+            cid,
+            verdict,
+            receipt,
+            started=prev.started,
+            heuristic=heuristic.to_dict(),
+            judge=judged.to_dict() if judged else None,
+        )
+
+    async def _judge(self, prev: _Turn, next_user: str) -> Verdict | None:
+        """Ask the judge model (schema-enforced); any failure of the judge leaves the heuristic's verdict."""
+        assert self.judge is not None
+        answer = prev.replies[-1] if prev.replies else ""
+        req = ChatRequest(
+            messages=(
+                Message("system", JUDGE_PROMPT),
+                Message("user", json.dumps({"question": prev.question, "answer": answer, "next_message": next_user})),
+            ),
+            json_schema=JUDGE_SCHEMA,
+            schema_name="verdict",
+            max_tokens=160,
+        )
+        try:
+            resp = await call_with_retries(lambda: self.judge.complete(req), self.retry)  # type: ignore[union-attr]
+            data = json.loads(resp.text)
+            verdict = data["verdict"]
+            reason = str(data.get("reason", ""))[:200]
+        except (ModelError, ValueError, KeyError, TypeError) as exc:
+            log.info("judge gave no usable verdict: %s", exc)
+            return None
+        if verdict not in ("helpful", "wrong"):
+            return Verdict(success=None, source="judge", weight=0.0, reason=reason or "unclear")
+        return Verdict(success=verdict == "helpful", source="judge", weight=1.0, reason=reason)
+
+    async def write_outcome(
+        self,
+        item: Waiting,
+        cid: str | None,
+        verdict: Verdict,
+        receipt: FeedbackReceipt,
+        *,
+        started: float | None,
+        heuristic: Mapping[str, Any] | None = None,
+        judge: Mapping[str, Any] | None = None,
+    ) -> None:
+        tracer = self._tracer()
+        if tracer is None:
+            return
+        await tracer.write(
+            {
+                "v": 2,
+                "kind": "outcome",
+                "ts": datetime.now(UTC).isoformat(),
+                "run": self.run_id,
+                "answer_id": item.answer_id,
+                "conversation_id": cid,
+                "search_id": item.search_id,
+                "outcome": {"success": verdict.success, "source": verdict.source, "weight": verdict.weight},
+                "reason": verdict.reason,
+                "heuristic": dict(heuristic) if heuristic is not None else None,
+                "judge": dict(judge) if judge is not None else None,
+                "credit": dict(receipt.credit),
+                "blame": dict(receipt.blame),
+                "after_s": round(time.time() - started, 3) if started is not None else None,
+            }
+        )
+
+    # -- traces -----------------------------------------------------------------------------------
+    async def write_call(
+        self,
+        opts: ChatOptions,
+        turn: _Turn,
+        *,
+        recalled: bool,
+        block: str | None,
+        stream: bool,
+        text: str,
+        tool_calls: Sequence[ToolCall],
+        finish_reason: str | None,
+        usage: Usage,
+        reply: ChatReply | None,
+        error: str | None,
+        latency: Mapping[str, float],
+    ) -> None:
+        tracer = self._tracer()
+        if tracer is None:
+            return
+        await tracer.write(
+            {
+                "v": 2,
+                "kind": "chat",
+                "ts": datetime.now(UTC).isoformat(),
+                "run": self.run_id,
+                "answer_id": turn.answer_id,
+                "conversation_id": opts.conversation_id,
+                "turn": turn.key[0],
+                "task": opts.task,
+                "model": {"adapter": self.model.adapter, "name": self.model.name, "params": opts.sampling.to_dict()},
+                "search_id": turn.result.search_id,
+                "recall_query": turn.query if recalled else None,
+                "recalled": recalled,
+                "served": [
+                    {"id": h.id, "rank": h.rank, "score": round(h.score, 6), "state": h.state.value, "text": h.text}
+                    for h in turn.result.items
+                ],
+                "aliases": dict(turn.aliases),
+                "messages": [m.to_dict() for m in opts.messages],
+                "memory_block": block,
+                "tools": [t.name for t in opts.tools],
+                "stream": stream,
+                "reply": {
+                    "text": text,
+                    "tool_calls": [c.to_dict() for c in tool_calls],
+                    "finish_reason": finish_reason,
+                    "usage": usage.to_dict(),
+                },
+                "citations": list(reply.citations) if reply else [],
+                "unknown_citations": list(extract_citations(text, turn.aliases)[1]),
+                "used": list(reply.used) if reply else [],
+                "error": error,
+                "latency_ms": dict(latency),
+            }
+        )
+
+
+def _ms(t0: float, t1: float | None = None) -> float:
+    return round(((t1 if t1 is not None else time.perf_counter()) - t0) * 1000, 3)
+
+
+async def run_chat(conv: Conversations, opts: ChatOptions, retry: RetryPolicy) -> ChatReply:
+    """One non-streaming call: recall (once per turn) -> prompt -> call (with retries) -> citations -> trace."""
+    t0 = time.perf_counter()
+    turn, recalled = await conv.begin(opts)
+    t_recall = time.perf_counter()
+    req, block = conv.request(opts, turn)
+    t_call = time.perf_counter()
+    try:
+        resp = await call_with_retries(lambda: conv.model.complete(req), retry)
+    except ModelError as exc:
+        await conv.write_call(
+            opts, turn, recalled=recalled, block=block, stream=False, text="", tool_calls=(), finish_reason="error",
+            usage=Usage(), reply=None, error=f"model error: {exc}",
+            latency={"recall": _ms(t0, t_recall), "model": _ms(t_call), "total": _ms(t0)},
+        )  # fmt: skip
+        raise
+    model_ms = _ms(t_call)
+    reply = await conv.finish(opts, turn, resp, recalled=recalled)
+    total = _ms(t0)
+    await conv.write_call(
+        opts, turn, recalled=recalled, block=block, stream=False, text=resp.text, tool_calls=resp.tool_calls,
+        finish_reason=resp.finish_reason, usage=resp.usage, reply=reply, error=None,
+        latency={
+            "recall": _ms(t0, t_recall), "model": model_ms, "total": total, "overhead": round(total - model_ms, 3)
+        },
+    )  # fmt: skip
+    return reply
+
+
+@dataclass
+class StreamState:
+    """What a stream's body reports to its :class:`ChatStream` (kept apart so the two form no reference
+    cycle: a stream dropped without ``aclose`` is then freed at once and its generator finalised)."""
+
+    answer_id: str | None = None
+    conversation_id: str | None = None
+    served: tuple[Hit, ...] = ()
+    reply: ChatReply | None = None
+
+
+class ChatStream:
+    """``async for chunk in agent.chat_stream(...)``: text and tool-call pieces as the model produces them.
+
+    Memory work (validation, recall, the memory block) happens before the first chunk: ``await
+    stream.start()`` runs it early and makes ``answer_id``/``served`` available before any token (the
+    gateway sends them as headers). Citations, learning and the trace happen after the last chunk;
+    ``reply`` then holds the assembled :class:`ChatReply`. Leaving the loop early (``break``) or calling
+    :meth:`aclose` closes the model's stream and releases the agent's concurrency slot; nothing is credited.
+    """
+
+    def __init__(self, run: Callable[[StreamState], AsyncGenerator[StreamChunk | None]]) -> None:
+        self._state = StreamState()
+        self._gen = run(self._state)
+        self._started = False
+
+    @property
+    def answer_id(self) -> str | None:
+        return self._state.answer_id
+
+    @property
+    def conversation_id(self) -> str | None:
+        return self._state.conversation_id
+
+    @property
+    def served(self) -> tuple[Hit, ...]:
+        return self._state.served
+
+    @property
+    def reply(self) -> ChatReply | None:
+        return self._state.reply
+
+    async def start(self) -> None:
+        if not self._started:
+            self._started = True
+            first = await self._gen.__anext__()  # the generator yields None once its memory work is done
+            assert first is None
+
+    def __aiter__(self) -> ChatStream:
+        return self
+
+    async def __anext__(self) -> StreamChunk:
+        await self.start()
+        chunk = await self._gen.__anext__()
+        assert chunk is not None
+        return chunk
+
+    async def aclose(self) -> None:
+        await self._gen.aclose()
+
+    async def __aenter__(self) -> ChatStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+async def stream_chat(
+    conv: Conversations,
+    opts: ChatOptions,
+    retry: RetryPolicy,
+    stream: StreamState,
+    slot: Callable[[], contextlib.AbstractAsyncContextManager[Any]],
+) -> AsyncGenerator[StreamChunk | None]:
+    """The body of a :class:`ChatStream`: yields None when ready, then the (citation-stripped) chunks."""
+    async with slot():
+        t0 = time.perf_counter()
+        turn, recalled = await conv.begin(opts)
+        t_recall = time.perf_counter()
+        req, block = conv.request(opts, turn)
+        stream.answer_id, stream.served = turn.answer_id, turn.result.items
+        stream.conversation_id = opts.conversation_id
+        yield None
+        asm = StreamAssembler(conv.model.name)
+        stripper = CitationStripper() if opts.strip else None
+        t_call = time.perf_counter()
+        t_first: float | None = None
+        state: dict[str, str | None] = {"outcome": "stopped", "error": None}  # read in finally, set in the body
+        try:
+            upstream = await _open_stream(conv.model, req, retry)
+            async with contextlib.aclosing(upstream):
+                async for chunk in upstream:
+                    if t_first is None:
+                        t_first = time.perf_counter()
+                    asm.add(chunk)
+                    if stripper is not None and chunk.text:
+                        chunk = replace(chunk, text=stripper.feed(chunk.text))
+                    if stripper is not None and chunk.finish_reason is not None:
+                        chunk = replace(chunk, text=chunk.text + stripper.flush())
+                    if chunk.text or chunk.tool_calls or chunk.finish_reason is not None or chunk.usage is not None:
+                        yield chunk
+            state["outcome"] = "done"
+        except ModelError as exc:
+            state.update(outcome="error", error=f"model error mid-stream: {exc}")
+            raise
+        finally:
+            outcome, error = state["outcome"], state["error"]
+            resp = asm.response(latency_ms=_ms(t_call))
+            reply = await conv.finish(opts, turn, resp, recalled=recalled) if outcome == "done" else None
+            stream.reply = reply
+            total = _ms(t0)
+            latency = {
+                "recall": _ms(t0, t_recall),
+                "first_token": _ms(t0, t_first) if t_first is not None else None,
+                "model": _ms(t_call),
+                "total": total,
+            }
+            await conv.write_call(
+                opts, turn, recalled=recalled, block=block, stream=True, text=resp.text, tool_calls=resp.tool_calls,
+                finish_reason=resp.finish_reason if outcome == "done" else outcome, usage=resp.usage, reply=reply,
+                error=error if outcome != "stopped" else "the consumer stopped reading before the end",
+                latency={k: v for k, v in latency.items() if v is not None},
+            )  # fmt: skip
+
+
+async def _open_stream(model: ChatModel, req: ChatRequest, retry: RetryPolicy) -> AsyncGenerator[StreamChunk]:
+    """The model's stream with its first chunk already received: failures before any byte are retried."""
+
+    async def first() -> tuple[StreamChunk | None, AsyncGenerator[StreamChunk]]:
+        gen = stream_reply(model, req)
+        try:
+            return await gen.__anext__(), gen
+        except StopAsyncIteration:
+            return None, gen
+        except BaseException:
+            await gen.aclose()
+            raise
+
+    head, gen = await call_with_retries(first, retry)
+    return _prepend(head, gen)
+
+
+async def _prepend(head: StreamChunk | None, gen: AsyncGenerator[StreamChunk]) -> AsyncGenerator[StreamChunk]:
+    try:
+        if head is not None:
+            yield head
+        async for chunk in gen:
+            yield chunk
+    finally:
+        await gen.aclose()
