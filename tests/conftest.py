@@ -16,8 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 StoreLocation = Callable[[str], "str | Path"]
+
+# Hypothesis profiles for the property tests that do not pin their own size (test_bad_input_properties.py):
+# "ci" (default) keeps the suite quick; HYPOTHESIS_PROFILE=nightly runs many more examples per property.
+settings.register_profile("ci", max_examples=300, deadline=None)
+settings.register_profile("nightly", max_examples=10_000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")

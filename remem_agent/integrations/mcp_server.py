@@ -224,6 +224,7 @@ class RememTools:
         used_ids: list[str] | None = None,
         cited_ids: list[str] | None = None,
     ) -> dict[str, Any]:
+        search_id = check_text(search_id, "search_id")  # before the pending-recall lookup (a dict key)
         with self._lock:
             pending = self._pending.get(search_id)
             was_scored = pending.scored if pending is not None else False
