@@ -46,7 +46,8 @@ def _mean_ci(cell: dict[str, Any] | None) -> tuple[float, float]:
     """(mean, 95% half width) in percent; nan mean when missing, 0 half width when undefined (one seed)."""
     if not cell:
         return math.nan, 0.0
-    mean, ci = float(cell["mean"]) * 100, float(cell.get("ci95", math.nan)) * 100
+    mean = math.nan if cell.get("mean") is None else float(cell["mean"]) * 100
+    ci = math.nan if cell.get("ci95") is None else float(cell["ci95"]) * 100  # null in JSON: no interval
     return mean, 0.0 if math.isnan(ci) else ci
 
 

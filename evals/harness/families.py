@@ -16,6 +16,10 @@ useless_frequent    generic notes similar to every question of a class, never he
 budget_tight        45-token budget; gold facts are long, traps short
 budget_medium       90-token budget, same world shape
 =================== =====================================================================
+
+Each generator registers itself under its name (:func:`register`, :data:`FAMILIES`); :func:`make_world`
+builds a family's world for a seed. The world data model itself is :mod:`evals.harness.world`, which
+knows nothing of the families (no import cycle).
 """
 
 from __future__ import annotations
