@@ -279,28 +279,26 @@ def strip_citations(text: str) -> str:
 class CitationStripper:
     """Removes inline citation labels from text that arrives in pieces (a label may be split across chunks).
 
-    Text is passed through at once except from an unclosed ``[`` that could still become a label (and a
-    trailing blank, which a label would take with it); that tail is held back until it closes (then
-    dropped if it was a label) or can no longer be one.
+    The output equals :func:`strip_citations` of the whole text. Raw text is released up to a safe cut:
+    before an unclosed ``[`` that could still become a label (with the blank a label would take along),
+    or before trailing blanks; such a tail is held until later text decides it (:meth:`flush` at the end).
+    No label can straddle a safe cut, so stripping the released prefixes one by one is stripping the whole.
     """
 
-    # an unclosed "[" that may still become a label, or a trailing blank a label may follow (it goes with the label)
-    _PREFIX = re.compile(r"[ \t]?\[\s*(M([1-9][0-9]*(\s*,\s*(M([1-9][0-9]*)?)?)*)?)?\s*$|[ \t]$")
+    _OPEN = re.compile(r"[ \t]?\[\s*(M([1-9][0-9]*(\s*,\s*(M([1-9][0-9]*)?)?)*)?)?\s*$")
 
     def __init__(self) -> None:
-        self._held = ""
+        self._raw = ""
 
     def feed(self, piece: str) -> str:
-        text = strip_citations(self._held + piece)
-        m = self._PREFIX.search(text)
-        if m:
-            self._held, text = text[m.start() :], text[: m.start()]
-        else:
-            self._held = ""
-        return text
+        self._raw += piece
+        m = self._OPEN.search(self._raw)
+        cut = m.start() if m else len(self._raw.rstrip(" \t"))
+        out, self._raw = strip_citations(self._raw[:cut]), self._raw[cut:]
+        return out
 
     def flush(self) -> str:
-        out, self._held = self._held, ""
+        out, self._raw = strip_citations(self._raw), ""
         return out
 
 
