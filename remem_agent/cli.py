@@ -1,4 +1,4 @@
-"""The ``remem`` command line: ``demo``, ``verify``, ``stats``, ``dashboard``, ``ledger`` and ``migrate``.
+"""The ``remem`` command line: ``demo``, ``verify``, ``stats``, ``dashboard``, ``ledger``, ``migrate`` and ``backup``.
 
 STORE is a store folder (SQLite) or a ``postgresql://`` URL everywhere.
 """
@@ -94,6 +94,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_migrate.add_argument("source", help="store folder or postgresql:// URL to copy from (not modified)")
     p_migrate.add_argument("target", help="postgresql:// URL or new folder to copy into (must be empty)")
 
+    p_backup = sub.add_parser(
+        "backup", help="online backup of a store folder into a new folder (SQLite backup API; for PostgreSQL: pg_dump)"
+    )
+    p_backup.add_argument("store", help="store folder to back up (may be in use by other processes)")
+    p_backup.add_argument("dest", help="new (or empty) folder that becomes a complete copy of the store")
+
     from remem_agent.viz.ledger_cli import add_ledger_parser
 
     add_ledger_parser(sub)
@@ -115,6 +121,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from remem_agent.store.copy import copy_store
 
             report = copy_store(args.source, args.target)
+            print(json.dumps(report, indent=2))
+            return 0 if report["verify_ok"] else 1
+        if args.cmd == "backup":
+            from remem_agent.store.backup import backup_store
+
+            report = backup_store(args.store, args.dest)
             print(json.dumps(report, indent=2))
             return 0 if report["verify_ok"] else 1
         if args.cmd == "ledger":
