@@ -13,6 +13,7 @@ one base class. The tree::
     ├── StoreError                              the ledger could not do its job
     │   ├── SchemaVersionError                  store written by a newer remem-agent
     │   ├── LedgerIntegrityError                verify() found violated invariants
+    │   │   └── LedgerCorruptError              the ledger file is damaged (says what, and how to recover)
     │   ├── StoreBusyError                      the database stayed locked (or in conflict) past every retry
     │   ├── StoreConnectionError                PostgreSQL unreachable, wrong credentials, no such database
     │   └── MissingExtensionError               PostgreSQL without the pgvector extension
@@ -133,6 +134,23 @@ class LedgerIntegrityError(StoreError):
         return (type(self), (self.problems,))
 
 
+class LedgerCorruptError(LedgerIntegrityError):
+    """The ledger is damaged: unreadable pages, a missing table, an emptied or missing file.
+
+    ``what`` says what is damaged, ``recovery`` how to get the data back (restore a backup, or salvage
+    the readable rows with ``sqlite3 ledger.db ".recover"``).
+    """
+
+    def __init__(self, what: str, recovery: str) -> None:
+        StoreError.__init__(self, f"{what}; {recovery}")
+        self.problems = [what]
+        self.what = what
+        self.recovery = recovery
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.what, self.recovery))
+
+
 class StoreBusyError(StoreError):
     """The database stayed locked by other writers (or kept conflicting with them) past every retry."""
 
@@ -199,6 +217,7 @@ __all__ = [
     "EmbeddingError",
     "FeedbackConflictError",
     "InvalidTransition",
+    "LedgerCorruptError",
     "LedgerIntegrityError",
     "MissingExtensionError",
     "ModelError",

@@ -45,6 +45,7 @@ from remem_agent.errors import (
 )
 from remem_agent.store.copy import TABLES, copy_store, export_rows
 from remem_agent.store.factory import open_store
+from remem_agent.store.pg_migrations import LATEST as PG_LATEST
 from remem_agent.types import State
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -328,7 +329,7 @@ def test_schema_newer_than_the_code_is_refused_and_the_data_survives(
     with ReMem(pg_url) as mem:
         assert [m.id for m in mem.list()] == ids
         assert mem.verify().ok
-        assert mem.stats().schema_version == 2
+        assert mem.stats().schema_version == PG_LATEST
 
 
 @pytest.mark.parametrize(
@@ -430,15 +431,22 @@ def test_ledger_rewrites_are_refused_by_the_database(pg_url: str, statement: str
 
 
 def test_allowed_updates_still_work_and_verify(pg_url: str) -> None:
-    """The triggers stop rewrites of history, not the ledger's own mutable columns (text, state)."""
+    """The triggers stop rewrites of history, not the ledger's own mutable columns (text, state); an edit
+    of those outside the library is caught by verify() instead (events record what each change set)."""
     old, _ = _store_with_history(pg_url)
     with _admin(pg_url) as conn:
         conn.execute("SET search_path TO remem, public")
-        conn.execute("UPDATE memories SET text = 'compressed' WHERE id = %s", (old,))
         conn.execute("UPDATE memories SET embedding = embedding")  # unchanged values are fine
     with ReMem(pg_url) as mem:
-        assert mem.get(old).text == "compressed"
         assert mem.verify().ok
+    with _admin(pg_url) as conn:
+        conn.execute("SET search_path TO remem, public")
+        conn.execute("UPDATE memories SET text = 'compressed' WHERE id = %s", (old,))
+    with ReMem(pg_url) as mem:
+        assert mem.get(old).text == "compressed"
+        report = mem.verify()
+    assert not report.ok
+    assert any(f"{old}: text is 'compressed'" in p for p in report.problems), report.problems
 
 
 @pytest.mark.parametrize(
@@ -468,6 +476,83 @@ def test_tampering_the_triggers_allow_or_miss_is_caught_by_verify(
         report = mem.verify()
     assert not report.ok
     assert any(problem in p for p in report.problems), report.problems
+
+
+_REPLICA = "SET session_replication_role = replica"  # a superuser switching the triggers off
+
+
+@pytest.mark.parametrize(
+    ("statements", "problem"),
+    [
+        (["UPDATE memories SET text = 'forged' WHERE id = %(new)s"], "text is 'forged' but its events set it"),
+        (["UPDATE memories SET valid_to = 12345 WHERE id = %(new)s"], "valid_to is 12345"),
+        (["UPDATE memories SET valid_from = valid_from - 1000 WHERE id = %(new)s"], "memory content"),
+        ([_REPLICA, "UPDATE memories SET original_text = 'forged' WHERE id = %(new)s"], "memory content"),
+        ([_REPLICA, """UPDATE events SET evidence = '{"forged": true}' WHERE memory_id = %(old)s"""], "event"),
+        ([_REPLICA, "UPDATE events SET reason = 'forged' WHERE memory_id = %(new)s"], "(add: reason, evidence"),
+        (["UPDATE searches SET query = 'forged'"], "its record (query"),
+        (["UPDATE searches SET feedback_at = feedback_at + 1 WHERE feedback IS NOT NULL"], "its feedback"),
+        ([_REPLICA, "UPDATE credits SET used = 1 - used"], "credit row"),
+        (["UPDATE attributes SET changes = changes + 3"], "learned attribute 'region'"),
+        (["DELETE FROM stats"], "has no stats row"),
+        (["UPDATE memories SET content_hash = NULL WHERE id = %(new)s"], "no content hash"),
+    ],
+)
+def test_edits_of_hashed_rows_are_caught_by_verify(pg_url: str, statements: list[str], problem: str) -> None:
+    """Schema version 3: content hashes per memory, event, search, feedback, credit and attribute."""
+    old, new = _store_with_history(pg_url)
+    with ReMem(pg_url) as mem:
+        assert mem.verify().ok
+    with _admin(pg_url) as conn:
+        conn.execute("SET search_path TO remem, public")
+        for sql in statements:
+            conn.execute(sql, {"old": old, "new": new} if "%(" in sql else None)
+    with ReMem(pg_url) as mem:
+        report = mem.verify()
+    assert not report.ok
+    assert any(problem in p for p in report.problems), report.problems
+
+
+_DOWNGRADE_TO_V2 = [
+    "DROP TRIGGER events_append_only_u ON events",
+    "DROP TRIGGER credits_append_only_u ON credits",
+    "DROP TRIGGER events_append_only ON events",
+    "CREATE TRIGGER events_append_only BEFORE UPDATE OR DELETE ON events FOR EACH ROW "
+    "EXECUTE FUNCTION remem_append_only()",
+    "DROP TRIGGER credits_append_only ON credits",
+    "CREATE TRIGGER credits_append_only BEFORE UPDATE OR DELETE ON credits FOR EACH ROW "
+    "EXECUTE FUNCTION remem_append_only()",
+    "DROP FUNCTION remem_append_only_hashed()",
+    "ALTER TABLE memories DROP COLUMN content_hash",
+    "ALTER TABLE events DROP COLUMN updates, DROP COLUMN hash",
+    "ALTER TABLE searches DROP COLUMN hash, DROP COLUMN feedback_hash",
+    "ALTER TABLE credits DROP COLUMN hash",
+    "ALTER TABLE attributes DROP COLUMN hash",
+    "DELETE FROM schema_migrations WHERE version = 3",
+]
+
+
+def test_migration_3_backfills_the_hashes_of_a_version_2_store(pg_url: str) -> None:
+    _, new = _store_with_history(pg_url)
+    with _admin(pg_url) as conn, conn.transaction():
+        conn.execute("SET LOCAL search_path TO remem, public")
+        for sql in _DOWNGRADE_TO_V2:  # the schema exactly as version 2 left it
+            conn.execute(sql)
+    with ReMem(pg_url) as mem:
+        assert mem.stats().schema_version == PG_LATEST == 3
+        assert mem.verify().ok
+        mem.feedback(mem.search("Which region does billing run in?").search_id, success=True)
+        assert mem.verify().ok
+    with _admin(pg_url) as conn:
+        conn.execute("SET search_path TO remem, public")
+        for table in ("memories", "events", "searches", "credits", "attributes"):
+            col = "content_hash" if table == "memories" else "hash"
+            assert conn.execute(f"SELECT COUNT(*) FROM {table} WHERE {col} IS NULL").fetchone() == (0,)
+        with pytest.raises(pg_errors.RaiseException):  # hashed rows are append-only again
+            conn.execute("UPDATE events SET hash = 'x'")
+        conn.execute("UPDATE memories SET text = 'forged' WHERE id = %s", (new,))
+    with ReMem(pg_url) as mem:
+        assert any("text is 'forged'" in p for p in mem.verify().problems)
 
 
 # -- 3. remem migrate: a benchmark store, folder -> PostgreSQL -> folder ----------------------------
@@ -654,7 +739,7 @@ def test_two_processes_opening_a_fresh_database_at_once(pg_url_factory: Callable
             assert p.returncode == 0, out  # no UniqueViolation on pgvector, no unretried conflict on meta
         with _admin(url) as conn:
             versions = conn.execute("SELECT version FROM remem.schema_migrations ORDER BY version").fetchall()
-            assert versions == [(1,), (2,)]  # each migration ran exactly once
+            assert versions == [(v,) for v in range(1, PG_LATEST + 1)]  # each migration ran exactly once
             assert conn.execute("SELECT COUNT(*) FROM remem.memories").fetchone()[0] == 1
         with ReMem(url) as mem:
             assert mem.verify().ok
@@ -748,7 +833,7 @@ def test_cli_read_only_tools_accept_a_url(
     out = capsys.readouterr().out
     stats = json.loads(out)
     assert stats["memories"] == 3 and stats["by_state"] == {"ACTIVE": 2, "INVALIDATED": 1}
-    assert stats["searches"] == 1 and stats["feedbacks"] == 1 and stats["schema_version"] == 2
+    assert stats["searches"] == 1 and stats["feedbacks"] == 1 and stats["schema_version"] == PG_LATEST
     assert "s3cret" not in out
 
     assert main(["verify", url]) == 0

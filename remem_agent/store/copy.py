@@ -43,8 +43,9 @@ TABLES: dict[str, tuple[str, ...]] = {
         "token_cost",
         "confidence",
         "embedding",
+        "content_hash",
     ),
-    "events": ("seq", "memory_id", "at", "kind", "from_state", "to_state", "reason", "evidence"),
+    "events": ("seq", "memory_id", "at", "kind", "from_state", "to_state", "reason", "evidence", "updates", "hash"),
     "searches": (
         "search_id",
         "at",
@@ -56,8 +57,10 @@ TABLES: dict[str, tuple[str, ...]] = {
         "served",
         "feedback",
         "feedback_at",
+        "hash",
+        "feedback_hash",
     ),
-    "credits": ("seq", "search_id", "memory_id", "task", "at", "success", "cited", "used", "credit", "blame"),
+    "credits": ("seq", "search_id", "memory_id", "task", "at", "success", "cited", "used", "credit", "blame", "hash"),
     "stats": (
         "memory_id",
         "task",
@@ -71,10 +74,16 @@ TABLES: dict[str, tuple[str, ...]] = {
         "last_retrieved_at",
         "last_credited_at",
     ),
-    "attributes": ("attribute", "changes", "confirmations", "counter", "single_valued", "decided_at"),
+    "attributes": ("attribute", "changes", "confirmations", "counter", "single_valued", "decided_at", "hash"),
 }
 JSON_COLUMNS = frozenset(
-    {("memories", "tasks"), ("events", "evidence"), ("searches", "served"), ("searches", "feedback")}
+    {
+        ("memories", "tasks"),
+        ("events", "evidence"),
+        ("events", "updates"),
+        ("searches", "served"),
+        ("searches", "feedback"),
+    }
 )
 
 

@@ -2,7 +2,8 @@
 
 Migration N brings a store from ``user_version`` N-1 to N inside one transaction. Never edit a
 released migration; append a new one. A store whose version is higher than ``LATEST`` was written
-by a newer remem-agent and is refused (SchemaVersionError) rather than misread.
+by a newer remem-agent and is refused (SchemaVersionError) rather than misread. A migration may
+have a Python data step (``hashing.BACKFILLS``), run after its SQL in the same transaction.
 """
 
 from __future__ import annotations
@@ -124,6 +125,38 @@ MIGRATIONS: list[tuple[int, str]] = [
             single_valued INTEGER NOT NULL DEFAULT 0,
             decided_at    REAL
         );
+        """,
+    ),
+    (
+        3,
+        """
+        -- Content hashes (see store/hashing.py): rows carry a SHA-256 of their fields, written by the
+        -- transaction that writes the row; events record the mutable memory columns they set. Rows of
+        -- older stores are hashed by the migration's Python step (hashing.backfill_hashes).
+        ALTER TABLE memories ADD COLUMN content_hash TEXT;
+        ALTER TABLE events ADD COLUMN updates TEXT;
+        ALTER TABLE events ADD COLUMN hash TEXT;
+        ALTER TABLE searches ADD COLUMN hash TEXT;
+        ALTER TABLE searches ADD COLUMN feedback_hash TEXT;
+        ALTER TABLE credits ADD COLUMN hash TEXT;
+        ALTER TABLE attributes ADD COLUMN hash TEXT;
+
+        -- Still append-only, except that a row without a hash (written before version 3) may get its
+        -- hash (and an event its updates) once, with every other column unchanged.
+        DROP TRIGGER events_append_only_u;
+        CREATE TRIGGER events_append_only_u BEFORE UPDATE ON events
+            WHEN OLD.hash IS NOT NULL OR NEW.seq IS NOT OLD.seq OR NEW.memory_id IS NOT OLD.memory_id
+                OR NEW.at IS NOT OLD.at OR NEW.kind IS NOT OLD.kind OR NEW.from_state IS NOT OLD.from_state
+                OR NEW.to_state IS NOT OLD.to_state OR NEW.reason IS NOT OLD.reason
+                OR NEW.evidence IS NOT OLD.evidence
+            BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+        DROP TRIGGER credits_append_only_u;
+        CREATE TRIGGER credits_append_only_u BEFORE UPDATE ON credits
+            WHEN OLD.hash IS NOT NULL OR NEW.seq IS NOT OLD.seq OR NEW.search_id IS NOT OLD.search_id
+                OR NEW.memory_id IS NOT OLD.memory_id OR NEW.task IS NOT OLD.task OR NEW.at IS NOT OLD.at
+                OR NEW.success IS NOT OLD.success OR NEW.cited IS NOT OLD.cited OR NEW.used IS NOT OLD.used
+                OR NEW.credit IS NOT OLD.credit OR NEW.blame IS NOT OLD.blame
+            BEGIN SELECT RAISE(ABORT, 'credits are append-only'); END;
         """,
     ),
 ]

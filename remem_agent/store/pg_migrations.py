@@ -1,10 +1,12 @@
 """Numbered schema migrations of the PostgreSQL ledger.
 
 The numbers mean the same as in ``migrations.py`` (SQLite): version 1 is the ledger, version 2 adds
-the learned-attribute table, so ``schema_version`` compares across backends and ``remem migrate``
-can copy between them. Never edit a released migration; append a new one. Every migration runs in
-one transaction (PostgreSQL DDL is transactional) under an advisory lock, so two processes opening
-a fresh database at once cannot both migrate it.
+the learned-attribute table, version 3 the content hashes (``hashing.py``; its Python step
+``hashing.BACKFILLS[3]`` hashes existing rows in the same transaction), so ``schema_version``
+compares across backends and ``remem migrate`` can copy between them. Never edit a released
+migration; append a new one. Every migration runs in one transaction (PostgreSQL DDL is
+transactional) under an advisory lock, so two processes opening a fresh database at once cannot
+both migrate it.
 
 Differences from SQLite, each for a reason:
 
@@ -148,6 +150,36 @@ MIGRATIONS: list[tuple[int, str]] = [
             single_valued smallint NOT NULL DEFAULT 0,
             decided_at    double precision
         );
+        """,
+    ),
+    (
+        3,
+        """
+        ALTER TABLE memories ADD COLUMN content_hash text;
+        ALTER TABLE events ADD COLUMN updates jsonb, ADD COLUMN hash text;
+        ALTER TABLE searches ADD COLUMN hash text, ADD COLUMN feedback_hash text;
+        ALTER TABLE credits ADD COLUMN hash text;
+        ALTER TABLE attributes ADD COLUMN hash text;
+
+        -- Still append-only, except that a row without a hash (written before version 3) may get its
+        -- hash (and an event its updates) once, with every other column unchanged.
+        CREATE FUNCTION remem_append_only_hashed() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF OLD.hash IS NULL AND (to_jsonb(NEW) - 'hash' - 'updates') = (to_jsonb(OLD) - 'hash' - 'updates') THEN
+                RETURN NEW;
+            END IF;
+            RAISE EXCEPTION '% are append-only', TG_TABLE_NAME;
+        END $$;
+        DROP TRIGGER events_append_only ON events;
+        CREATE TRIGGER events_append_only BEFORE DELETE ON events
+            FOR EACH ROW EXECUTE FUNCTION remem_append_only();
+        CREATE TRIGGER events_append_only_u BEFORE UPDATE ON events
+            FOR EACH ROW EXECUTE FUNCTION remem_append_only_hashed();
+        DROP TRIGGER credits_append_only ON credits;
+        CREATE TRIGGER credits_append_only BEFORE DELETE ON credits
+            FOR EACH ROW EXECUTE FUNCTION remem_append_only();
+        CREATE TRIGGER credits_append_only_u BEFORE UPDATE ON credits
+            FOR EACH ROW EXECUTE FUNCTION remem_append_only_hashed();
         """,
     ),
 ]

@@ -46,6 +46,7 @@ from remem_agent.errors import (
     UserInputError,
 )
 from remem_agent.store.base import StoreCommon, backoff_retry
+from remem_agent.store.hashing import BACKFILLS
 from remem_agent.store.pg_migrations import LATEST, MIGRATIONS
 from remem_agent.store.sql import LedgerTx
 
@@ -172,6 +173,11 @@ class PostgresTx(LedgerTx):
             chunk = rows[start : start + per]
             stmt = _pg(head + ",".join([values] * len(chunk)) + tail)
             self.conn.execute(stmt, [v for row in chunk for v in row])
+
+    def update_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if rows:
+            with self.conn.cursor() as cur:
+                cur.executemany(_pg(sql), [list(r) for r in rows])
 
     def dump_vector(self, vec: NDArray[np.float32]) -> NDArray[np.float32]:
         return np.asarray(vec, dtype=np.float32)
@@ -308,6 +314,9 @@ class PostgresStore(StoreCommon):
                 for number, sql in MIGRATIONS:
                     if number > version:
                         conn.execute(sql)
+                        backfill = BACKFILLS.get(number)
+                        if backfill is not None:  # the migration's data step, same transaction
+                            backfill(PostgresTx(conn))
                         conn.execute(f"INSERT INTO {q}.schema_migrations VALUES (%s, now())", (number,))
         except pg_errors.InsufficientPrivilege as exc:
             if has_ledger:

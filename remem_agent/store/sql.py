@@ -18,6 +18,7 @@ from numpy.typing import NDArray
 
 from remem_agent.errors import StoreError, UnknownMemoryError
 from remem_agent.learning.lifecycle import LifecycleEvent, next_state
+from remem_agent.store import hashing
 from remem_agent.types import ALL_TASKS, AttributeInfo, CreditRecord, Event, Memory, State, TaskStats
 
 MEM_COLS = (
@@ -93,6 +94,11 @@ class LedgerTx:
     def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         raise NotImplementedError
 
+    def update_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run one UPDATE per row (a backend may batch them)."""
+        for row in rows:
+            self.run(sql, row)
+
     def dump_vector(self, vec: NDArray[np.float32]) -> Any:
         """An embedding as the backend stores it."""
         raise NotImplementedError
@@ -136,10 +142,14 @@ class LedgerTx:
     def insert_memory(self, m: Memory, embedding: NDArray[np.float32], *, reason: str, at: float) -> Event:
         """Insert a new memory in ACTIVE and log its ``add`` event."""
         state = next_state(None, LifecycleEvent.ADD, memory_id=m.id)
+        tasks = json.dumps(list(m.tasks))
+        content_hash = hashing.memory_hash(
+            m.id, m.original_text, m.entity, m.attribute, m.role, tasks, m.created_at, m.valid_from
+        )
         self.run(
             "INSERT INTO memories (id, text, original_text, entity, attribute, role, tasks, created_at, "
-            "valid_from, valid_to, superseded_by, state, token_cost, confidence, embedding) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "valid_from, valid_to, superseded_by, state, token_cost, confidence, embedding, content_hash) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 m.id,
                 m.text,
@@ -147,7 +157,7 @@ class LedgerTx:
                 m.entity,
                 m.attribute,
                 m.role,
-                json.dumps(list(m.tasks)),
+                tasks,
                 m.created_at,
                 m.valid_from,
                 m.valid_to,
@@ -156,9 +166,17 @@ class LedgerTx:
                 m.token_cost,
                 m.confidence,
                 self.dump_vector(embedding),
+                content_hash,
             ),
         )
-        return self._append_event(m.id, at, LifecycleEvent.ADD, None, state, reason, {})
+        initial = {
+            "text": m.text,
+            "token_cost": m.token_cost,
+            "confidence": m.confidence,
+            "valid_to": m.valid_to,
+            "superseded_by": m.superseded_by,
+        }
+        return self._append_event(m.id, at, LifecycleEvent.ADD, None, state, reason, {}, initial)
 
     def transition(
         self,
@@ -180,11 +198,13 @@ class LedgerTx:
         allowed = {"valid_to", "superseded_by", "text", "token_cost", "confidence"}
         if not set(fields) <= allowed:
             raise StoreError(f"transition may not update {sorted(set(fields) - allowed)}")
+        # Recorded in the event (plain Python values): replaying the events gives the row (verify).
+        updates = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in fields.items()} or None
         fields["state"] = to_state.value
         assignments = ", ".join(f"{k} = ?" for k in fields)
         self.run(f"UPDATE memories SET {assignments} WHERE id = ?", (*fields.values(), memory_id))
         self.forget_row(memory_id)
-        return self._append_event(memory_id, at, event, from_state, to_state, reason, dict(evidence or {}))
+        return self._append_event(memory_id, at, event, from_state, to_state, reason, dict(evidence or {}), updates)
 
     def _append_event(
         self,
@@ -195,12 +215,16 @@ class LedgerTx:
         to_state: State,
         reason: str,
         evidence: Mapping[str, Any],
+        updates: Mapping[str, Any] | None = None,
     ) -> Event:
         ev_json = json.dumps(evidence, sort_keys=True, default=str)
+        up_json = None if updates is None else json.dumps(updates, sort_keys=True, default=str)
+        frm = from_state.value if from_state else None
+        ev_hash = hashing.event_hash(memory_id, at, event.value, frm, to_state.value, reason, ev_json, up_json)
         seq = self.run(
-            "INSERT INTO events (memory_id, at, kind, from_state, to_state, reason, evidence) "
-            "VALUES (?,?,?,?,?,?,?) RETURNING seq",
-            (memory_id, at, event.value, from_state.value if from_state else None, to_state.value, reason, ev_json),
+            "INSERT INTO events (memory_id, at, kind, from_state, to_state, reason, evidence, updates, hash) "
+            "VALUES (?,?,?,?,?,?,?,?,?) RETURNING seq",
+            (memory_id, at, event.value, frm, to_state.value, reason, ev_json, up_json, ev_hash),
         ).fetchone()[0]
         return Event(int(seq), memory_id, at, event.value, from_state, to_state, reason, json.loads(ev_json))
 
@@ -253,10 +277,12 @@ class LedgerTx:
         token_budget: int | None,
         served: Sequence[Mapping[str, Any]],
     ) -> None:
+        served_json = json.dumps(list(served))
+        row_hash = hashing.search_hash(search_id, at, query, task, as_of, now, token_budget, served_json)
         self.run(
-            "INSERT INTO searches (search_id, at, query, task, as_of, now, token_budget, served) "
-            "VALUES (?,?,?,?,?,?,?,?)",
-            (search_id, at, query, task, as_of, now, token_budget, json.dumps(list(served))),
+            "INSERT INTO searches (search_id, at, query, task, as_of, now, token_budget, served, hash) "
+            "VALUES (?,?,?,?,?,?,?,?,?)",
+            (search_id, at, query, task, as_of, now, token_budget, served_json, row_hash),
         )
         tasks = task_rows(task)
         rows = sorted((s["id"], t, at) for s in served for t in tasks)  # one lock order for every writer
@@ -304,9 +330,11 @@ class LedgerTx:
 
     def record_feedback(self, search_id: str, payload: Mapping[str, Any], at: float) -> bool:
         """Mark a search as answered; False when another writer got there first."""
+        fb_json = json.dumps(payload, sort_keys=True)
         cur = self.run(
-            "UPDATE searches SET feedback = ?, feedback_at = ? WHERE search_id = ? AND feedback IS NULL",
-            (json.dumps(payload, sort_keys=True), at, search_id),
+            "UPDATE searches SET feedback = ?, feedback_at = ?, feedback_hash = ? WHERE search_id = ? "
+            "AND feedback IS NULL",
+            (fb_json, at, hashing.feedback_hash(search_id, fb_json, at), search_id),
         )
         return bool(cur.rowcount == 1)
 
@@ -315,13 +343,14 @@ class LedgerTx:
         recs = list(records)
         if not recs:
             return
+        credit_rows = [
+            (r.search_id, r.memory_id, r.task, r.at, int(r.success), int(r.cited), int(r.used), r.credit, r.blame)
+            for r in recs
+        ]
         self.run_many(
-            "INSERT INTO credits (search_id, memory_id, task, at, success, cited, used, credit, blame) "
-            "VALUES (?,?,?,?,?,?,?,?,?)",
-            [
-                (r.search_id, r.memory_id, r.task, r.at, int(r.success), int(r.cited), int(r.used), r.credit, r.blame)
-                for r in recs
-            ],
+            "INSERT INTO credits (search_id, memory_id, task, at, success, cited, used, credit, blame, hash) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?)",
+            [(*row, hashing.credit_hash(*row)) for row in credit_rows],
         )
         rows = []
         for r in recs:
@@ -409,9 +438,11 @@ class LedgerTx:
             "counter = attributes.counter + excluded.counter",
             (name, changes, confirmations, counter),
         )
+        hashing.rehash_attribute(self, name)
 
     def mark_single_valued(self, name: str, at: float) -> None:
         self.run("UPDATE attributes SET single_valued = 1, decided_at = ? WHERE attribute = ?", (at, name))
+        hashing.rehash_attribute(self, name)
 
     def current_keys(self, attribute: str) -> list[str]:
         """Entities with more than one current role-'state' fact for ``attribute`` (pending conflicts)."""

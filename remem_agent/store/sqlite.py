@@ -10,12 +10,23 @@ Why these choices:
 * Counters are updated with ``SET x = x + ?`` inside the write transaction, so concurrent feedback
   from several processes never loses an update.
 * One connection per store object, guarded by a lock, so threads share it safely.
+* Damage is named, not passed through: a driver error that means a damaged file (unreadable pages,
+  "not a database", a missing table) is a ``LedgerCorruptError`` that says what is damaged and how to
+  recover; ``verify()`` reports such damage as problems instead of raising.
+* A store folder whose ledger was initialised never silently becomes empty: once the schema has
+  committed, a marker file (``store.json``) is written next to the ledger. A folder with the marker
+  whose ledger is missing, empty or uninitialised is refused (``LedgerCorruptError``); a folder without
+  it (a store killed while being created) is initialised again. Stores created before the marker
+  existed get it at their next healthy open.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,12 +36,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from remem_agent.errors import (
+    LedgerCorruptError,
     SchemaVersionError,
     StoreBusyError,
     StoreError,
     UserInputError,
 )
 from remem_agent.store.base import StoreCommon, backoff_retry
+from remem_agent.store.hashing import BACKFILLS
 from remem_agent.store.migrations import LATEST, MIGRATIONS
 from remem_agent.store.sql import LedgerTx
 from remem_agent.types import Memory
@@ -38,6 +51,38 @@ from remem_agent.types import Memory
 T = TypeVar("T")
 
 LEDGER_FILE = "ledger.db"
+MARKER_FILE = "store.json"  # written once the ledger's schema has committed (see the module doc)
+TABLES = ("meta", "memories", "events", "searches", "credits", "stats", "attributes")
+TRIGGERS = (
+    "events_append_only_u",
+    "events_append_only_d",
+    "credits_append_only_u",
+    "credits_append_only_d",
+    "memories_never_deleted",
+    "memories_embedding_fixed",
+)
+
+
+def recovery_hint(path: Path) -> str:
+    """How to get the data of a damaged ledger back."""
+    return (
+        f"restore the store folder from a backup (`remem backup` makes one while the store is in use), or "
+        f'salvage the readable rows: sqlite3 {path} ".recover" | sqlite3 NEW_FOLDER/{LEDGER_FILE} and check '
+        "the result with `remem verify NEW_FOLDER`"
+    )
+
+
+def is_damage(exc: BaseException) -> bool:
+    """True for driver errors that mean a damaged ledger file rather than a busy or misused one."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    name = str(getattr(exc, "sqlite_errorname", "") or "")
+    if name.startswith("SQLITE_CORRUPT") or name == "SQLITE_NOTADB":
+        return True
+    msg = str(exc).lower()
+    return any(
+        s in msg for s in ("malformed", "not a database", "no such table", "no such column", "file is encrypted")
+    )
 
 
 class _RowCache:
@@ -86,6 +131,27 @@ class SQLiteTx(LedgerTx):
     def load_vector(self, value: Any) -> NDArray[np.float32]:
         return np.frombuffer(value, dtype=np.float32)
 
+    def update_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.c.executemany(sql, rows)
+
+    def embeddings_after(self, seq: int, dim: int) -> tuple[int, list[str], NDArray[np.float32]]:
+        """As ``LedgerTx``, but an embedding of another width is a typed error naming the memory."""
+        try:
+            return super().embeddings_after(seq, dim)
+        except ValueError as exc:
+            bad = [
+                str(mid)
+                for mid, n in self.c.execute(
+                    "SELECT id, length(embedding) FROM memories WHERE seq > ? AND length(embedding) != ? LIMIT 5",
+                    (seq, 4 * dim),
+                )
+            ]
+            raise LedgerCorruptError(
+                f"ledger embeddings of memories {bad} do not have the store's {dim} floats ({exc}); "
+                "`remem verify STORE` lists every damaged row",
+                "restore the store folder from a backup",
+            ) from exc
+
     def forget_row(self, memory_id: str) -> None:
         if self._cache is not None:
             self._cache.rows.pop(memory_id, None)
@@ -127,22 +193,78 @@ class SQLiteStore(StoreCommon):
             raise UserInputError(f"store path {self.folder} exists and is not a folder")
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / LEDGER_FILE
+        self.marker = self.folder / MARKER_FILE
         self._lock = threading.RLock()
         self._lock_retry_s = lock_retry_s
         self._row_cache = _RowCache()
+        initialised = self.marker.is_file()
+        if initialised and (not self.path.is_file() or self.path.stat().st_size == 0):
+            state = "is missing" if not self.path.exists() else "is empty (0 bytes)"
+            raise LedgerCorruptError(
+                f"ledger {self.path} {state}, but {self.marker} says this store was initialised: its memories "
+                "are gone, refusing to start an empty store in their place",
+                recovery_hint(self.path) + f"; to really start over, delete the folder {self.folder}",
+            )
         try:
             self._conn = sqlite3.connect(
                 self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
             )
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open ledger {self.path}: {exc}") from exc
+        try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
             self._retry(lambda: self._conn.execute("PRAGMA journal_mode = WAL").fetchone())
             self._conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
             self._conn.execute("PRAGMA foreign_keys = ON")
             # 64 MiB page cache (default 2 MiB): the id/key/event indexes of a 100k store stay hot.
             self._conn.execute("PRAGMA cache_size = -65536")
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot open ledger {self.path}: {exc}") from exc
-        self._migrate()
+            if initialised and self.schema_version == 0:
+                raise LedgerCorruptError(
+                    f"ledger {self.path} holds no ledger schema, but {self.marker} says this store was initialised",
+                    recovery_hint(self.path),
+                )
+            self._migrate()
+            self._check_schema()
+        except BaseException as exc:
+            self._conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise self._driver_error(exc, "cannot open ledger") from exc
+            if isinstance(exc, StoreError) and is_damage(exc.__cause__ or exc):
+                raise self._driver_error(exc.__cause__ or exc, "cannot open ledger") from exc
+            raise
+        if not initialised:
+            self._write_marker()
+
+    # -- damage ---------------------------------------------------------------------------------
+    def _driver_error(self, exc: BaseException, doing: str = "ledger") -> StoreError:
+        """A driver error as the library's error: damage -> LedgerCorruptError, else StoreError."""
+        if is_damage(exc):
+            return LedgerCorruptError(f"{doing} {self.path}: the file is damaged ({exc})", recovery_hint(self.path))
+        return StoreError(f"{doing} {self.path}: {exc}")
+
+    def _check_schema(self) -> None:
+        """Every ledger table is there (a dropped table would otherwise fail later, mid-operation)."""
+        with self._lock:
+            names = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        missing = [t for t in TABLES if t not in names]
+        if missing:
+            raise LedgerCorruptError(
+                f"ledger {self.path} (schema version {self.schema_version}) lacks the tables {missing}",
+                recovery_hint(self.path),
+            )
+
+    def _write_marker(self) -> None:
+        """Record that this folder's ledger is initialised (atomically: write a temp file, then rename)."""
+        tmp = self.marker.with_name(f".{MARKER_FILE}.{os.getpid()}.tmp")
+        info = {"store": "remem-agent", "ledger": LEDGER_FILE, "initialised_at": time.time()}
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(info, fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.marker)
+        except OSError:
+            tmp.unlink(missing_ok=True)  # a read-only folder: the store still works, unprotected
 
     # -- lifecycle ------------------------------------------------------------------------------
     def close(self) -> None:
@@ -168,6 +290,9 @@ class SQLiteStore(StoreCommon):
                     continue
                 for stmt in _split_sql(sql):
                     tx.c.execute(stmt)
+                backfill = BACKFILLS.get(number)
+                if backfill is not None:
+                    backfill(tx)
                 tx.c.execute(f"PRAGMA user_version = {number}")
 
     # -- transactions ---------------------------------------------------------------------------
@@ -188,7 +313,7 @@ class SQLiteStore(StoreCommon):
                 yield SQLiteTx(self._conn, self._row_cache)
             except sqlite3.Error as exc:
                 self._rollback()
-                raise StoreError(f"ledger {self.path}: {exc}") from exc
+                raise self._driver_error(exc) from exc
             except BaseException:
                 self._rollback()
                 raise
@@ -196,7 +321,7 @@ class SQLiteStore(StoreCommon):
                 self._retry(lambda: self._conn.execute("COMMIT"))
             except sqlite3.Error as exc:
                 self._rollback()
-                raise StoreError(f"ledger {self.path}: commit failed: {exc}") from exc
+                raise self._driver_error(exc, "commit failed: ledger") from exc
             except BaseException:
                 self._rollback()
                 raise
@@ -222,7 +347,7 @@ class SQLiteStore(StoreCommon):
             except sqlite3.Error as exc:  # typed like write(): a driver error is never raised bare
                 if _is_locked(exc):
                     raise StoreBusyError(f"ledger {self.path} stayed locked: {exc}") from exc
-                raise StoreError(f"ledger {self.path}: {exc}") from exc
+                raise self._driver_error(exc) from exc  # damage -> LedgerCorruptError, else StoreError
             except UnicodeEncodeError as exc:  # a lookup value SQLite cannot bind (a lone surrogate)
                 raise UserInputError(f"cannot look up a value that is not valid UTF-8 ({exc.reason})") from exc
             finally:
@@ -241,9 +366,45 @@ class SQLiteStore(StoreCommon):
         return None
 
     def integrity_problems(self) -> list[str]:
-        with self._lock:
-            rows = self._conn.execute("PRAGMA integrity_check").fetchall()
-        return [f"sqlite integrity_check: {msg}" for (msg,) in rows if msg != "ok"]
+        try:
+            with self._lock:
+                rows = self._conn.execute("PRAGMA integrity_check").fetchall()
+                names = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+        except sqlite3.DatabaseError as exc:
+            return [f"sqlite integrity_check could not run, the file is damaged ({exc}); {recovery_hint(self.path)}"]
+        problems = [f"sqlite integrity_check: {msg}" for (msg,) in rows if msg != "ok"]
+        if problems:
+            problems.append(f"the ledger file is damaged; {recovery_hint(self.path)}")
+        problems += [f"trigger {t} is missing: append-only rules are not enforced" for t in TRIGGERS if t not in names]
+        return problems
+
+    def verify(self, dim: int | None = None) -> list[str]:
+        """As ``StoreCommon.verify``, but a ledger too damaged to read is reported, not raised."""
+        problems = self.integrity_problems()
+        try:
+            with self.read() as tx:
+                from remem_agent.store.verify import verify_ledger
+
+                return verify_ledger(tx, dim, problems)
+        except (sqlite3.DatabaseError, StoreError) as exc:
+            if not any("damaged" in p for p in problems):
+                problems.append(f"the ledger could not be read ({exc}); {recovery_hint(self.path)}")
+            return problems
+
+    def backup_to(self, path: str | Path) -> None:
+        """Write a consistent copy of the ledger to the file ``path`` (SQLite's online backup API).
+
+        One step under this store's lock: readers and writers of other processes go on (WAL), and
+        the copy is the snapshot of the moment the step ran.
+        """
+        target = sqlite3.connect(path)
+        try:
+            with self._lock:
+                self._retry(lambda: self._conn.backup(target))
+        except sqlite3.Error as exc:
+            raise self._driver_error(exc, "backup of ledger") from exc
+        finally:
+            target.close()
 
     def max_seq(self) -> int:
         with self._lock:  # no transaction needed: one statement, called before every search

@@ -11,18 +11,29 @@ just failing. The invariants:
    a memory whose invalidation event names a replacement points at exactly that one.
 4. At most one current role-'state' fact per (entity, attribute) key.
 5. Every embedding has the store's dimension and is finite.
-6. The per-class aggregates equal the sums of the append-only credit rows (no lost updates).
+6. The per-class aggregates equal the sums of the append-only credit rows (no lost updates), and
+   every memory a search served has its retrieval counters (a deleted statistics row shows).
 7. Every answered search has exactly one credit row per served memory; no credit without feedback.
+8. Every row's content hash (schema version 3, ``hashing.py``) matches its fields: memories
+   (immutable fields), events, searches, feedback, credits, learned attributes; and each memory's
+   mutable columns (text, token_cost, confidence, valid_to, superseded_by) equal what replaying its
+   events' recorded updates gives. So an edit of served text, original_text, validity or evidence shows.
+9. A store with memories records its embedder and dimension in ``meta``.
+
+Each check runs on its own: one that cannot run (a damaged row, a NULL where the schema forbids it)
+becomes a problem naming the check, and the others still run. ``verify()`` reports, it never raises.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
 import numpy as np
 
 from remem_agent.errors import InvalidTransition
 from remem_agent.learning.lifecycle import LifecycleEvent, next_state
+from remem_agent.store import hashing
 from remem_agent.store.sql import LedgerTx, from_json
 from remem_agent.types import ALL_TASKS, State
 
@@ -30,10 +41,29 @@ _LIMIT = 50  # cap the rows reported per check
 
 
 def verify_ledger(tx: LedgerTx, dim: int | None, problems: list[str] | None = None) -> list[str]:
-    """Check invariants 2-7 through ``tx`` (any backend); appends to and returns ``problems``."""
+    """Check invariants 2-9 through ``tx`` (any backend); appends to and returns ``problems``."""
     problems = [] if problems is None else problems
-    c = tx.run
+    checks: list[tuple[str, Callable[[LedgerTx, int | None, list[str]], None]]] = [
+        ("event replay and supersession", _check_events),
+        ("one current fact per key", _check_keys),
+        ("embeddings", _check_embeddings),
+        ("statistics", _check_stats),
+        ("credits per search", _check_credits),
+        ("content hashes", _check_hashes),
+        ("meta", _check_meta),
+    ]
+    for name, check in checks:
+        found: list[str] = []
+        try:
+            check(tx, dim, found)
+        except Exception as exc:  # noqa: BLE001 - a check that cannot run is itself a finding
+            found.append(f"check '{name}' could not run ({type(exc).__name__}: {exc}): the ledger is damaged")
+        problems += found
+    return problems
 
+
+def _check_events(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
+    c = tx.run
     # 2. event replay
     rows = c("SELECT id, state, superseded_by FROM memories").fetchall()
     states = {r[0]: r[1] for r in rows}
@@ -84,9 +114,12 @@ def verify_ledger(tx: LedgerTx, dim: int | None, problems: list[str] | None = No
             problems.append(f"{mid}: superseded by {sup} but state is {state}")
         if exists is None:
             problems.append(f"{mid}: superseded_by points at missing memory {sup}")
-        if vt is None or vt < vf:
+        if vt is None or vf is None or vt < vf:
             problems.append(f"{mid}: superseded but valid_to={vt} (valid_from={vf})")
 
+
+def _check_keys(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
+    c = tx.run
     # 4. one current fact per key (in learned-schema mode only once the attribute is known single-valued)
     mode_row = c("SELECT value FROM meta WHERE key = 'supersession'").fetchone()
     learned = mode_row is not None and mode_row[0] == "learned"
@@ -101,15 +134,24 @@ def verify_ledger(tx: LedgerTx, dim: int | None, problems: list[str] | None = No
             continue  # a pending conflict: the attribute is not (yet) known to be single-valued
         problems.append(f"key ({ent!r}, {attr!r}) has {n} current state facts")
 
+
+def _check_embeddings(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
     # 5. embeddings
     if dim is not None:
-        for mid, raw in c("SELECT id, embedding FROM memories"):
-            vec = tx.load_vector(raw)
+        for mid, raw in tx.run("SELECT id, embedding FROM memories"):
+            try:
+                vec = tx.load_vector(raw)
+            except (TypeError, ValueError) as exc:
+                problems.append(f"{mid}: embedding cannot be read ({exc})")
+                continue
             if vec.shape != (dim,):
                 problems.append(f"{mid}: embedding has {vec.size} floats, store dim is {dim}")
             elif not np.isfinite(vec).all():
                 problems.append(f"{mid}: embedding is not finite")
 
+
+def _check_stats(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
+    c = tx.run
     # 6. aggregates == sums of credits
     sums: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0, 0, 0, 0.0, 0.0])
     for mid, task, credit, blame in c("SELECT memory_id, task, credit, blame FROM credits"):
@@ -144,13 +186,22 @@ def verify_ledger(tx: LedgerTx, dim: int | None, problems: list[str] | None = No
             served_counts[(mid, ALL_TASKS)] += 1
             if task not in (None, ALL_TASKS):
                 served_counts[(mid, task)] += 1
+    have_row = set()
     for mid, task, retrieved in c("SELECT memory_id, task, retrieved FROM stats"):
+        have_row.add((mid, task))
         if retrieved != served_counts.get((mid, task), 0):
             problems.append(
                 f"stats ({mid}, {task}) retrieved={retrieved} but searches served it "
                 f"{served_counts.get((mid, task), 0)} times"
             )
+    for mid, task in sorted(served_counts.keys() - have_row)[:_LIMIT]:
+        problems.append(
+            f"searches served {mid} (task {task}) {served_counts[(mid, task)]} times but it has no stats row"
+        )
 
+
+def _check_credits(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
+    c = tx.run
     # 7. answered searches have one credit row per served memory
     credit_counts = dict(c("SELECT search_id, COUNT(*) FROM credits GROUP BY search_id").fetchall())
     for sid, served, fb in c("SELECT search_id, served, feedback FROM searches"):
@@ -162,4 +213,87 @@ def verify_ledger(tx: LedgerTx, dim: int | None, problems: list[str] | None = No
             problems.append(f"search {sid}: credit rows without feedback")
     for sid in credit_counts:
         problems.append(f"credits for unknown search {sid}")
-    return problems
+
+
+def _report(problems: list[str], bad: list[str], what: str) -> None:
+    problems += bad[:_LIMIT]
+    if len(bad) > _LIMIT:
+        problems.append(f"... and {len(bad) - _LIMIT} more {what}")
+
+
+def _check_hashes(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
+    """8. content hashes and the replay of each memory's mutable columns from its events."""
+    c = tx.run
+    edited = "was edited outside remem-agent or damaged"
+    bad: list[str] = []
+    rows = c(f"SELECT {hashing.MEMORY_HASH_COLS}, content_hash, {', '.join(hashing.MUTABLE)} FROM memories").fetchall()
+    current: dict[str, tuple[object, ...]] = {}
+    for r in rows:
+        mid, stored = r[0], r[8]
+        current[mid] = tuple(r[9:])
+        if stored is None:
+            bad.append(f"{mid}: memory has no content hash")
+        elif stored != hashing.memory_hash(*r[:8]):
+            bad.append(f"{mid}: memory content (original_text, key, role, tasks, created_at or valid_from) {edited}")
+    _report(problems, bad, "memories with a bad hash")
+
+    bad = []
+    replayed: dict[str, dict[str, object]] = defaultdict(dict)
+    for seq, *fields, stored in c(f"SELECT seq, {hashing.EVENT_HASH_COLS}, hash FROM events ORDER BY seq"):
+        mid, updates = fields[0], fields[7]
+        if stored is None:
+            bad.append(f"{mid}: event {seq} has no content hash")
+        elif stored != hashing.event_hash(*fields):
+            bad.append(f"{mid}: event {seq} ({fields[2]}: reason, evidence, states or time) {edited}")
+        if updates is not None:
+            replayed[mid].update(from_json(updates))
+    _report(problems, bad, "events with a bad hash")
+
+    bad = []
+    for mid, values in current.items():
+        want = replayed.get(mid, {})
+        for col, have in zip(hashing.MUTABLE, values, strict=True):
+            if col not in want:
+                continue
+            exp = want[col]
+            same = (
+                abs(float(have) - float(exp)) <= 1e-9
+                if isinstance(have, int | float) and isinstance(exp, int | float)
+                else have == exp
+            )
+            if not same:
+                bad.append(f"{mid}: {col} is {have!r} but its events set it to {exp!r} ({edited})")
+    _report(problems, bad, "memories whose columns disagree with their events")
+
+    bad = []
+    for r in c(f"SELECT {hashing.SEARCH_HASH_COLS}, hash, feedback, feedback_at, feedback_hash FROM searches"):
+        sid = r[0]
+        if r[8] is None:
+            bad.append(f"search {sid} has no content hash")
+        elif r[8] != hashing.search_hash(*r[:8]):
+            bad.append(f"search {sid}: its record (query, task, time or served memories) {edited}")
+        answered = r[9] is not None or r[11] is not None
+        if answered and (r[11] is None or r[11] != hashing.feedback_hash(sid, r[9], r[10])):
+            bad.append(f"search {sid}: its feedback {edited}")
+    _report(problems, bad, "searches with a bad hash")
+
+    bad = []
+    for seq, *fields, stored in c(f"SELECT seq, {hashing.CREDIT_HASH_COLS}, hash FROM credits ORDER BY seq"):
+        if stored is None or stored != hashing.credit_hash(*fields):
+            bad.append(f"credit row {seq} (search {fields[0]}, memory {fields[1]}) {edited}")
+    _report(problems, bad, "credit rows with a bad hash")
+
+    bad = []
+    for *fields, stored in c(f"SELECT {hashing.ATTRIBUTE_HASH_COLS}, hash FROM attributes"):
+        if stored is None or stored != hashing.attribute_hash(*fields):
+            bad.append(f"learned attribute {fields[0]!r} {edited}")
+    _report(problems, bad, "attributes with a bad hash")
+
+
+def _check_meta(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
+    """9. a store that holds memories names its embedder and dimension."""
+    if tx.max_seq() == 0:
+        return
+    for key in ("embedder", "dim"):
+        if tx.get_meta(key) is None:
+            problems.append(f"meta has no {key!r} although the store holds memories (the row was deleted)")

@@ -1,0 +1,176 @@
+"""Content hashes of ledger rows (schema version 3), the same on every backend.
+
+Why: the database's constraints and triggers stop the library (and careless tools) from rewriting
+history, but an edit made with the triggers dropped, a restored half-backup or a disk that flips bits
+in a text column would still verify. Each row now carries a SHA-256 of its fields, computed by the
+write that creates the row, in the same transaction; ``verify()`` recomputes them.
+
+* ``memories.content_hash`` covers the fields that never change: id, original_text, entity, attribute,
+  role, tasks, created_at, valid_from. The mutable ones (text after compression, token_cost,
+  confidence, valid_to, superseded_by, state) are not hashed on the row: every event records in
+  ``events.updates`` the values it set (the ``add`` event all of them), and ``verify()`` checks that
+  replaying the events gives the row's current values. So legitimate lifecycle changes keep verifying
+  and an edit of served text or validity does not.
+* ``events.hash`` covers memory_id, at, kind, from_state, to_state, reason, evidence and updates.
+* ``searches.hash`` covers what a search recorded; ``searches.feedback_hash`` the feedback set once later.
+* ``credits.hash`` covers a credit row; ``attributes.hash`` a learned-attribute row (rewritten with
+  the row by each increment).
+
+Values are hashed in a canonical JSON form (numbers as floats, keys sorted), computed from the values
+as read back, so a row copied between SQLite and PostgreSQL (jsonb reorders keys) keeps its hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from remem_agent.store.sql import LedgerTx
+
+# The mutable columns of a memory, as recorded in events.updates.
+MUTABLE = ("text", "token_cost", "confidence", "valid_to", "superseded_by")
+
+
+def _canon(value: Any) -> Any:
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {str(k): _canon(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canon(v) for v in value]
+    if hasattr(value, "item"):  # a numpy scalar
+        return _canon(value.item())
+    return str(value)
+
+
+def digest(kind: str, *fields: Any) -> str:
+    """SHA-256 (hex) of ``fields`` in canonical JSON, tagged with the row ``kind``."""
+    text = json.dumps([kind, *(_canon(f) for f in fields)], sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def memory_hash(
+    memory_id: str,
+    original_text: str,
+    entity: str | None,
+    attribute: str | None,
+    role: str,
+    tasks: Any,
+    created_at: float,
+    valid_from: float,
+) -> str:
+    return digest("memory", memory_id, original_text, entity, attribute, role, _json(tasks), created_at, valid_from)
+
+
+def event_hash(
+    memory_id: str,
+    at: float,
+    kind: str,
+    from_state: str | None,
+    to_state: str,
+    reason: str,
+    evidence: Any,
+    updates: Any,
+) -> str:
+    ev = _json(evidence)
+    up = None if updates is None else _json(updates)
+    return digest("event", memory_id, at, kind, from_state, to_state, reason, ev, up)
+
+
+def search_hash(
+    search_id: str,
+    at: float,
+    query: str,
+    task: str | None,
+    as_of: float | None,
+    now: float | None,
+    token_budget: int | None,
+    served: Any,
+) -> str:
+    return digest("search", search_id, at, query, task, as_of, now, token_budget, _json(served))
+
+
+def feedback_hash(search_id: str, feedback: Any, feedback_at: float | None) -> str:
+    return digest("feedback", search_id, None if feedback is None else _json(feedback), feedback_at)
+
+
+def credit_hash(
+    search_id: str,
+    memory_id: str,
+    task: str | None,
+    at: float,
+    success: Any,
+    cited: Any,
+    used: Any,
+    credit: float,
+    blame: float,
+) -> str:
+    return digest("credit", search_id, memory_id, task, at, int(success), int(cited), int(used), credit, blame)
+
+
+def attribute_hash(
+    attribute: str, changes: int, confirmations: int, counter: int, single_valued: Any, decided_at: float | None
+) -> str:
+    return digest("attribute", attribute, changes, confirmations, counter, int(single_valued), decided_at)
+
+
+MEMORY_HASH_COLS = "id, original_text, entity, attribute, role, tasks, created_at, valid_from"
+EVENT_HASH_COLS = "memory_id, at, kind, from_state, to_state, reason, evidence, updates"
+SEARCH_HASH_COLS = "search_id, at, query, task, as_of, now, token_budget, served"
+CREDIT_HASH_COLS = "search_id, memory_id, task, at, success, cited, used, credit, blame"
+ATTRIBUTE_HASH_COLS = "attribute, changes, confirmations, counter, single_valued, decided_at"
+
+
+def rehash_attribute(tx: LedgerTx, name: str) -> None:
+    """Recompute one attributes row's hash after it changed (same transaction)."""
+    r = tx.run(f"SELECT {ATTRIBUTE_HASH_COLS} FROM attributes WHERE attribute = ?", (name,)).fetchone()
+    if r is not None:
+        tx.run("UPDATE attributes SET hash = ? WHERE attribute = ?", (attribute_hash(*r), name))
+
+
+def backfill_hashes(tx: LedgerTx) -> None:
+    """Migration 3's data step: hash every existing row (same transaction as the DDL, either backend).
+
+    Events written before version 3 did not record the values they set, so the last event of each
+    memory gets the row's current mutable values as its ``updates`` (true: nothing but events changes
+    a row); from then on an edit of those columns is detected.
+    """
+    rows = tx.run(f"SELECT {MEMORY_HASH_COLS} FROM memories WHERE content_hash IS NULL").fetchall()
+    tx.update_many("UPDATE memories SET content_hash = ? WHERE id = ?", [(memory_hash(*r), r[0]) for r in rows])
+
+    current = {
+        str(r[0]): dict(zip(MUTABLE, r[1:], strict=True))
+        for r in tx.run(f"SELECT id, {', '.join(MUTABLE)} FROM memories").fetchall()
+    }
+    last = {str(r[0]): int(r[1]) for r in tx.run("SELECT memory_id, MAX(seq) FROM events GROUP BY memory_id")}
+    ev_rows = tx.run(f"SELECT seq, {EVENT_HASH_COLS} FROM events WHERE hash IS NULL ORDER BY seq").fetchall()
+    out = []
+    for seq, mid, at, kind, frm, to, reason, evidence, updates in ev_rows:
+        if updates is None and last.get(mid) == seq and mid in current:
+            updates = current[mid]
+        up_json = None if updates is None else json.dumps(_json(updates), sort_keys=True)
+        out.append((up_json, event_hash(mid, at, kind, frm, to, reason, evidence, updates), seq))
+    tx.update_many("UPDATE events SET updates = ?, hash = ? WHERE seq = ?", out)
+
+    rows = tx.run(f"SELECT {SEARCH_HASH_COLS}, feedback, feedback_at FROM searches WHERE hash IS NULL").fetchall()
+    tx.update_many(
+        "UPDATE searches SET hash = ?, feedback_hash = ? WHERE search_id = ?",
+        [(search_hash(*r[:8]), None if r[8] is None else feedback_hash(r[0], r[8], r[9]), r[0]) for r in rows],
+    )
+    rows = tx.run(f"SELECT seq, {CREDIT_HASH_COLS} FROM credits WHERE hash IS NULL").fetchall()
+    tx.update_many("UPDATE credits SET hash = ? WHERE seq = ?", [(credit_hash(*r[1:]), r[0]) for r in rows])
+    rows = tx.run(f"SELECT {ATTRIBUTE_HASH_COLS} FROM attributes").fetchall()
+    tx.update_many("UPDATE attributes SET hash = ? WHERE attribute = ?", [(attribute_hash(*r), r[0]) for r in rows])
+
+
+# Python steps of numbered migrations, run right after the migration's SQL in the same transaction.
+BACKFILLS: dict[int, Callable[[LedgerTx], None]] = {3: backfill_hashes}
