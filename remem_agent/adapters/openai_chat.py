@@ -23,11 +23,22 @@ import logging
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+import httpx
+
 from remem_agent._extras import require
-from remem_agent.adapters.base import Capabilities, ChatRequest, ChatResponse, FinishReason, Usage
+from remem_agent.adapters.base import (
+    Capabilities,
+    ChatRequest,
+    ChatResponse,
+    FinishReason,
+    StreamChunk,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
 from remem_agent.adapters.retry import parse_retry_after
 from remem_agent.errors import ModelError, UserInputError
 
@@ -45,7 +56,7 @@ _BODY_LIMIT = 2000
 _MESSAGE_BODY_LIMIT = 300
 _TRANSIENT_STATUS = frozenset({408, 425, 429})  # plus every 5xx
 _FALLBACK_STATUS = frozenset({400, 422, 500})
-_FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length"}
+_FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "tool_calls": "tool_calls"}
 
 
 def _strict_ok(schema: Any) -> bool:
@@ -134,7 +145,7 @@ class OpenAIChat:
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(native_json_schema=True, json_mode=True)
+        return Capabilities(native_json_schema=True, json_mode=True, tools=True, streaming=True)
 
     @property
     def schema_mode(self) -> str:
@@ -168,6 +179,35 @@ class OpenAIChat:
             completion = await self._create(request, "json_object_schema")
         return self._to_response(completion, started)
 
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
+        """Server-sent events as :class:`StreamChunk` pieces; closing the iterator closes the HTTP response.
+
+        No fallback and no retry here: a stream that fails after its first byte cannot be replayed, so
+        the error surfaces (a ``ModelError``) and the caller decides.
+        """
+        kwargs = self._kwargs(request, self._mode)
+        kwargs["stream"] = True
+        try:
+            events = await self._client.chat.completions.create(**kwargs)
+        except openai.APIError as exc:
+            raise self._map_error(exc) from exc
+        try:
+            async for event in events:
+                chunk = self._chunk(event)
+                if chunk is not None:
+                    yield chunk
+        except openai.APIError as exc:
+            raise self._map_error(exc) from exc
+        except httpx.HTTPError as exc:  # the connection dropped mid-stream
+            raise ModelError(f"chat stream {self._model!r} at {self.base_url} broke: {type(exc).__name__}") from exc
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # an event that is not a completion chunk
+            raise ModelError(
+                f"chat stream {self._model!r} at {self.base_url} sent a malformed event: {type(exc).__name__}",
+                status=200,
+            ) from exc
+        finally:
+            await events.close()
+
     async def aclose(self) -> None:
         """Close the SDK client if this adapter created it."""
         if self._owns_client:
@@ -192,6 +232,16 @@ class OpenAIChat:
             kwargs["seed"] = request.seed
         if request.stop:
             kwargs["stop"] = list(request.stop)
+        if request.tools:
+            kwargs["tools"] = [t.to_dict() for t in request.tools]
+        if request.tool_choice is not None:
+            kwargs["tool_choice"] = (
+                request.tool_choice
+                if request.tool_choice in ("auto", "none", "required")
+                else {"type": "function", "function": {"name": request.tool_choice}}
+            )
+        if request.extra:  # provider fields the library does not model: sent as they are
+            kwargs["extra_body"] = dict(request.extra)
         if request.json_schema is not None:
             schema = dict(request.json_schema)
             if mode == "json_schema":
@@ -300,12 +350,57 @@ class OpenAIChat:
         if not isinstance(usage, dict):
             usage = {}
         model = data.get("model")
+        calls = message.get("tool_calls") or []
+        if not isinstance(calls, list):
+            raise self._malformed("tool_calls that are not a list", body)
+        tool_calls: list[ToolCall] = []
+        for i, c in enumerate(calls):
+            fn = c.get("function") if isinstance(c, dict) else None
+            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                raise self._malformed("a tool call without a function name", body)
+            args = fn.get("arguments")
+            args = args if isinstance(args, str) else json.dumps(args if args is not None else {})
+            call_id = c.get("id") if isinstance(c.get("id"), str) and c.get("id") else f"call_{i}"
+            tool_calls.append(ToolCall(id=call_id, name=fn["name"], arguments=args))
+        finish = _FINISH.get(str(choice.get("finish_reason")), "other")
+        if tool_calls and finish == "stop":  # some servers say "stop" after a forced tool call
+            finish = "tool_calls"
         return ChatResponse(
             text=content or "",
-            finish_reason=_FINISH.get(str(choice.get("finish_reason")), "other"),
+            finish_reason=finish,
             usage=Usage(_count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))),
             model=model if isinstance(model, str) and model else self._model,
             latency_ms=(time.perf_counter() - started) * 1000.0,
+            tool_calls=tuple(tool_calls),
+        )
+
+    @staticmethod
+    def _chunk(event: Any) -> StreamChunk | None:
+        """One SSE event (an SDK ``ChatCompletionChunk``) as a :class:`StreamChunk`; None for an empty event."""
+        usage = getattr(event, "usage", None)
+        u = Usage(_count(getattr(usage, "prompt_tokens", None)), _count(getattr(usage, "completion_tokens", None)))
+        if not event.choices:
+            return StreamChunk(usage=u) if usage is not None else None
+        choice = event.choices[0]
+        delta = choice.delta
+        text = delta.content or "" if delta is not None else ""
+        if not isinstance(text, str):
+            raise TypeError("delta content is not a string")
+        deltas = tuple(
+            ToolCallDelta(
+                index=int(c.index) if c.index is not None else i,
+                id=c.id,
+                name=c.function.name if c.function is not None else None,
+                arguments=(c.function.arguments or "") if c.function is not None else "",
+            )
+            for i, c in enumerate((delta.tool_calls or []) if delta is not None else [])
+        )
+        reason = choice.finish_reason
+        return StreamChunk(
+            text=text,
+            tool_calls=deltas,
+            finish_reason=_FINISH.get(str(reason), "other") if reason else None,
+            usage=u if usage is not None else None,
         )
 
 
