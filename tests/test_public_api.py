@@ -89,6 +89,7 @@ def test_version_comes_from_the_package_metadata() -> None:
 
 
 def test_importing_the_package_loads_no_model_sdk() -> None:
-    code = "import sys, remem_agent; print(sorted(m for m in ('openai', 'ollama', 'llama_cpp', 'torch') if m in sys.modules))"
+    sdks = "('openai', 'ollama', 'llama_cpp', 'torch')"
+    code = f"import sys, remem_agent; print(sorted(m for m in {sdks} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
