@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from _examples import ROOT, run_example
-from _ollama_server import FakeOllama, chat_ok
+from _ollama_server import FakeOllama, chat_ok, chat_stream
 
 ANSWER = json.dumps({"answer": "west-2", "citations": []})
 
@@ -77,12 +77,71 @@ def test_wrap_openai_example(tmp_path: Path, fake_openai: tuple[str, list[Any]])
     assert req["path"] == "/v1/chat/completions" and req["body"]["model"] == "my-model"
     assert req["body"]["response_format"]["type"] == "json_schema"
     # the trace the example wrote never contains the key
-    traces = list((tmp_path / "traces").glob("*.jsonl"))
+    traces = list((tmp_path / ".remem" / "example" / "traces").glob("*.jsonl"))  # traces live in the store folder
+    assert not (tmp_path / "traces").exists()  # never in the working directory
     assert traces and "sk-test-0123456789" not in traces[0].read_text()
 
 
+def test_stream_ollama_example(tmp_path: Path) -> None:
+    pytest.importorskip("ollama")
+    with FakeOllama() as fake:
+        fake.push(chat_stream(["Our server ", "is in west-2 ", "[M1]", "."]))
+        out = run_example("stream_ollama.py", {"OLLAMA_HOST": fake.url}, tmp_path, "qwen2.5:3b")
+        body = fake.requests[0].body
+    assert body["stream"] is True and "Our server moved to west-2." in body["messages"][0]["content"]
+    assert out.splitlines()[0] == "Our server is in west-2." and "cited: ['Our server moved to west-2.']" in out
+
+
+@pytest.fixture()
+def fake_openai_tools() -> Iterator[tuple[str, list[Any]]]:
+    """An OpenAI-protocol server that calls the tool once, then answers citing M1."""
+    seen: list[Any] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append(body)
+            if body["messages"][-1]["role"] == "tool":
+                message: dict[str, Any] = {"role": "assistant", "content": "Yes, west-2 answers [M1]."}
+                finish = "stop"
+            else:
+                call = {"id": "call_1", "type": "function", "function": {"name": "ping", "arguments": "{}"}}
+                message, finish = {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
+            data = json.dumps(
+                {"id": "c1", "object": "chat.completion", "created": 0, "model": body["model"],
+                 "choices": [{"index": 0, "finish_reason": finish, "message": message}]}
+            ).encode()  # fmt: skip
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_chat_with_tools_example(tmp_path: Path, fake_openai_tools: tuple[str, list[Any]]) -> None:
+    pytest.importorskip("openai")
+    url, seen = fake_openai_tools
+    out = run_example("chat_with_tools.py", {"OPENAI_BASE_URL": url, "OPENAI_API_KEY": "sk-x"}, tmp_path, "m")
+    assert out.strip() == "Yes, west-2 answers. | cited: ['Our server moved to west-2.']"
+    assert len(seen) == 2 and seen[0]["messages"][0] == {"role": "system", "content": "You are Ops Bot."}
+    assert seen[1]["messages"][-1] == {"role": "tool", "content": "pong", "tool_call_id": "call_1"}
+    assert seen[0]["messages"][1] == seen[1]["messages"][1]  # the same memory block for the whole turn
+
+
 def test_examples_are_short() -> None:
-    for name in ("wrap_openai.py", "wrap_ollama.py"):
+    for name in ("wrap_openai.py", "wrap_ollama.py", "chat_with_tools.py", "stream_ollama.py"):
         src = (ROOT / "examples" / name).read_text()
         body = src.split('"""', 2)[2]  # after the docstring
         code = [ln for ln in body.splitlines() if ln.strip() and not ln.strip().startswith("#")]
