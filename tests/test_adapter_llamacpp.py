@@ -164,3 +164,38 @@ def test_grammar_schema_puts_citations_before_dotted_answer_keys() -> None:
     chat._name = "test"
     plain = chat._plain_schema(schema)
     assert list(plain) == sorted(plain) and list(plain["properties"]) == ["citations", "server.region"]
+
+
+async def test_stream_yields_tokens_that_add_up_to_the_complete_reply(chat: LlamaCppChat) -> None:
+    from remem_agent.adapters.base import StreamAssembler
+
+    assert chat.capabilities.streaming and not chat.capabilities.tools
+    req = _ask("What is the capital of France?", max_tokens=24)
+    whole = await chat.complete(req)
+    asm = StreamAssembler()
+    pieces = 0
+    async for chunk in chat.stream(req):
+        asm.add(chunk)
+        pieces += bool(chunk.text)
+    assert pieces > 1 and asm.text == whole.text and asm.finish_reason == whole.finish_reason
+
+
+async def test_a_stream_abandoned_early_frees_the_model(chat: LlamaCppChat) -> None:
+    stream = chat.stream(_ask("Tell me a long story about cats.", max_tokens=200))
+    async for _ in stream:
+        break
+    await stream.aclose()
+    for _ in range(500):  # bounded: the worker stops at its next token and returns the instance
+        if not chat._inflight:
+            break
+        await asyncio.sleep(0.01)
+    assert not chat._inflight
+    again = await asyncio.wait_for(chat.complete(_ask("Say hi.", max_tokens=4)), timeout=60)
+    assert again.text is not None
+
+
+async def test_tools_are_refused_with_a_typed_error(chat: LlamaCppChat) -> None:
+    from remem_agent.adapters.base import ToolSpec
+
+    with pytest.raises(UserInputError, match="does not support tools"):
+        await chat.complete(ChatRequest(messages=(Message("user", "hi"),), tools=(ToolSpec(name="ping"),)))

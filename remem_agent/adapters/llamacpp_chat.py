@@ -27,12 +27,12 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from remem_agent._extras import require
-from remem_agent.adapters.base import Capabilities, ChatRequest, ChatResponse, FinishReason, Usage
+from remem_agent.adapters.base import Capabilities, ChatRequest, ChatResponse, FinishReason, StreamChunk, Usage
 from remem_agent.errors import ModelError, UserInputError
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class LlamaCppChat:
             weakref.WeakKeyDictionary()
         )
         self._sems_guard = threading.Lock()
-        self._inflight: set[asyncio.Future[ChatResponse]] = set()
+        self._inflight: set[asyncio.Future[Any]] = set()
 
     # ------------------------------------------------------------------------------------ factories
 
@@ -142,7 +142,10 @@ class LlamaCppChat:
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(native_json_schema=True, json_mode=True)
+        # No tools: the shipped models use the plain ChatML template; llama-cpp-python's function-calling
+        # handlers need a chat_format built for them (llama_cpp.server with chatml-function-calling is
+        # the tested way to get tool calls from these models: use OpenAIChat against it).
+        return Capabilities(native_json_schema=True, json_mode=True, tools=False, streaming=True)
 
     @property
     def model_path(self) -> Path:
@@ -174,6 +177,78 @@ class LlamaCppChat:
 
         fut.add_done_callback(_done)
         return await asyncio.shield(fut)
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
+        """Tokens as llama.cpp produces them, from a worker thread; stopping early stops the generation.
+
+        The worker checks a stop flag between tokens, so a consumer that leaves the loop frees the model
+        instance within one token; the concurrency slot is released when the worker is really done.
+        """
+        kwargs = {**self._request_kwargs(request), "stream": True}
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        stop = threading.Event()
+
+        def put(item: tuple[str, Any]) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the loop is gone: nobody is reading any more
+                stop.set()
+
+        def work() -> None:
+            llm = self._checkout()
+            try:
+                parts = llm.create_chat_completion(**kwargs)
+                try:
+                    for part in parts:
+                        if stop.is_set():
+                            break
+                        put(("chunk", part))
+                finally:
+                    closer = getattr(parts, "close", None)
+                    if callable(closer):
+                        closer()
+                if stop.is_set():
+                    llm.reset()  # a generation cut short leaves no half-evaluated state behind
+                put(("end", None))
+            except Exception as exc:  # noqa: BLE001 - handed to the reader, raised there as a ModelError
+                llm.reset()
+                put(("error", ModelError(f"llama.cpp failed on {self._name}: {type(exc).__name__}: {exc}")))
+            finally:
+                self._checkin(llm)
+
+        sem = self._semaphore()
+        await sem.acquire()
+        fut: asyncio.Future[None] = asyncio.ensure_future(asyncio.to_thread(work))
+        self._inflight.add(fut)
+
+        def _done(f: asyncio.Future[None]) -> None:
+            sem.release()
+            self._inflight.discard(f)
+            if not f.cancelled():
+                f.exception()
+
+        fut.add_done_callback(_done)
+        try:
+            while True:
+                kind, item = await queue.get()
+                if kind == "error":
+                    raise item
+                if kind == "end":
+                    return
+                yield self._chunk(item)
+        finally:
+            stop.set()
+
+    def _chunk(self, part: Mapping[str, Any]) -> StreamChunk:
+        try:
+            choice = part["choices"][0]
+            delta = choice.get("delta") or {}
+            text = delta.get("content") or ""
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise ModelError(f"llama.cpp streamed an unexpected chunk from {self._name}: {part!r:.300}") from exc
+        reason = choice.get("finish_reason")
+        return StreamChunk(text=text, finish_reason=_FINISH.get(str(reason), "other") if reason else None)
 
     # ------------------------------------------------------------------------------------ lifecycle
 
@@ -216,6 +291,11 @@ class LlamaCppChat:
     def _request_kwargs(self, request: ChatRequest) -> dict[str, Any]:
         if not request.messages:
             raise UserInputError("a chat request needs at least one message")
+        if request.tools:
+            raise UserInputError(
+                f"LlamaCppChat ({self._name}) does not support tools (capabilities.tools is False); "
+                "serve the model with llama_cpp.server --chat_format chatml-function-calling and use OpenAIChat"
+            )
         kwargs: dict[str, Any] = {
             "messages": [m.to_dict() for m in request.messages],
             "temperature": float(request.temperature),
