@@ -22,9 +22,11 @@ Why these choices:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -352,7 +354,14 @@ class SQLiteStore(StoreCommon):
                 raise UserInputError(f"cannot look up a value that is not valid UTF-8 ({exc.reason})") from exc
             finally:
                 if self._conn.in_transaction:
-                    self._conn.execute("COMMIT")
+                    pending = sys.exc_info()[1]
+                    try:
+                        self._conn.execute("COMMIT")
+                    except sqlite3.Error as exc:  # ending a read on a damaged file: never a raw driver error
+                        with contextlib.suppress(sqlite3.Error):
+                            self._conn.execute("ROLLBACK")
+                        if pending is None:
+                            raise self._driver_error(exc) from exc
 
     # -- the store seam ---------------------------------------------------------------------------
     @property
