@@ -26,7 +26,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -64,6 +64,7 @@ from remem_agent.agent.conversation import (
 from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, PendingOutcomes, Waiting
 from remem_agent.agent.ports import AgentMemory
 from remem_agent.agent.prompt import citation_aliases, render_memories
+from remem_agent.agent.telemetry import AttributeValue, NoTelemetry, Span, Telemetry
 from remem_agent.agent.trace import TraceWriter
 from remem_agent.errors import ModelError, UserInputError
 from remem_agent.learning.credit import carried_values_used
@@ -173,8 +174,10 @@ class Conversations:
         k: int,
         token_budget: int | None,
         judge: ChatModel | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.memory, self.model, self.pending = memory, model, pending
+        self.telemetry: Telemetry = telemetry or NoTelemetry()
         self._tracer, self.run_id, self.retry = tracer, run_id, retry
         self.k, self.token_budget, self.judge = k, token_budget, judge
         self._turns: OrderedDict[str, _Turn] = OrderedDict()
@@ -476,33 +479,88 @@ def _ms(t0: float, t1: float | None = None) -> float:
     return round(((t1 if t1 is not None else time.perf_counter()) - t0) * 1000, 3)
 
 
+@contextlib.contextmanager
+def _stage(tel: Telemetry, name: str, parent: Span | None, **attributes: AttributeValue) -> Iterator[Span]:
+    """A child span for one stage; a failure inside marks it and is re-raised."""
+    span = tel.start(name, attributes, parent)
+    try:
+        yield span
+    except BaseException as exc:
+        span.fail(exc)
+        raise
+    finally:
+        span.end()
+
+
+def _model_attributes(model: ChatModel, opts: ChatOptions) -> dict[str, AttributeValue]:
+    attrs: dict[str, AttributeValue] = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": model.adapter,
+        "gen_ai.request.model": model.name,
+        "gen_ai.request.temperature": opts.sampling.temperature,
+    }
+    if opts.sampling.max_tokens is not None:
+        attrs["gen_ai.request.max_tokens"] = opts.sampling.max_tokens
+    return attrs
+
+
+def _record_response(span: Span, resp: ChatResponse) -> None:
+    span.set("gen_ai.response.model", resp.model or None)
+    span.set("gen_ai.response.finish_reasons", [resp.finish_reason])
+    span.set("gen_ai.usage.input_tokens", resp.usage.prompt_tokens)
+    span.set("gen_ai.usage.output_tokens", resp.usage.completion_tokens)
+
+
+def _root_span(conv: Conversations, opts: ChatOptions, *, stream: bool) -> Span:
+    return conv.telemetry.start(
+        "remem.chat",
+        {"gen_ai.operation.name": "chat", "gen_ai.conversation.id": opts.conversation_id, "remem.stream": stream},
+    )
+
+
 async def run_chat(conv: Conversations, opts: ChatOptions, retry: RetryPolicy) -> ChatReply:
     """One non-streaming call: recall (once per turn) -> prompt -> call (with retries) -> citations -> trace."""
-    t0 = time.perf_counter()
-    turn, recalled = await conv.begin(opts)
-    t_recall = time.perf_counter()
-    req, block = conv.request(opts, turn)
-    t_call = time.perf_counter()
+    root = _root_span(conv, opts, stream=False)
     try:
-        resp = await call_with_retries(lambda: conv.model.complete(req), retry)
-    except ModelError as exc:
+        t0 = time.perf_counter()
+        with _stage(conv.telemetry, "remem.recall", root) as span:
+            turn, recalled = await conv.begin(opts)
+            span.set("remem.recalled", recalled)
+            span.set("remem.served", len(turn.result.items))
+        root.set("remem.answer_id", turn.answer_id)
+        t_recall = time.perf_counter()
+        req, block = conv.request(opts, turn)
+        t_call = time.perf_counter()
+        try:
+            with _stage(conv.telemetry, f"chat {conv.model.name}", root, **_model_attributes(conv.model, opts)) as span:
+                resp = await call_with_retries(lambda: conv.model.complete(req), retry)
+                _record_response(span, resp)
+        except ModelError as exc:
+            await conv.write_call(
+                opts, turn, recalled=recalled, block=block, stream=False, text="", tool_calls=(),
+                finish_reason="error", usage=Usage(), reply=None, error=f"model error: {exc}",
+                latency={"recall": _ms(t0, t_recall), "model": _ms(t_call), "total": _ms(t0)},
+            )  # fmt: skip
+            raise
+        model_ms = _ms(t_call)
+        with _stage(conv.telemetry, "remem.learn", root) as span:
+            reply = await conv.finish(opts, turn, resp, recalled=recalled)
+            span.set("remem.citations", len(reply.citations))
+            span.set("remem.used", len(reply.used))
+        total = _ms(t0)
         await conv.write_call(
-            opts, turn, recalled=recalled, block=block, stream=False, text="", tool_calls=(), finish_reason="error",
-            usage=Usage(), reply=None, error=f"model error: {exc}",
-            latency={"recall": _ms(t0, t_recall), "model": _ms(t_call), "total": _ms(t0)},
+            opts, turn, recalled=recalled, block=block, stream=False, text=resp.text, tool_calls=resp.tool_calls,
+            finish_reason=resp.finish_reason, usage=resp.usage, reply=reply, error=None,
+            latency={
+                "recall": _ms(t0, t_recall), "model": model_ms, "total": total, "overhead": round(total - model_ms, 3)
+            },
         )  # fmt: skip
+        return reply
+    except BaseException as exc:
+        root.fail(exc)
         raise
-    model_ms = _ms(t_call)
-    reply = await conv.finish(opts, turn, resp, recalled=recalled)
-    total = _ms(t0)
-    await conv.write_call(
-        opts, turn, recalled=recalled, block=block, stream=False, text=resp.text, tool_calls=resp.tool_calls,
-        finish_reason=resp.finish_reason, usage=resp.usage, reply=reply, error=None,
-        latency={
-            "recall": _ms(t0, t_recall), "model": model_ms, "total": total, "overhead": round(total - model_ms, 3)
-        },
-    )  # fmt: skip
-    return reply
+    finally:
+        root.end()
 
 
 @dataclass
@@ -581,53 +639,79 @@ async def stream_chat(
 ) -> AsyncGenerator[StreamChunk | None]:
     """The body of a :class:`ChatStream`: yields None when ready, then the (citation-stripped) chunks."""
     async with slot():
-        t0 = time.perf_counter()
-        turn, recalled = await conv.begin(opts)
-        t_recall = time.perf_counter()
-        req, block = conv.request(opts, turn)
-        stream.answer_id, stream.served = turn.answer_id, turn.result.items
-        stream.conversation_id = opts.conversation_id
-        yield None
-        asm = StreamAssembler(conv.model.name)
-        stripper = CitationStripper() if opts.strip else None
-        t_call = time.perf_counter()
-        t_first: float | None = None
-        state: dict[str, str | None] = {"outcome": "stopped", "error": None}  # read in finally, set in the body
+        root = _root_span(conv, opts, stream=True)
         try:
-            upstream = await _open_stream(conv.model, req, retry)
-            async with contextlib.aclosing(upstream):
-                async for chunk in upstream:
-                    if t_first is None:
-                        t_first = time.perf_counter()
-                    asm.add(chunk)
-                    if stripper is not None and chunk.text:
-                        chunk = replace(chunk, text=stripper.feed(chunk.text))
-                    if stripper is not None and chunk.finish_reason is not None:
-                        chunk = replace(chunk, text=chunk.text + stripper.flush())
-                    if chunk.text or chunk.tool_calls or chunk.finish_reason is not None or chunk.usage is not None:
-                        yield chunk
-            state["outcome"] = "done"
-        except ModelError as exc:
-            state.update(outcome="error", error=f"model error mid-stream: {exc}")
+            async with contextlib.aclosing(_stream_body(conv, opts, retry, stream, root)) as body:
+                async for item in body:  # closing this generator closes the body, and so the model's stream
+                    yield item
+        except BaseException as exc:
+            if not isinstance(exc, GeneratorExit):
+                root.fail(exc)
             raise
         finally:
-            outcome, error = state["outcome"], state["error"]
-            resp = asm.response(latency_ms=_ms(t_call))
-            reply = await conv.finish(opts, turn, resp, recalled=recalled) if outcome == "done" else None
-            stream.reply = reply
-            total = _ms(t0)
-            latency = {
-                "recall": _ms(t0, t_recall),
-                "first_token": _ms(t0, t_first) if t_first is not None else None,
-                "model": _ms(t_call),
-                "total": total,
-            }
-            await conv.write_call(
-                opts, turn, recalled=recalled, block=block, stream=True, text=resp.text, tool_calls=resp.tool_calls,
-                finish_reason=resp.finish_reason if outcome == "done" else outcome, usage=resp.usage, reply=reply,
-                error=error if outcome != "stopped" else "the consumer stopped reading before the end",
-                latency={k: v for k, v in latency.items() if v is not None},
-            )  # fmt: skip
+            root.end()
+
+
+async def _stream_body(
+    conv: Conversations, opts: ChatOptions, retry: RetryPolicy, stream: StreamState, root: Span
+) -> AsyncGenerator[StreamChunk | None]:
+    t0 = time.perf_counter()
+    with _stage(conv.telemetry, "remem.recall", root) as span:
+        turn, recalled = await conv.begin(opts)
+        span.set("remem.recalled", recalled)
+        span.set("remem.served", len(turn.result.items))
+    root.set("remem.answer_id", turn.answer_id)
+    t_recall = time.perf_counter()
+    req, block = conv.request(opts, turn)
+    stream.answer_id, stream.served = turn.answer_id, turn.result.items
+    stream.conversation_id = opts.conversation_id
+    yield None
+    asm = StreamAssembler(conv.model.name)
+    stripper = CitationStripper() if opts.strip else None
+    t_call = time.perf_counter()
+    t_first: float | None = None
+    state: dict[str, str | None] = {"outcome": "stopped", "error": None}  # read in finally, set in the body
+    model_span = conv.telemetry.start(f"chat {conv.model.name}", _model_attributes(conv.model, opts), root)
+    try:
+        upstream = await _open_stream(conv.model, req, retry)
+        async with contextlib.aclosing(upstream):
+            async for chunk in upstream:
+                if t_first is None:
+                    t_first = time.perf_counter()
+                asm.add(chunk)
+                if stripper is not None and chunk.text:
+                    chunk = replace(chunk, text=stripper.feed(chunk.text))
+                if stripper is not None and chunk.finish_reason is not None:
+                    chunk = replace(chunk, text=chunk.text + stripper.flush())
+                if chunk.text or chunk.tool_calls or chunk.finish_reason is not None or chunk.usage is not None:
+                    yield chunk
+        state["outcome"] = "done"
+    except ModelError as exc:
+        state.update(outcome="error", error=f"model error mid-stream: {exc}")
+        model_span.fail(exc)
+        raise
+    finally:
+        outcome, error = state["outcome"], state["error"]
+        resp = asm.response(latency_ms=_ms(t_call))
+        _record_response(model_span, resp)
+        if t_first is not None:
+            model_span.set("gen_ai.response.time_to_first_chunk", round(t_first - t_call, 6))
+        model_span.end()
+        reply = await conv.finish(opts, turn, resp, recalled=recalled) if outcome == "done" else None
+        stream.reply = reply
+        total = _ms(t0)
+        latency = {
+            "recall": _ms(t0, t_recall),
+            "first_token": _ms(t0, t_first) if t_first is not None else None,
+            "model": _ms(t_call),
+            "total": total,
+        }
+        await conv.write_call(
+            opts, turn, recalled=recalled, block=block, stream=True, text=resp.text, tool_calls=resp.tool_calls,
+            finish_reason=resp.finish_reason if outcome == "done" else outcome, usage=resp.usage, reply=reply,
+            error=error if outcome != "stopped" else "the consumer stopped reading before the end",
+            latency={k: v for k, v in latency.items() if v is not None},
+        )  # fmt: skip
 
 
 async def _open_stream(model: ChatModel, req: ChatRequest, retry: RetryPolicy) -> AsyncGenerator[StreamChunk]:

@@ -33,6 +33,7 @@ from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, PendingOutcomes, Wai
 from remem_agent.agent.ports import AgentMemory
 from remem_agent.agent.prompt import build_messages, check_answer_schema, citation_aliases, with_citations
 from remem_agent.agent.scoring import Outcome, Scorer, exact_match
+from remem_agent.agent.telemetry import Telemetry
 from remem_agent.agent.trace import AttemptRecord, TraceRecord, TraceWriter
 from remem_agent.errors import ModelError, OutputValidationError, UnknownSearchError, UserInputError
 from remem_agent.ingest import check_text
@@ -107,12 +108,14 @@ class MemoryAgent:
         infer_outcomes: bool = True,
         judge: ChatModel | None = None,
         strip_citations: bool = False,
+        telemetry: Telemetry | None = None,
     ) -> None:
         """``trace``: a path, a ``TraceWriter``, ``False`` (off) or ``None`` (:func:`default_trace_path`).
 
         ``judge`` (off by default): a chat model that rates a conversation's previous answer from the
         next user turn (schema-enforced); its verdict replaces the next-turn heuristic when it is sure.
         ``strip_citations``: remove inline ``[M1]`` labels from chat replies (``ChatReply.raw`` keeps them).
+        ``telemetry``: e.g. ``OpenTelemetrySpans()`` to send each chat turn as GenAI spans (default: none).
         """
         if not isinstance(model, ChatModel):
             raise UserInputError("model must implement the ChatModel protocol (name, adapter, capabilities, complete)")
@@ -156,6 +159,7 @@ class MemoryAgent:
             k=k,
             token_budget=token_budget,
             judge=judge,
+            telemetry=telemetry,
         )
 
     # -- conversations ----------------------------------------------------------------------------
