@@ -304,7 +304,7 @@ def _empty() -> dict[str, Any]:
 
 
 def analyze(paths: Sequence[str | Path]) -> dict[str, Any]:
-    loaded = [(Path(p), rec) for p in paths for rec in load_traces(p)]
+    loaded = [(Path(p), rec) for p in paths for rec in load_traces(p, kind="ask")]
     domains = build_domains(rec for _, rec in loaded)
     per_system: dict[str, dict[str, Any]] = defaultdict(_empty)
     per_fam_sys: dict[str, dict[str, Any]] = defaultdict(_empty)

@@ -127,7 +127,7 @@ def compare(sets: Mapping[str, Path], cells: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"sets": {n: str(d) for n, d in sets.items()}, "cells": {}}
     stats: dict[str, dict[str, Any]] = {}
     for name, d in sets.items():
-        recs = {c: list(load_traces(d / f"{c}.jsonl")) for c in cells}
+        recs = {c: list(load_traces(d / f"{c}.jsonl", kind="ask")) for c in cells}
         domains = build_domains(r for c in cells for r in recs[c])
         stats[name] = {c: cell_stats(recs[c], domains) for c in cells}
     base = names[0]

@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--failures", action="store_true", help="only asks that did not succeed")
     p.add_argument("--task", default=None, help="only this task_id")
     args = p.parse_args(argv)
-    recs = load_traces(args.trace)
+    recs = load_traces(args.trace, kind="ask")
     if args.task:
         recs = [r for r in recs if r.get("task_id") == args.task]
     if args.failures:

@@ -80,7 +80,7 @@ async def measure(n: int, asks: int, seed: int) -> dict[str, Any]:
             if i < 30:  # warm-up
                 continue
             total.append(wall)
-        lines = load_traces(Path(tmp) / "trace.jsonl")[30:]
+        lines = load_traces(Path(tmp) / "trace.jsonl", kind="ask")[30:]
         for line, wall in zip(lines, total, strict=True):
             lat = line["latency_ms"]
             overhead.append(wall - lat["model"])

@@ -26,7 +26,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -47,6 +47,7 @@ from remem_agent.adapters.base import (
 )
 from remem_agent.adapters.retry import RetryPolicy, call_with_retries
 from remem_agent.agent.call import Sampling
+from remem_agent.agent.capture import FactCapture
 from remem_agent.agent.conversation import (
     CitationStripper,
     conversation_key,
@@ -175,8 +176,10 @@ class Conversations:
         token_budget: int | None,
         judge: ChatModel | None = None,
         telemetry: Telemetry | None = None,
+        capture: FactCapture | None = None,
     ) -> None:
         self.memory, self.model, self.pending = memory, model, pending
+        self.capture = capture
         self.telemetry: Telemetry = telemetry or NoTelemetry()
         self._tracer, self.run_id, self.retry = tracer, run_id, retry
         self.k, self.token_budget, self.judge = k, token_budget, judge
@@ -238,8 +241,9 @@ class Conversations:
             if prev is not None and prev.key == key:
                 self._turns.move_to_end(cid)
                 return prev, False
+            deferred = None
             if prev is not None:
-                await self.settle_from_next_turn(prev, cid, user)
+                deferred = await self.settle_from_next_turn(prev, cid, user, defer_moved_on=self.capture is not None)
             query = recall_query(opts.messages)
             res = await self.memory.asearch(
                 query,
@@ -259,6 +263,10 @@ class Conversations:
             )
             self._turns[cid] = turn
             self._turns.move_to_end(cid)
+            if self.capture is not None:  # in the background: the reply never waits for it
+                accepted = self.capture.submit(user, conversation_id=cid, answer_id=turn.answer_id, after=deferred)
+                if not accepted and deferred is not None:
+                    await deferred()
             while len(self._turns) > MAX_CONVERSATIONS:
                 old, _ = self._turns.popitem(last=False)
                 self._locks.pop(old, None)
@@ -320,13 +328,17 @@ class Conversations:
             recalled=recalled,
         )
 
-    async def settle_from_next_turn(self, prev: _Turn, cid: str, next_user: str) -> None:
-        """The next user turn arrived: judge the previous answer (unless a verdict already came)."""
+    async def settle_from_next_turn(
+        self, prev: _Turn, cid: str, next_user: str, *, defer_moved_on: bool = False
+    ) -> Callable[[], Awaitable[None]] | None:
+        """The next user turn arrived: judge the previous answer (unless a verdict already came).
+
+        With ``defer_moved_on`` (fact capture is on) a "moved on" verdict is not given now but returned
+        as a callable for the capture worker to run once it has read this turn: a fact the user stated in
+        it may supersede what the answer used, which makes the answer a failure instead.
+        """
         if not prev.answered or not prev.result.items:
-            return
-        item = await self.pending.take(prev.answer_id)
-        if item is None:  # already judged (explicit feedback, a correction by a new fact)
-            return
+            return None
         correction = looks_like_correction(next_user)
         heuristic = Verdict(
             success=not correction,
@@ -336,6 +348,28 @@ class Conversations:
         )
         judged = await self._judge(prev, next_user) if self.judge is not None else None
         verdict = judged if judged is not None and judged.success is not None else heuristic
+        judge = judged.to_dict() if judged else None
+
+        async def settle() -> None:
+            await self._settle(prev, cid, verdict, heuristic=heuristic.to_dict(), judge=judge)
+
+        if defer_moved_on and verdict is heuristic and not correction:
+            return settle
+        await settle()
+        return None
+
+    async def _settle(
+        self,
+        prev: _Turn,
+        cid: str,
+        verdict: Verdict,
+        *,
+        heuristic: Mapping[str, Any] | None,
+        judge: Mapping[str, Any] | None,
+    ) -> None:
+        item = await self.pending.take(prev.answer_id)
+        if item is None:  # already judged (explicit feedback, a correction by a new fact)
+            return
         assert verdict.success is not None
         try:
             receipt = await self.memory.afeedback(
@@ -349,15 +383,7 @@ class Conversations:
         except BaseException:
             await self.pending.release(item)
             raise
-        await self.write_outcome(
-            item,
-            cid,
-            verdict,
-            receipt,
-            started=prev.started,
-            heuristic=heuristic.to_dict(),
-            judge=judged.to_dict() if judged else None,
-        )
+        await self.write_outcome(item, cid, verdict, receipt, started=prev.started, heuristic=heuristic, judge=judge)
 
     async def _judge(self, prev: _Turn, next_user: str) -> Verdict | None:
         """Ask the judge model (schema-enforced); any failure of the judge leaves the heuristic's verdict."""

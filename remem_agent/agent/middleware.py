@@ -28,6 +28,7 @@ from remem_agent._time import Timestamp
 from remem_agent.adapters.base import ChatModel, Message, ToolSpec
 from remem_agent.adapters.retry import RetryPolicy
 from remem_agent.agent.call import Enforced, Sampling, call_and_enforce
+from remem_agent.agent.capture import AsyncFactExtractor, FactCapture
 from remem_agent.agent.chat import ChatOptions, ChatReply, ChatStream, Conversations, Verdict, run_chat, stream_chat
 from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, PendingOutcomes, Waiting
 from remem_agent.agent.ports import AgentMemory
@@ -109,6 +110,8 @@ class MemoryAgent:
         judge: ChatModel | None = None,
         strip_citations: bool = False,
         telemetry: Telemetry | None = None,
+        capture: AsyncFactExtractor | None = None,
+        capture_queue: int = 64,
     ) -> None:
         """``trace``: a path, a ``TraceWriter``, ``False`` (off) or ``None`` (:func:`default_trace_path`).
 
@@ -116,6 +119,9 @@ class MemoryAgent:
         next user turn (schema-enforced); its verdict replaces the next-turn heuristic when it is sure.
         ``strip_citations``: remove inline ``[M1]`` labels from chat replies (``ChatReply.raw`` keeps them).
         ``telemetry``: e.g. ``OpenTelemetrySpans()`` to send each chat turn as GenAI spans (default: none).
+        ``capture`` (off by default): an extractor (e.g. ``LLMFactExtractor(model)``) that turns each new
+        user turn of ``chat`` into memories in the background (:mod:`.capture`; at most ``capture_queue``
+        turns wait, more are dropped and counted). Close the agent (``aclose`` / ``async with``) to stop it.
         """
         if not isinstance(model, ChatModel):
             raise UserInputError("model must implement the ChatModel protocol (name, adapter, capabilities, complete)")
@@ -149,6 +155,18 @@ class MemoryAgent:
         self._sem = asyncio.Semaphore(max_concurrency)
         # Threads of waiting answers: ("task", task class) for ask, ("conv", conversation id) for chat.
         self._pending: PendingOutcomes[tuple[str, str | None]] = PendingOutcomes()
+        self.capture = (
+            FactCapture(
+                capture,
+                memory,
+                queue_size=capture_queue,
+                on_added=self._infer_corrections,
+                tracer=lambda: self.tracer,
+                run_id=self.run_id,
+            )
+            if capture is not None
+            else None
+        )
         self._conversations = Conversations(
             memory=memory,
             model=model,
@@ -160,7 +178,19 @@ class MemoryAgent:
             token_budget=token_budget,
             judge=judge,
             telemetry=telemetry,
+            capture=self.capture,
         )
+
+    async def aclose(self) -> None:
+        """Stop background work (fact capture); the memory and the model stay the caller's to close."""
+        if self.capture is not None:
+            await self.capture.aclose()
+
+    async def __aenter__(self) -> MemoryAgent:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     # -- conversations ----------------------------------------------------------------------------
     async def chat(
@@ -480,22 +510,29 @@ class MemoryAgent:
             await self._infer_correction(new_id)
         return new_id
 
+    async def _infer_corrections(self, new_ids: list[str]) -> None:
+        for new_id in new_ids:
+            await self._infer_correction(new_id)
+
     async def _infer_correction(self, new_id: str) -> None:
         info = await self.memory.ainspect(new_id)
         if not info.supersedes:
             return
         for item, blamed in await self._pending.take_serving(info.supersedes):
             log.debug("inferred failure of %s: corrected %s", item.answer_id, blamed)
-            await self.memory.afeedback(
+            receipt = await self.memory.afeedback(
                 item.search_id, success=False, used_ids=blamed, cited_ids=list(item.cited_ids), source="inferred"
             )
+            reason = f"a new fact ({new_id}) superseded served memories {blamed}"
+            verdict = Verdict(success=False, source="inferred", weight=1.0, reason=reason)
+            await self._conversations.write_outcome(item, None, verdict, receipt, started=None)
 
     async def _infer_moved_on(self, thread: tuple[str, str | None]) -> None:
         """A new ask in the same task with no correction since: the previous answer was a weak success."""
         item = await self._pending.take_latest(thread)
         if item is None:
             return
-        await self.memory.afeedback(
+        receipt = await self.memory.afeedback(
             item.search_id,
             success=True,
             cited_ids=list(item.cited_ids),
@@ -503,6 +540,8 @@ class MemoryAgent:
             weight=WEAK_SUCCESS_WEIGHT,
             source="inferred",
         )
+        verdict = Verdict(success=True, source="inferred", weight=WEAK_SUCCESS_WEIGHT, reason="the next ask moved on")
+        await self._conversations.write_outcome(item, None, verdict, receipt, started=None)
 
 
 def _served_entry(h: Hit) -> dict[str, Any]:

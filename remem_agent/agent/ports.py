@@ -6,11 +6,12 @@ remote client, a test double, a wrapper that adds scoping) can stand behind an a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from remem_agent._time import Timestamp
+from remem_agent.ingest import MemoryInput
 from remem_agent.learning.credit import Replay
 from remem_agent.types import FeedbackReceipt, MemoryInfo, OutcomeSource, Role, SearchResult
 
@@ -57,5 +58,7 @@ class AgentMemory(Protocol):
         timestamp: Timestamp | None = None,
         confidence: float = 1.0,
     ) -> str: ...
+
+    async def aadd_many(self, items: Iterable[MemoryInput | Mapping[str, Any] | str]) -> list[str]: ...
 
     async def ainspect(self, memory_id: str) -> MemoryInfo: ...

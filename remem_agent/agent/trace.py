@@ -2,8 +2,9 @@
 
 Two versions live side by side and :func:`load_traces` reads both: version 1 lines come from
 ``MemoryAgent.ask`` (``TRACE_SCHEMA``); version 2 lines have a ``kind``: ``"chat"`` for one call of
-``MemoryAgent.chat``/``chat_stream`` (``CHAT_TRACE_SCHEMA``) and ``"outcome"`` for a verdict that arrived
-after the reply (``OUTCOME_TRACE_SCHEMA``: explicit, inferred from the next user turn, or a judge's).
+``MemoryAgent.chat``/``chat_stream`` (``CHAT_TRACE_SCHEMA``), ``"outcome"`` for a verdict that arrived
+after the reply (``OUTCOME_TRACE_SCHEMA``: explicit, inferred from the next user turn, or a judge's) and
+``"capture"`` for facts captured from a user turn in the background (``CAPTURE_TRACE_SCHEMA``).
 
 Version 1 line schema (``TRACE_SCHEMA`` below is the machine-checkable form)::
 
@@ -152,10 +153,22 @@ OUTCOME_TRACE_SCHEMA: dict[str, Any] = {
     },
 }
 
+CAPTURE_TRACE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["v", "kind", "ts", "run", "answer_id", "conversation_id", "memories", "error"],
+    "properties": {
+        "v": {"const": 2},
+        "kind": {"const": "capture"},
+        "memories": {"type": "array", "items": {"type": "string"}},  # ids the captured facts were stored as
+        "error": {"type": ["string", "null"]},
+    },
+}
+
 _VALIDATOR = Draft202012Validator(TRACE_SCHEMA)
 _VALIDATORS_V2 = {
     "chat": Draft202012Validator(CHAT_TRACE_SCHEMA),
     "outcome": Draft202012Validator(OUTCOME_TRACE_SCHEMA),
+    "capture": Draft202012Validator(CAPTURE_TRACE_SCHEMA),
 }
 
 
@@ -294,8 +307,14 @@ class TraceWriter:
         await asyncio.to_thread(self.write_sync, record)
 
 
-def iter_traces(path: str | Path, *, strict: bool = True) -> Iterator[dict[str, Any]]:
-    """Yield trace records; with ``strict`` a malformed line raises UserInputError naming the line."""
+def trace_kind(rec: Mapping[str, Any]) -> str:
+    """``"ask"`` for a version 1 line, else the line's ``kind`` (``chat``, ``outcome``, ``capture``)."""
+    return "ask" if rec.get("v") == 1 else str(rec.get("kind"))
+
+
+def iter_traces(path: str | Path, *, strict: bool = True, kind: str | None = None) -> Iterator[dict[str, Any]]:
+    """Yield trace records (only those of ``kind`` when given); with ``strict`` a malformed line raises
+    UserInputError naming the line."""
     with Path(path).open(encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
@@ -311,8 +330,9 @@ def iter_traces(path: str | Path, *, strict: bool = True) -> Iterator[dict[str, 
                 if strict:
                     raise UserInputError(f"{path}:{n}: not a trace line: {errs[0]}")
                 continue
-            yield rec
+            if kind is None or trace_kind(rec) == kind:
+                yield rec
 
 
-def load_traces(path: str | Path, *, strict: bool = True) -> list[dict[str, Any]]:
-    return list(iter_traces(path, strict=strict))
+def load_traces(path: str | Path, *, strict: bool = True, kind: str | None = None) -> list[dict[str, Any]]:
+    return list(iter_traces(path, strict=strict, kind=kind))
