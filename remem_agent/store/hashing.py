@@ -24,11 +24,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from remem_agent.store.sql import LedgerTx
+
+class LedgerTx(Protocol):
+    """What the hashing steps need of a ledger transaction (``store.sql.LedgerTx`` has it; named
+    structurally so that this module, which ``store.sql`` imports, does not import it back)."""
+
+    def run(self, sql: str, args: Sequence[Any] = ()) -> Any: ...
+
+    def update_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
 
 # The mutable columns of a memory, as recorded in events.updates.
 MUTABLE = ("text", "token_cost", "confidence", "valid_to", "superseded_by")
