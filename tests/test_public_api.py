@@ -52,6 +52,7 @@ EXPECTED_ROOT = {
     "StoreError",
     "SchemaVersionError",
     "LedgerIntegrityError",
+    "LedgerCorruptError",
     "StoreBusyError",
     "StoreConnectionError",
     "MissingExtensionError",
