@@ -346,3 +346,37 @@ def test_answer_and_outcome_are_keyword_only() -> None:
     with pytest.raises(TypeError):
         Answer("a", "q", None, None, (), (), "s", None, 1)  # type: ignore[misc]
     assert Outcome.from_score(0.5, threshold=0.5).success and not Outcome.from_score(0.4, threshold=0.5).success
+
+
+class _BrokenAdapter:
+    """An adapter with a bug: it raises something that is not a ModelError."""
+
+    name, adapter = "broken", "fake"
+    capabilities = FunctionChatModel(lambda r: "").capabilities
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        raise TypeError("adapter bug")
+
+
+async def test_every_failure_of_an_ask_leaves_a_trace_line(mem: ReMem, tmp_path: Path) -> None:
+    mem.add("Our server moved to west-2.", entity="server", attribute="region")
+    agent = agent_for(mem, _BrokenAdapter(), tmp_path)
+    with pytest.raises(TypeError, match="adapter bug"):
+        await agent.ask("Where is our server?", schema=SCHEMA)
+    line = load_traces(tmp_path / "trace.jsonl")[-1]
+    assert line["error"] == "TypeError: adapter bug" and line["search_id"] and line["served"]
+
+    class _FailingRecall(ReMem):
+        async def asearch(self, query: str, **kw: Any) -> Any:  # type: ignore[override]
+            from remem_agent.errors import StoreError
+
+            raise StoreError("disk gone")
+
+    with _FailingRecall(tmp_path / "other") as broken:
+        agent2 = MemoryAgent(broken, FunctionChatModel(lambda r: reply("x", [])), trace=tmp_path / "t2.jsonl")
+        from remem_agent.errors import StoreError
+
+        with pytest.raises(StoreError):
+            await agent2.ask("Where is our server?", schema=SCHEMA)
+    line = load_traces(tmp_path / "t2.jsonl")[-1]
+    assert line["error"] == "StoreError: disk gone" and line["search_id"] is None and line["attempts"] == []

@@ -68,6 +68,21 @@ class Answer:
         return self.error is None
 
 
+@dataclass(kw_only=True)
+class _AskState:
+    """What an ask has done so far: enough for a trace line whichever stage fails."""
+
+    t0: float
+    answer_id: str
+    schema: Mapping[str, Any]
+    search_id: str | None = None
+    served: list[dict[str, Any]] = field(default_factory=list)
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    attempts: list[AttemptRecord] = field(default_factory=list)
+    traced: bool = False
+
+
 def default_trace_path(memory: AgentMemory, run_id: str) -> Path | None:
     """Where traces go when the caller names no path: ``<store folder>/traces/<run_id>.jsonl``.
 
@@ -301,123 +316,147 @@ class MemoryAgent:
         question = check_text(question, "question")
         base_schema = check_answer_schema(schema)
         async with self._sem:
-            t0 = time.perf_counter()
-            answer_id = f"a_{uuid.uuid4().hex[:16]}"
-            if self.infer_outcomes:
-                await self._infer_moved_on(("task", task))
-            # 1. recall
-            res: SearchResult = await self.memory.asearch(
-                question,
-                k=k or self.k,
-                task=task,
-                as_of=as_of,
-                now=now,
-                token_budget=self.token_budget if token_budget is None else token_budget,
-            )
-            t_recall = time.perf_counter()
-            # 2. prompt
-            aliases = citation_aliases(res.ids)  # "M1" -> first served id, ...
-            labels = list(aliases)
-            schema_ext = with_citations(base_schema, labels)
-            messages = build_messages(question, res.items, schema_ext, system_prompt=self.system_prompt, labels=labels)
-            attempts: list[AttemptRecord] = []
-
-            def trace_of(**rest: Any) -> TraceRecord:
-                return TraceRecord(
-                    ts=datetime.now(UTC).isoformat(),
-                    run=self.run_id,
-                    answer_id=answer_id,
-                    task_id=task_id,
-                    task=task,
-                    question=question,
-                    system=self.system,
-                    model={
-                        "adapter": self.model.adapter,
-                        "name": self.model.name,
-                        "params": self.sampling.to_dict(),
-                        "native_json_schema": self.model.capabilities.native_json_schema,
-                    },
-                    search_id=res.search_id,
-                    served=[_served_entry(h) for h in res.items],
-                    aliases=aliases,
-                    schema=schema_ext,
-                    messages=[m.to_dict() for m in messages],
-                    attempts=attempts,
-                    truth=truth,
-                    **rest,
-                )
-
-            # 3-4. call + enforce, with bounded re-asks
+            st = _AskState(t0=time.perf_counter(), answer_id=f"a_{uuid.uuid4().hex[:16]}", schema=base_schema)
             try:
-                enforced = await call_and_enforce(
-                    self.model,
-                    messages,
-                    schema_ext,
-                    labels,
-                    attempts=attempts,
-                    retry=self.retry,
-                    max_reasks=self.max_reasks,
-                    sampling=self.sampling,
-                )
-            except ModelError as exc:
-                model_ms = sum(a.latency_ms for a in attempts)
-                await self._write(trace_of(error=f"model error: {exc}", latency_ms=_latencies(t0, t_recall, model_ms)))
+                return await self._ask(st, question, task, base_schema, truth, as_of, now, k, token_budget, task_id)
+            except Exception as exc:  # whatever raised, the ask leaves its trace line (then the error goes on)
+                if not st.traced:
+                    await self._write(st, self._fallback_trace(st, question, task, task_id, truth, exc))
                 raise
-            if not enforced.ok:
-                return await self._invalid(
-                    enforced, trace_of, answer_id, question, task, res, aliases, len(attempts), t0, t_recall
-                )
-            assert enforced.checked is not None
-            # aliases -> memory ids (check_reply accepted only served aliases, each once)
-            cited_ids = tuple(aliases[c] for c in enforced.checked.citations)
-            value = enforced.checked.value or {}
-            # 5-6. score + learn
-            t_learn = time.perf_counter()
-            outcome: Outcome | None = None
-            receipt: FeedbackReceipt | None = None
-            if truth is not None:
-                outcome = Outcome.from_score(self.scorer(value, truth), threshold=self.success_threshold)
-                receipt = await self.memory.afeedback(
-                    res.search_id, success=outcome.success, cited_ids=list(cited_ids), answer=value, source="truth"
-                )
-            else:
-                waiting = Waiting(
-                    answer_id=answer_id,
-                    search_id=res.search_id,
-                    served_ids=tuple(res.ids),
-                    cited_ids=cited_ids,
-                    value=value,
-                )
-                await self._pending.add(waiting, ("task", task))
-            learn_ms = (time.perf_counter() - t_learn) * 1000
-            # 7. trace
-            await self._write(
-                trace_of(
-                    answer=value,
-                    citations=list(cited_ids),
-                    outcome=outcome.to_dict() if outcome else None,
-                    credit=dict(receipt.credit) if receipt else {},
-                    blame=dict(receipt.blame) if receipt else {},
-                    latency_ms=_latencies(t0, t_recall, enforced.model_ms, learn_ms),
-                )
-            )
-            return Answer(
+
+    async def _ask(
+        self,
+        st: _AskState,
+        question: str,
+        task: str | None,
+        base_schema: dict[str, Any],
+        truth: Any,
+        as_of: Timestamp | None,
+        now: Timestamp | None,
+        k: int | None,
+        token_budget: int | None,
+        task_id: str | None,
+    ) -> Answer:
+        t0, answer_id = st.t0, st.answer_id
+        if self.infer_outcomes:
+            await self._infer_moved_on(("task", task))
+        # 1. recall
+        res: SearchResult = await self.memory.asearch(
+            question,
+            k=k or self.k,
+            task=task,
+            as_of=as_of,
+            now=now,
+            token_budget=self.token_budget if token_budget is None else token_budget,
+        )
+        st.search_id, st.served = res.search_id, [_served_entry(h) for h in res.items]
+        t_recall = time.perf_counter()
+        # 2. prompt
+        aliases = citation_aliases(res.ids)  # "M1" -> first served id, ...
+        labels = list(aliases)
+        schema_ext = with_citations(base_schema, labels)
+        messages = build_messages(question, res.items, schema_ext, system_prompt=self.system_prompt, labels=labels)
+        attempts = st.attempts
+        st.aliases, st.schema, st.messages = aliases, schema_ext, [m.to_dict() for m in messages]
+
+        def trace_of(**rest: Any) -> TraceRecord:
+            return TraceRecord(
+                ts=datetime.now(UTC).isoformat(),
+                run=self.run_id,
                 answer_id=answer_id,
-                question=question,
+                task_id=task_id,
                 task=task,
-                value=value,
-                citations=cited_ids,
-                served=res.items,
+                question=question,
+                system=self.system,
+                model={
+                    "adapter": self.model.adapter,
+                    "name": self.model.name,
+                    "params": self.sampling.to_dict(),
+                    "native_json_schema": self.model.capabilities.native_json_schema,
+                },
                 search_id=res.search_id,
-                raw=enforced.last_raw,
-                attempts=len(attempts),
-                outcome=outcome,
-                credit=dict(receipt.credit) if receipt else {},
+                served=[_served_entry(h) for h in res.items],
                 aliases=aliases,
+                schema=schema_ext,
+                messages=[m.to_dict() for m in messages],
+                attempts=attempts,
+                truth=truth,
+                **rest,
             )
+
+        # 3-4. call + enforce, with bounded re-asks
+        try:
+            enforced = await call_and_enforce(
+                self.model,
+                messages,
+                schema_ext,
+                labels,
+                attempts=attempts,
+                retry=self.retry,
+                max_reasks=self.max_reasks,
+                sampling=self.sampling,
+            )
+        except ModelError as exc:
+            model_ms = sum(a.latency_ms for a in attempts)
+            await self._write(st, trace_of(error=f"model error: {exc}", latency_ms=_latencies(t0, t_recall, model_ms)))
+            raise
+        if not enforced.ok:
+            return await self._invalid(
+                st, enforced, trace_of, answer_id, question, task, res, aliases, len(attempts), t0, t_recall
+            )
+        assert enforced.checked is not None
+        # aliases -> memory ids (check_reply accepted only served aliases, each once)
+        cited_ids = tuple(aliases[c] for c in enforced.checked.citations)
+        value = enforced.checked.value or {}
+        # 5-6. score + learn
+        t_learn = time.perf_counter()
+        outcome: Outcome | None = None
+        receipt: FeedbackReceipt | None = None
+        if truth is not None:
+            outcome = Outcome.from_score(self.scorer(value, truth), threshold=self.success_threshold)
+            receipt = await self.memory.afeedback(
+                res.search_id, success=outcome.success, cited_ids=list(cited_ids), answer=value, source="truth"
+            )
+        else:
+            waiting = Waiting(
+                answer_id=answer_id,
+                search_id=res.search_id,
+                served_ids=tuple(res.ids),
+                cited_ids=cited_ids,
+                value=value,
+            )
+            await self._pending.add(waiting, ("task", task))
+        learn_ms = (time.perf_counter() - t_learn) * 1000
+        # 7. trace
+        await self._write(
+            st,
+            trace_of(
+                answer=value,
+                citations=list(cited_ids),
+                outcome=outcome.to_dict() if outcome else None,
+                credit=dict(receipt.credit) if receipt else {},
+                blame=dict(receipt.blame) if receipt else {},
+                latency_ms=_latencies(t0, t_recall, enforced.model_ms, learn_ms),
+            ),
+        )
+        return Answer(
+            answer_id=answer_id,
+            question=question,
+            task=task,
+            value=value,
+            citations=cited_ids,
+            served=res.items,
+            search_id=res.search_id,
+            raw=enforced.last_raw,
+            attempts=len(attempts),
+            outcome=outcome,
+            credit=dict(receipt.credit) if receipt else {},
+            aliases=aliases,
+        )
 
     async def _invalid(
         self,
+        st: _AskState,
         enforced: Enforced,
         trace_of: Callable[..., TraceRecord],
         answer_id: str,
@@ -431,7 +470,7 @@ class MemoryAgent:
     ) -> Answer:
         """No valid reply within the re-asks: trace it, then raise or return an ``Answer`` with ``error``."""
         error = f"no valid answer after {attempts} attempt(s): {'; '.join(enforced.errors[-3:])}"
-        await self._write(trace_of(error=error, latency_ms=_latencies(t0, t_recall, enforced.model_ms)))
+        await self._write(st, trace_of(error=error, latency_ms=_latencies(t0, t_recall, enforced.model_ms)))
         if self.on_invalid == "raise":
             raise OutputValidationError(
                 error, attempts=attempts, last_raw=enforced.last_raw, errors=list(enforced.errors)
@@ -450,9 +489,34 @@ class MemoryAgent:
             aliases=aliases,
         )
 
-    async def _write(self, record: TraceRecord) -> None:
+    async def _write(self, st: _AskState, record: TraceRecord) -> None:
+        st.traced = True
         if self.tracer is not None:
             await self.tracer.write(record.to_dict())
+
+    def _fallback_trace(
+        self, st: _AskState, question: str, task: str | None, task_id: str | None, truth: Any, exc: Exception
+    ) -> TraceRecord:
+        """The trace line of an ask that failed outside the model call (the recall, the learning step, a bug)."""
+        return TraceRecord(
+            ts=datetime.now(UTC).isoformat(),
+            run=self.run_id,
+            answer_id=st.answer_id,
+            task_id=task_id,
+            task=task,
+            question=question,
+            system=self.system,
+            model={"adapter": self.model.adapter, "name": self.model.name, "params": self.sampling.to_dict()},
+            search_id=st.search_id,
+            served=st.served,
+            aliases=st.aliases,
+            schema=st.schema,
+            messages=st.messages,
+            attempts=st.attempts,
+            truth=truth,
+            error=f"{type(exc).__name__}: {exc}",
+            latency_ms={"total": round((time.perf_counter() - st.t0) * 1000, 3)},
+        )
 
     # -- outcomes that arrive later -------------------------------------------------------------
     async def feedback(
