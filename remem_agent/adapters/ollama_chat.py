@@ -147,7 +147,12 @@ class OllamaChat:
                 await aclose()
 
     def _kwargs(self, request: ChatRequest, *, stream: bool) -> dict[str, Any]:
+        # ``extra``: the Ollama fields the SDK can send (its chat() takes no others): options are merged
+        # under the request's own sampling settings; format (when no json_schema), keep_alive, think.
+        extra = request.extra
         options = dict(self._options)
+        if isinstance(extra.get("options"), Mapping):
+            options.update(extra["options"])
         options["temperature"] = request.temperature
         if request.seed is not None:
             options["seed"] = request.seed
@@ -166,8 +171,13 @@ class OllamaChat:
         if request.json_schema is not None:
             # A plain-JSON deep copy: the SDK serialises it and must not share the caller's objects.
             kwargs["format"] = json.loads(json.dumps(request.json_schema))
+        elif extra.get("format") is not None:
+            kwargs["format"] = extra["format"]
         if self._keep_alive is not None:
             kwargs["keep_alive"] = self._keep_alive
+        for key in ("keep_alive", "think"):
+            if extra.get(key) is not None:
+                kwargs[key] = extra[key]
         return kwargs
 
     @contextmanager
