@@ -1,4 +1,4 @@
-"""The ``remem`` command line: ``demo``, ``verify``, ``stats``, ``dashboard``, ``ledger``, ``migrate`` and ``backup``.
+"""The ``remem`` command line: demo, verify, stats, dashboard, ledger, migrate, backup and serve.
 
 STORE is a store folder (SQLite) or a ``postgresql://`` URL everywhere.
 """
@@ -52,6 +52,71 @@ def _stats(store: Any) -> dict[str, Any]:
     return dataclasses.asdict(stats)
 
 
+def _add_serve_parser(sub: Any) -> None:
+    """``remem serve``: the OpenAI/Ollama-compatible memory gateway (extra ``gateway``; see remem_agent/gateway)."""
+    p = sub.add_parser("serve", help="OpenAI- and Ollama-compatible HTTP gateway with the learning memory in front")
+    p.add_argument("--store", default="remem_store", help="store folder or postgresql:// URL (default: remem_store)")
+    up = p.add_mutually_exclusive_group()
+    up.add_argument("--upstream", metavar="URL", help="model server: OpenAI-compatible base URL (with /v1) or Ollama")
+    up.add_argument("--model", default="qwen", help="without --upstream: local model qwen | smollm2 | FILE.gguf")
+    p.add_argument("--upstream-kind", choices=["openai", "ollama"], default="openai")
+    p.add_argument(
+        "--upstream-api-key-env",
+        default="OPENAI_API_KEY",
+        metavar="VAR",
+        help="environment variable holding the upstream's API key (default OPENAI_API_KEY)",
+    )
+    p.add_argument("--upstream-timeout", type=float, default=60.0, metavar="S", help="per-call upstream timeout")
+    p.add_argument("--models", default="", help="comma-separated model names served (default: the upstream's list)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--api-keys", metavar="FILE", help="JSON/YAML mapping API key -> [scopes] (required off loopback)")
+    p.add_argument("--workers", type=_positive_int, default=1)
+    p.add_argument("--trace", help="trace JSONL file, or 'off' (default: <store folder>/traces/gateway-<pid>.jsonl)")
+    p.add_argument("--max-concurrency", type=_positive_int, default=32)
+    p.add_argument("--max-queue", type=int, default=64)
+    p.add_argument("--max-body-bytes", type=_positive_int, default=4 * 1024 * 1024)
+    p.add_argument("--max-messages", type=_positive_int, default=256)
+    p.add_argument("--max-stream-seconds", type=float, default=300.0)
+    p.add_argument("--strip-citations", action="store_true", help="remove inline [M1] labels from replies")
+    p.add_argument("--otel", action="store_true", help="OpenTelemetry spans per chat turn (extra otel)")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        from remem_agent.gateway import GatewayConfig, serve
+        from remem_agent.gateway.config import Limits
+    except ImportError as exc:
+        print(f"remem: error: {exc}", file=sys.stderr)
+        return 2
+    limits = Limits(
+        max_body_bytes=args.max_body_bytes,
+        max_messages=args.max_messages,
+        max_stream_seconds=args.max_stream_seconds,
+        max_concurrency=args.max_concurrency,
+        max_queue=args.max_queue,
+    )
+    config = GatewayConfig(
+        store=args.store,
+        upstream=args.upstream,
+        upstream_kind=args.upstream_kind,
+        upstream_api_key_env=args.upstream_api_key_env,
+        upstream_timeout_s=args.upstream_timeout,
+        model=args.model,
+        models=tuple(m.strip() for m in args.models.split(",") if m.strip()),
+        host=args.host,
+        port=args.port,
+        api_keys=args.api_keys,
+        workers=args.workers,
+        trace=args.trace,
+        strip_citations=args.strip_citations,
+        otel=args.otel,
+        limits=limits,
+    )
+    serve(config)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="remem", description="remem-agent: memory that learns from outcomes")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -103,9 +168,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from remem_agent.viz.ledger_cli import add_ledger_parser
 
     add_ledger_parser(sub)
+    _add_serve_parser(sub)
 
     args = parser.parse_args(argv)
     try:
+        if args.cmd == "serve":
+            return _serve(args)
         if args.cmd == "demo":
             from remem_agent.demo import run_demo
 

@@ -1,0 +1,127 @@
+"""Memory endpoints (JSON, OpenAI error shape): add, list, inspect, feedback, stats, verify.
+
+``POST /v1/memories`` goes through ``MemoryAgent.remember``, so a fact that corrects a memory served to a
+waiting answer fails that answer (an inferred outcome), exactly as in the library. Every endpoint computes
+the request's scope with :func:`~remem_agent.gateway.auth.request_scope` and refuses (403) a scope the key
+was not granted; ``/v1/verify`` checks the whole store and needs a key granted ``*``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from remem_agent.gateway.auth import Caller, request_scope, scoped
+from remem_agent.gateway.protocol import ApiError, json_object
+from remem_agent.gateway.service import receipt_body
+
+if TYPE_CHECKING:
+    from remem_agent.gateway.app import Gateway
+
+ADD_FIELDS = frozenset({"text", "entity", "attribute", "role", "timestamp", "task", "user"})
+MAX_LIST = 1000
+
+
+def _scope(gw: Gateway, request: Request, caller: Caller, body_user: object = None) -> str:
+    scope = request_scope(request.headers, body_user, caller)
+    gw.authorize(caller, scope)
+    request.state.scope = scope
+    return scope
+
+
+async def add_memory(gw: Gateway, request: Request, caller: Caller) -> Response:
+    body = json_object(await gw.read_body(request))
+    unknown = sorted(set(body) - ADD_FIELDS)
+    if unknown:
+        raise ApiError(400, f"unknown fields {unknown}; expected {sorted(ADD_FIELDS)}", code="invalid_value")
+    scope = _scope(gw, request, caller, body.get("user"))
+    for key in ("text", "entity", "attribute", "role", "task"):
+        if body.get(key) is not None and not isinstance(body[key], str):
+            raise ApiError(400, f"'{key}' must be a string", code="invalid_value")
+    if not isinstance(body.get("text"), str):
+        raise ApiError(400, "'text' (the fact, one sentence) is required", code="invalid_value")
+    ts = body.get("timestamp")
+    if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int | float | str)):
+        raise ApiError(400, "'timestamp' must be epoch seconds or an ISO-8601 string", code="invalid_value")
+    memory_id = await gw.agent.remember(
+        body["text"],
+        entity=body.get("entity"),
+        attribute=body.get("attribute"),
+        role=body.get("role") or "state",
+        task=body.get("task"),
+        timestamp=ts,
+        **scoped(scope),
+    )
+    return JSONResponse({"id": memory_id, "scope": scope}, status_code=201)
+
+
+def _int_param(request: Request, name: str, default: int, hi: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or int(raw) > hi:
+        raise ApiError(400, f"'{name}' must be an integer in [0, {hi}]", code="invalid_value")
+    return int(raw)
+
+
+async def list_memories(gw: Gateway, request: Request, caller: Caller) -> Response:
+    scope = _scope(gw, request, caller)
+    limit = _int_param(request, "limit", 100, MAX_LIST)
+    offset = _int_param(request, "offset", 0, 2**31 - 1)
+    state = request.query_params.get("state")
+    role = request.query_params.get("role")
+    rows = await asyncio.to_thread(
+        gw.memory.list,
+        state,
+        role=role,  # type: ignore[arg-type]  # the library checks the value (400 when unknown)
+        limit=limit,
+        offset=offset,
+        **scoped(scope),
+    )
+    return JSONResponse({"object": "list", "data": [m.to_dict("iso") for m in rows], "limit": limit, "offset": offset})
+
+
+async def inspect_memory(gw: Gateway, request: Request, caller: Caller) -> Response:
+    scope = _scope(gw, request, caller)
+    info = await asyncio.to_thread(gw.memory.inspect, request.path_params["memory_id"], **scoped(scope))
+    return JSONResponse(
+        {
+            "memory": info.memory.to_dict("iso"),
+            "stats": {task: s.to_dict("iso") for task, s in info.stats.items()},
+            "history": [e.to_dict("iso") for e in info.history],
+            "credits": [c.to_dict("iso") for c in info.credits],
+            "supersedes": list(info.supersedes),
+        }
+    )
+
+
+async def feedback(gw: Gateway, request: Request, caller: Caller) -> Response:
+    body = json_object(await gw.read_body(request))
+    receipt = await gw.service.feedback(
+        caller, body.get("answer_id"), body.get("success"), body.get("reason"), body.get("used_ids")
+    )
+    request.state.answer_id = body.get("answer_id")
+    return JSONResponse(dict(receipt_body(receipt)))
+
+
+async def stats(gw: Gateway, request: Request, caller: Caller) -> Response:
+    scope = _scope(gw, request, caller)
+    result = await asyncio.to_thread(gw.memory.stats, **scoped(scope))
+    return JSONResponse(dataclasses.asdict(result))
+
+
+async def verify(gw: Gateway, request: Request, caller: Caller) -> Response:
+    if gw.keys.enabled and "*" not in caller.patterns:
+        raise ApiError(
+            403,
+            "verify checks the whole store: it needs a key granted '*'",
+            type="permission_error",
+            code="scope_forbidden",
+        )
+    report = await asyncio.to_thread(gw.memory.verify)
+    out: dict[str, Any] = {"ok": report.ok, "problems": list(report.problems), "counts": dict(report.counts)}
+    return JSONResponse(out)

@@ -1,0 +1,235 @@
+"""Ollama wire protocol: ``POST /api/chat`` (NDJSON stream by default, ``"stream": false`` for one JSON) and
+``GET /api/tags``.
+
+Request fields the gateway reads: ``model``, ``messages`` (tool results named by ``tool_name`` are matched
+to the assistant's open tool calls), ``tools``, ``format`` (``"json"`` or a JSON schema), ``options``
+(``temperature``, ``num_predict``), ``stream``. For an Ollama upstream the remaining ``options``,
+``keep_alive`` and ``think`` go to it untouched; for an OpenAI-compatible upstream the remaining
+``options`` become top-level request fields (``seed``, ``top_p``, ``top_k``, ``stop``, ``grammar``...,
+the names llama.cpp and vLLM share with Ollama). Other unknown fields go into ``ChatRequest.extra``.
+
+Replies carry the ``x-remem-*`` headers and a ``remem`` field (``answer_id``, ``conversation_id``,
+``served``, ``citations``) in the one JSON reply or in the final ``"done": true`` line. A failure after the
+first line is an ``{"error": "..."}`` line and the stream ends; nothing is credited.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from remem_agent.adapters.base import ToolCall
+from remem_agent.agent.chat import ChatReply, ChatStream
+from remem_agent.errors import ModelError
+from remem_agent.gateway.auth import Caller, request_scope
+from remem_agent.gateway.protocol import ApiError, check_schema, count, error_of, json_object, number
+from remem_agent.gateway.service import ChatCall, Meta
+
+if TYPE_CHECKING:
+    from remem_agent.gateway.app import Gateway
+
+CONSUMED = frozenset({"model", "messages", "tools", "format", "options", "stream"})
+OLLAMA_ONLY = ("keep_alive", "think")
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def ollama_messages(raw: object) -> object:
+    """Ollama messages in the OpenAI shape the agent validates: tool calls get ids, tool results point at them."""
+    if not isinstance(raw, list):
+        return raw  # the agent's validation says what is wrong
+    out: list[object] = []
+    open_calls: list[tuple[str, str]] = []  # (id, tool name) of calls not answered yet
+    for i, m in enumerate(raw):
+        if not isinstance(m, dict):
+            out.append(m)
+            continue
+        msg = dict(m)
+        calls = msg.get("tool_calls")
+        if msg.get("role") == "assistant" and isinstance(calls, list):
+            fixed = []
+            for j, c in enumerate(calls):
+                if isinstance(c, dict):
+                    c = {"id": c.get("id") or f"call_{i}_{j}", "type": "function", **c}
+                    fn = c.get("function")
+                    open_calls.append((str(c["id"]), str(fn.get("name")) if isinstance(fn, dict) else ""))
+                fixed.append(c)
+            msg["tool_calls"] = fixed
+        elif msg.get("role") == "tool" and not msg.get("tool_call_id"):
+            name = msg.get("tool_name") or msg.get("name")
+            match = next((c for c in open_calls if c[1] == name), open_calls[0] if open_calls else None)
+            if match is not None:
+                open_calls.remove(match)
+                msg["tool_call_id"] = match[0]
+                msg.setdefault("name", match[1])
+        msg.pop("tool_name", None)
+        out.append(msg)
+    return out
+
+
+def parse_call(gw: Gateway, body: dict[str, Any], request: Request, caller: Caller) -> ChatCall:
+    scope = request_scope(request.headers, None, caller)
+    gw.authorize(caller, scope)
+    options = body.get("options")
+    if options is not None and not isinstance(options, dict):
+        raise ApiError(400, "'options' must be an object", code="invalid_value")
+    options = dict(options or {})
+    temperature = number(options.pop("temperature", None), "options.temperature", lo=0.0, hi=2.0)
+    max_tokens = count(options.pop("num_predict", None), "options.num_predict")
+    extra = {k: v for k, v in body.items() if k not in CONSUMED}
+    if gw.router.adapter == "gateway:ollama":
+        if options:
+            extra["options"] = options
+    else:
+        for key in OLLAMA_ONLY:
+            extra.pop(key, None)
+        extra.update(options)  # llama.cpp / vLLM take these sampling fields at the top level
+    call = ChatCall(
+        model=str(body.get("model")),
+        messages=ollama_messages(body.get("messages")),
+        scope=scope,
+        tools=body.get("tools"),
+        temperature=temperature,
+        max_tokens=max_tokens,
+        extra=extra,
+        conversation=request.headers.get("x-remem-conversation"),
+        task=request.headers.get("x-remem-task"),
+    )
+    fmt = body.get("format")
+    if fmt == "json":
+        call.validate = {"type": "object"}
+        if gw.router.adapter == "gateway:ollama":
+            call.extra["format"] = "json"  # untouched to an Ollama upstream
+        else:
+            call.schema = {"type": "object"}
+    elif fmt not in (None, ""):
+        call.schema = call.validate = check_schema(fmt, "format")
+    return call
+
+
+def _tool_calls(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
+    out = []
+    for c in calls:
+        try:
+            args = json.loads(c.arguments)
+        except ValueError:
+            args = {"_raw": c.arguments}
+        out.append({"function": {"name": c.name, "arguments": args if isinstance(args, dict) else {"_value": args}}})
+    return out
+
+
+def _done(reply: ChatReply, meta: Meta, model: str, started: float) -> dict[str, Any]:
+    return {
+        "model": model,
+        "created_at": _now(),
+        "done": True,
+        "done_reason": "length" if reply.finish_reason == "length" else "stop",
+        "total_duration": int((time.perf_counter() - started) * 1e9),
+        "prompt_eval_count": reply.usage.prompt_tokens or 0,
+        "eval_count": reply.usage.completion_tokens or 0,
+        "remem": meta.body(),
+    }
+
+
+async def chat(gw: Gateway, request: Request, caller: Caller) -> Response:
+    body = json_object(await gw.read_body(request))
+    stream = body.get("stream", True)
+    if not isinstance(stream, bool):
+        raise ApiError(400, "'stream' must be true or false", code="invalid_value")
+    call = parse_call(gw, body, request, caller)
+    model = call.model = await gw.service.check_model(body.get("model"))
+    request.state.scope = call.scope
+    release = await gw.gate.acquire()
+    handed = False  # a stream releases its slot after its last byte
+    try:
+        if not stream:
+            reply, meta = await gw.service.complete(call)
+            request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
+            message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+            if reply.tool_calls:
+                message["tool_calls"] = _tool_calls(reply.tool_calls)
+            return JSONResponse(
+                {**_done(reply, meta, model, call.timing.started), "message": message}, headers=meta.headers()
+            )
+        chat_stream, first, meta = await gw.service.open_stream(call)
+        handed = True
+    finally:
+        if not handed:
+            release()
+    request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
+    lines = _ndjson(gw, call, chat_stream, first, meta, model, release, request)
+    return StreamingResponse(lines, media_type="application/x-ndjson", headers=meta.headers())
+
+
+def _line(obj: Any) -> bytes:
+    return (json.dumps(obj, ensure_ascii=False) + "\n").encode()
+
+
+async def _ndjson(
+    gw: Gateway,
+    call: ChatCall,
+    chat_stream: ChatStream,
+    first: Any,
+    meta: Meta,
+    model: str,
+    release: Callable[[], None],
+    request: Request,
+) -> AsyncIterator[bytes]:
+    try:
+        async for c in gw.service.chunks(chat_stream, first, call):
+            if c.text:
+                yield _line(
+                    {
+                        "model": model,
+                        "created_at": _now(),
+                        "message": {"role": "assistant", "content": c.text},
+                        "done": False,
+                    }
+                )
+        reply = chat_stream.reply
+        if reply is not None:
+            if reply.tool_calls:
+                msg = {"role": "assistant", "content": "", "tool_calls": _tool_calls(reply.tool_calls)}
+                yield _line({"model": model, "created_at": _now(), "message": msg, "done": False})
+            done = gw.service.meta(call, meta.conversation_id, reply)
+            final = _done(reply, done, model, call.timing.started)
+            yield _line({**final, "message": {"role": "assistant", "content": ""}})
+    except (ModelError, TimeoutError) as exc:
+        err = (
+            error_of(exc)
+            if isinstance(exc, ModelError)
+            else ApiError(504, "the stream exceeded the gateway's max stream duration", code="stream_timeout")
+        )
+        request.state.error = err.code
+        yield _line(err.body("ollama"))
+    finally:
+        with anyio.CancelScope(shield=True):
+            await chat_stream.aclose()
+            gw.service.observe(call)
+            release()
+
+
+async def tags(gw: Gateway, request: Request, caller: Caller) -> Response:
+    names = await gw.router.models()
+    modified = datetime.fromtimestamp(gw.started, UTC).isoformat().replace("+00:00", "Z")
+    models = [
+        {
+            "name": n,
+            "model": n,
+            "modified_at": modified,
+            "size": 0,
+            "digest": "",
+            "details": {"format": "remem-gateway"},
+        }
+        for n in names
+    ]
+    return JSONResponse({"models": models})

@@ -1,0 +1,254 @@
+"""OpenAI wire protocol: ``POST /v1/chat/completions`` (JSON or SSE) and ``GET /v1/models``.
+
+Request fields the gateway reads: ``model``, ``messages``, ``tools``, ``tool_choice``, ``temperature``,
+``max_tokens``/``max_completion_tokens``, ``stream``, ``stream_options``, ``response_format``, ``user``
+(the scope's user; also sent on), ``n`` (only 1). Every other field goes to the upstream untouched
+(``ChatRequest.extra``); for an Ollama upstream the sampling fields (``seed``, ``top_p``, ``top_k``,
+``stop``, ``presence_penalty``, ``frequency_penalty``) are moved into Ollama's ``options``.
+
+``response_format``: ``json_schema`` is sent as ``ChatRequest.json_schema`` (each adapter's native
+structured output) and the reply is validated against it; ``json_object`` goes untouched to an OpenAI
+upstream (else as the schema ``{"type": "object"}``). The result is ``remem.schema_valid``; the reply is
+returned as the upstream wrote it either way (no re-ask: that is ``MemoryAgent.ask``'s job).
+
+The completion is the upstream's reply plus ``remem`` (``answer_id``, ``conversation_id``, ``served``,
+``citations``) and the ``x-remem-*`` headers. Streaming (SSE): OpenAI chunks, then, when
+``stream_options.include_usage`` is set, a usage chunk, then ONE extra chunk with ``choices: []`` and the
+``remem`` field (the citations are only known at the end), then ``data: [DONE]``. A failure after the first
+byte is an ``data: {"error": {...}}`` event and the stream ends (no ``[DONE]``); nothing is credited.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from remem_agent.adapters.base import StreamChunk, Usage
+from remem_agent.agent.chat import ChatStream
+from remem_agent.errors import ModelError
+from remem_agent.gateway.auth import Caller, request_scope
+from remem_agent.gateway.protocol import ApiError, check_schema, count, error_of, json_object, number
+from remem_agent.gateway.service import ChatCall, Meta
+
+if TYPE_CHECKING:
+    from remem_agent.gateway.app import Gateway
+
+CONSUMED = frozenset(
+    {
+        "model",
+        "messages",
+        "tools",
+        "tool_choice",
+        "temperature",
+        "max_tokens",
+        "max_completion_tokens",
+        "stream",
+        "stream_options",
+        "response_format",
+        "n",
+    }
+)
+OLLAMA_OPTIONS = ("seed", "top_p", "top_k", "stop", "presence_penalty", "frequency_penalty")
+_FINISH = {"stop": "stop", "length": "length", "tool_calls": "tool_calls"}
+
+
+def finish_reason(reason: str | None) -> str:
+    return _FINISH.get(reason or "stop", "stop")
+
+
+def _usage(u: Usage) -> dict[str, int]:
+    p, c = u.prompt_tokens or 0, u.completion_tokens or 0
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+
+def parse_call(gw: Gateway, body: dict[str, Any], request: Request, caller: Caller) -> ChatCall:
+    """A protocol-neutral call from an OpenAI request body (raises :class:`ApiError` on bad input)."""
+    if body.get("n") not in (None, 1):
+        raise ApiError(400, "n > 1 is not supported by the gateway (one reply per call)", code="unsupported")
+    scope = request_scope(request.headers, body.get("user"), caller)
+    gw.authorize(caller, scope)
+    max_tokens = count(body.get("max_completion_tokens", body.get("max_tokens")), "max_tokens")
+    extra = {k: v for k, v in body.items() if k not in CONSUMED}
+    call = ChatCall(
+        model=str(body.get("model")),
+        messages=body.get("messages"),
+        scope=scope,
+        tools=body.get("tools"),
+        tool_choice=body.get("tool_choice"),
+        temperature=number(body.get("temperature"), "temperature", lo=0.0, hi=2.0),
+        max_tokens=max_tokens,
+        extra=extra,
+        conversation=request.headers.get("x-remem-conversation"),
+        task=request.headers.get("x-remem-task"),
+        strip=_flag(request.headers.get("x-remem-strip-citations")),
+    )
+    fmt = body.get("response_format")
+    if fmt is not None:
+        kind = fmt.get("type") if isinstance(fmt, dict) else None
+        if kind == "json_schema":
+            spec = fmt.get("json_schema")
+            if not isinstance(spec, dict):
+                raise ApiError(400, "response_format.json_schema must be an object", code="invalid_value")
+            call.schema = check_schema(spec.get("schema"), "response_format.json_schema.schema")
+            call.validate = call.schema
+            call.schema_name = str(spec.get("name") or "answer")
+        elif kind == "json_object":
+            call.validate = {"type": "object"}
+            if gw.router.adapter == "gateway:openai":
+                call.extra["response_format"] = fmt  # untouched to an OpenAI-compatible upstream
+            else:
+                call.schema = {"type": "object"}
+        elif kind != "text":
+            raise ApiError(
+                400, "response_format.type must be 'text', 'json_object' or 'json_schema'", code="invalid_value"
+            )
+    if gw.router.adapter == "gateway:ollama":
+        options = {k: call.extra.pop(k) for k in OLLAMA_OPTIONS if k in call.extra}
+        if options:
+            given = call.extra.get("options")
+            call.extra["options"] = {**(given if isinstance(given, dict) else {}), **options}
+    return call
+
+
+def _flag(value: str | None) -> bool | None:
+    return None if value is None else value.strip().lower() in ("1", "true", "yes", "on")
+
+
+async def chat_completions(gw: Gateway, request: Request, caller: Caller) -> Response:
+    body = json_object(await gw.read_body(request))
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise ApiError(400, "'stream' must be true or false", code="invalid_value")
+    call = parse_call(gw, body, request, caller)  # the scope is authorized first
+    model = call.model = await gw.service.check_model(body.get("model"))
+    request.state.scope = call.scope
+    release = await gw.gate.acquire()
+    handed = False  # a stream releases its slot after its last byte
+    try:
+        if not stream:
+            reply, meta = await gw.service.complete(call)
+            request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
+            message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+            if reply.tool_calls:
+                message["tool_calls"] = [c.to_dict() for c in reply.tool_calls]
+            elif message["content"] is None:
+                message["content"] = ""
+            completion = {
+                "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": message,
+                        "finish_reason": finish_reason(reply.finish_reason),
+                        "logprobs": None,
+                    }
+                ],
+                "usage": _usage(reply.usage),
+                "remem": meta.body(),
+            }
+            return JSONResponse(completion, headers=meta.headers())
+        chat, first, meta = await gw.service.open_stream(call)
+        handed = True
+    finally:
+        if not handed:
+            release()
+    request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
+    include_usage = isinstance(body.get("stream_options"), dict) and bool(body["stream_options"].get("include_usage"))
+    events = _sse(gw, call, chat, first, meta, model, include_usage, release, request)
+    headers = {**meta.headers(), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+
+
+def _frame(obj: Any) -> bytes:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n".encode()
+
+
+def _delta(c: StreamChunk) -> dict[str, Any]:
+    delta: dict[str, Any] = {}
+    if c.text:
+        delta["content"] = c.text
+    if c.tool_calls:
+        calls = []
+        for d in c.tool_calls:
+            item: dict[str, Any] = {"index": d.index}
+            fn: dict[str, Any] = {"arguments": d.arguments}
+            if d.id:
+                item.update(id=d.id, type="function")
+            if d.name:
+                fn["name"] = d.name
+            item["function"] = fn
+            calls.append(item)
+        delta["tool_calls"] = calls
+    return delta
+
+
+async def _sse(
+    gw: Gateway,
+    call: ChatCall,
+    chat: ChatStream,
+    first: StreamChunk | None,
+    meta: Meta,
+    model: str,
+    include_usage: bool,
+    release: Callable[[], None],
+    request: Request,
+) -> AsyncIterator[bytes]:
+    cid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+        return _frame(
+            {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [choice]}
+        )
+
+    usage: Usage | None = None
+    try:
+        yield chunk({"role": "assistant", "content": ""})
+        async for c in gw.service.chunks(chat, first, call):
+            usage = c.usage or usage
+            delta = _delta(c)
+            if delta or c.finish_reason is not None:
+                yield chunk(delta, finish_reason(c.finish_reason) if c.finish_reason is not None else None)
+        reply = chat.reply
+        tail = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": []}
+        if include_usage:
+            yield _frame({**tail, "usage": _usage(usage or Usage())})
+        if reply is not None:
+            done = gw.service.meta(call, meta.conversation_id, reply)
+            yield _frame({**tail, "remem": done.body()})
+        yield b"data: [DONE]\n\n"
+    except (ModelError, TimeoutError) as exc:
+        err = (
+            error_of(exc)
+            if isinstance(exc, ModelError)
+            else ApiError(
+                504,
+                "the stream exceeded the gateway's max stream duration",
+                type="upstream_error",
+                code="stream_timeout",
+            )
+        )
+        request.state.error = err.code
+        yield _frame(err.body("openai"))
+    finally:
+        with anyio.CancelScope(shield=True):  # a client that went away still gets the stream closed and traced
+            await chat.aclose()
+            gw.service.observe(call)
+            release()
+
+
+async def list_models(gw: Gateway, request: Request, caller: Caller) -> Response:
+    names = await gw.router.models()
+    created = int(gw.started)
+    data = [{"id": n, "object": "model", "created": created, "owned_by": "remem-gateway"} for n in names]
+    return JSONResponse({"object": "list", "data": data})

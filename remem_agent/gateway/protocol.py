@@ -1,0 +1,159 @@
+"""What the two wire protocols share: errors in each protocol's own shape, JSON bodies, schema checks.
+
+* OpenAI: ``{"error": {"message", "type", "code"}}`` (also for the memory endpoints under ``/v1``);
+* Ollama: ``{"error": "message"}``.
+
+:func:`error_of` maps every exception the gateway can meet to one :class:`ApiError` (status, type, code,
+headers), so each route has a single ``except`` and every refusal is decided in one table.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from starlette.responses import JSONResponse
+
+from remem_agent.errors import (
+    FeedbackConflictError,
+    ModelError,
+    RememError,
+    StoreBusyError,
+    StoreError,
+    UnknownMemoryError,
+    UnknownSearchError,
+    UserInputError,
+)
+from remem_agent.gateway.limits import BodyTooLarge, Overloaded
+
+Protocol = Literal["openai", "ollama"]
+
+
+@dataclass
+class ApiError(Exception):
+    status: int
+    message: str
+    type: str = "invalid_request_error"
+    code: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return self.message
+
+    def body(self, protocol: Protocol) -> dict[str, Any]:
+        if protocol == "ollama":
+            return {"error": self.message}
+        return {"error": {"message": self.message, "type": self.type, "code": self.code}}
+
+    def response(self, protocol: Protocol, headers: Mapping[str, str] | None = None) -> JSONResponse:
+        return JSONResponse(self.body(protocol), status_code=self.status, headers={**self.headers, **(headers or {})})
+
+
+def error_of(exc: BaseException) -> ApiError:
+    """The one table from an exception to the HTTP answer."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, BodyTooLarge):
+        return ApiError(413, f"request body too large (at most {exc.limit} bytes)", code="body_too_large")
+    if isinstance(exc, Overloaded):
+        return ApiError(
+            429, str(exc), type="rate_limit_error", code="overloaded", headers={"Retry-After": str(exc.retry_after)}
+        )
+    if isinstance(exc, ModelError):
+        return upstream_error(exc)
+    if isinstance(exc, UnknownMemoryError | UnknownSearchError):
+        return ApiError(404, _first_line(exc), code="not_found")
+    if isinstance(exc, FeedbackConflictError):
+        return ApiError(409, _first_line(exc), code="conflict")
+    if isinstance(exc, UserInputError):
+        return ApiError(400, _first_line(exc), code="invalid_value")
+    if isinstance(exc, StoreBusyError):
+        return ApiError(
+            503, "the memory store is busy; retry", type="server_error", code="store_busy", headers={"Retry-After": "1"}
+        )
+    if isinstance(exc, StoreError | RememError):
+        return ApiError(500, f"memory store error: {type(exc).__name__}", type="server_error", code="store_error")
+    return ApiError(500, "internal error", type="server_error", code="internal_error")
+
+
+def upstream_error(exc: ModelError) -> ApiError:
+    """Upstream failures after the retries: 429 stays 429, other 4xx keep their status, the rest is 502/504."""
+    status = exc.status
+    if status == 429:
+        wait = max(1, round(exc.retry_after)) if exc.retry_after is not None else 1
+        return ApiError(
+            429,
+            "the upstream model is rate limited; retry later",
+            type="rate_limit_error",
+            code="upstream_rate_limited",
+            headers={"Retry-After": str(wait)},
+        )
+    if status is not None and 400 <= status < 500:
+        detail = (exc.body or "")[:300]
+        code = "model_not_found" if status == 404 else "upstream_rejected"
+        return ApiError(status, f"the upstream model refused the request (HTTP {status}): {detail}", code=code)
+    if status is None and "timed out" in str(exc):
+        return ApiError(504, "the upstream model timed out", type="upstream_error", code="upstream_timeout")
+    what = (
+        f"HTTP {status}"
+        if status is not None and status != 200
+        else ("a malformed reply" if status == 200 else "connection failed")
+    )
+    return ApiError(502, f"the upstream model failed ({what})", type="upstream_error", code="upstream_error")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc.args[0]) if exc.args else type(exc).__name__
+    return text.splitlines()[0][:1000] if text else type(exc).__name__
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """The request body as a JSON object, or a 400 (malformed JSON, not an object)."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "the request body is not valid JSON", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, f"the request body must be a JSON object, not {type(data).__name__}", code="invalid_json")
+    return data
+
+
+def check_schema(schema: object, where: str) -> dict[str, Any]:
+    if not isinstance(schema, Mapping):
+        raise ApiError(400, f"{where} must be a JSON schema object", code="invalid_schema")
+    try:
+        Draft202012Validator.check_schema(dict(schema))
+    except SchemaError as exc:
+        raise ApiError(400, f"{where} is not a valid JSON schema: {exc.message}", code="invalid_schema") from None
+    return dict(schema)
+
+
+def schema_valid(text: str, schema: Mapping[str, Any] | None) -> bool | None:
+    """Whether a reply is JSON valid against the requested schema (None when none was requested)."""
+    if schema is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return Draft202012Validator(dict(schema)).is_valid(value)
+
+
+def number(value: object, where: str, *, lo: float, hi: float) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+        raise ApiError(400, f"{where} must be a number in [{lo}, {hi}]", code="invalid_value")
+    return float(value)
+
+
+def count(value: object, where: str, *, hi: int = 2**31 - 1) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi:
+        raise ApiError(400, f"{where} must be an integer in [1, {hi}]", code="invalid_value")
+    return value

@@ -1,0 +1,246 @@
+"""The protocol-neutral part of a chat call: one :class:`ChatCall` in, ``MemoryAgent.chat``/``chat_stream`` out.
+
+Recall, the memory block, citations, value use and outcomes all happen inside the agent; this module only
+prepares the call (conversation identity per scope, the router's private ``extra`` keys), remembers which
+scope each answer belongs to (so feedback is authorized against it), and records metrics.
+
+Conversation identity: the ``x-remem-conversation`` header, else the agent's own derivation from the
+conversation's first system and user message (:func:`~remem_agent.agent.conversation.conversation_key`).
+Either way the agent sees it prefixed by the scope, so two users whose chats open with the same words
+never settle each other's answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from remem_agent.adapters.base import StreamChunk
+from remem_agent.agent import MemoryAgent
+from remem_agent.agent.chat import ChatReply, ChatStream
+from remem_agent.agent.conversation import conversation_key, parse_messages
+from remem_agent.errors import UnknownSearchError
+from remem_agent.gateway.auth import Caller, scoped
+from remem_agent.gateway.config import Limits
+from remem_agent.gateway.metrics import Metrics
+from remem_agent.gateway.protocol import ApiError, schema_valid
+from remem_agent.gateway.upstream import MODEL_KEY, SCHEMA_KEY, SCHEMA_NAME_KEY, TIMING_KEY, ModelRouter, Timing
+from remem_agent.types import FeedbackReceipt
+
+MAX_ANSWERS = 100_000  # answer -> scope entries kept for feedback authorization (least recent dropped)
+_CONVERSATION = re.compile(r"^[A-Za-z0-9._:@+-]{1,128}$")
+
+
+@dataclass
+class ChatCall:
+    """One chat request, protocol-neutral."""
+
+    model: str
+    messages: Any
+    scope: str
+    tools: Any = None
+    tool_choice: Any = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # the client's unknown fields, for the upstream
+    schema: dict[str, Any] | None = None  # sent as ChatRequest.json_schema and checked on the reply
+    validate: dict[str, Any] | None = None  # what the reply is checked against (schema, or {"type": "object"})
+    schema_name: str = "answer"
+    conversation: str | None = None
+    task: str | None = None
+    strip: bool | None = None
+    timing: Timing = field(default_factory=Timing)
+
+
+@dataclass(frozen=True)
+class Meta:
+    """What the gateway tells the client about the memory's part in one reply."""
+
+    answer_id: str
+    conversation_id: str
+    served: tuple[str, ...]
+    citations: tuple[str, ...] = ()
+    schema_valid: bool | None = None
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "x-remem-answer-id": self.answer_id,
+            "x-remem-served": ",".join(self.served),
+            "x-remem-conversation": self.conversation_id,
+        }
+
+    def body(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "answer_id": self.answer_id,
+            "conversation_id": self.conversation_id,
+            "served": list(self.served),
+            "citations": list(self.citations),
+        }
+        if self.schema_valid is not None:
+            out["schema_valid"] = self.schema_valid
+        return out
+
+
+class ChatService:
+    def __init__(self, agent: MemoryAgent, router: ModelRouter, metrics: Metrics, limits: Limits) -> None:
+        self.agent, self.router, self.metrics, self.limits = agent, router, metrics, limits
+        self._answers: OrderedDict[str, str] = OrderedDict()
+
+    # -- preparation --------------------------------------------------------------------------------------
+    async def check_model(self, name: object) -> str:
+        if not isinstance(name, str) or not name:
+            raise ApiError(400, "'model' must be a non-empty string", code="invalid_value")
+        if not await self.router.known(name):
+            raise ApiError(404, f"the model {name!r} does not exist here; see GET /v1/models", code="model_not_found")
+        return name
+
+    def _prepare(self, call: ChatCall) -> tuple[str, dict[str, Any]]:
+        msgs = call.messages
+        if isinstance(msgs, list) and len(msgs) > self.limits.max_messages:
+            raise ApiError(
+                400, f"too many messages: {len(msgs)} (at most {self.limits.max_messages})", code="too_many_messages"
+            )
+        if call.conversation is not None:
+            if not _CONVERSATION.match(call.conversation):
+                raise ApiError(
+                    400, "x-remem-conversation must be 1-128 letters, digits or . _ : @ + -", code="invalid_value"
+                )
+            cid = call.conversation
+        else:
+            cid = conversation_key(parse_messages(msgs))  # a bad conversation is a UserInputError (400) here
+        extra: dict[str, Any] = {**call.extra, MODEL_KEY: call.model, TIMING_KEY: call.timing}
+        if call.schema is not None:
+            extra[SCHEMA_KEY] = call.schema
+            extra[SCHEMA_NAME_KEY] = call.schema_name
+        kwargs: dict[str, Any] = {
+            "tools": call.tools,
+            "tool_choice": call.tool_choice,
+            "conversation_id": f"{call.scope}|{cid}",
+            "task": call.task,
+            "temperature": call.temperature,
+            "max_tokens": call.max_tokens,
+            "strip_citations": call.strip,
+            "extra": extra,
+            **scoped(call.scope),
+        }
+        return cid, kwargs
+
+    def _remember(self, answer_id: str, scope: str) -> None:
+        self._answers[answer_id] = scope
+        self._answers.move_to_end(answer_id)
+        while len(self._answers) > MAX_ANSWERS:
+            self._answers.popitem(last=False)
+
+    def meta(self, call: ChatCall, cid: str, reply: ChatReply) -> Meta:
+        return Meta(
+            answer_id=reply.answer_id,
+            conversation_id=cid,
+            served=tuple(h.id for h in reply.served),
+            citations=reply.citations,
+            schema_valid=schema_valid(reply.raw, call.validate) if not reply.tool_calls else None,
+        )
+
+    # -- calls ----------------------------------------------------------------------------------------------
+    async def complete(self, call: ChatCall) -> tuple[ChatReply, Meta]:
+        cid, kwargs = self._prepare(call)
+        try:
+            reply = await self.agent.chat(call.messages, **kwargs)
+        finally:
+            self.observe(call)
+        self._remember(reply.answer_id, call.scope)
+        self.metrics.inc("remem_gateway_memories_served_total", len(reply.served))
+        return reply, self.meta(call, cid, reply)
+
+    async def open_stream(self, call: ChatCall) -> tuple[ChatStream, StreamChunk | None, Meta]:
+        """The agent's stream with recall done and the upstream's first chunk received.
+
+        Everything that can fail before the first byte to the client (bad input, recall, the upstream
+        refusing or being down, with the retry layer's retries) fails here, as a clean HTTP status.
+        """
+        cid, kwargs = self._prepare(call)
+        stream = self.agent.chat_stream(call.messages, **kwargs)
+        try:
+            await stream.start()
+            assert stream.answer_id is not None
+            self._remember(stream.answer_id, call.scope)
+            try:
+                first: StreamChunk | None = await stream.__anext__()
+            except StopAsyncIteration:
+                first = None
+        except BaseException:
+            await stream.aclose()
+            self.observe(call)
+            raise
+        meta = Meta(answer_id=stream.answer_id, conversation_id=cid, served=tuple(h.id for h in stream.served))
+        self.metrics.inc("remem_gateway_memories_served_total", len(meta.served))
+        return stream, first, meta
+
+    async def chunks(self, stream: ChatStream, first: StreamChunk | None, call: ChatCall) -> AsyncIterator[StreamChunk]:
+        """The rest of the stream, bounded by ``max_stream_seconds`` (an ``asyncio.TimeoutError`` past it)."""
+        deadline = call.timing.started + self.limits.max_stream_seconds
+        if first is not None:
+            yield first
+        while True:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                raise TimeoutError
+            try:
+                async with asyncio.timeout(left):  # in this task: the stream's generator never changes task
+                    chunk = await stream.__anext__()
+            except StopAsyncIteration:
+                return
+            yield chunk
+
+    def observe(self, call: ChatCall) -> None:
+        t = call.timing
+        now = time.perf_counter()
+        if t.upstream_start is not None:
+            self.metrics.observe("remem_gateway_stage_seconds", t.upstream_start - t.started, stage="recall")
+            self.metrics.observe("remem_gateway_stage_seconds", t.upstream_s, stage="upstream")
+        if t.first_chunk is not None:
+            self.metrics.observe("remem_gateway_stage_seconds", t.first_chunk - t.started, stage="first_token")
+        self.metrics.observe("remem_gateway_stage_seconds", now - t.started, stage="total")
+        for kind in t.errors:
+            self.metrics.inc("remem_gateway_upstream_errors_total", kind=kind)
+        t.errors.clear()
+
+    # -- feedback -------------------------------------------------------------------------------------------
+    async def feedback(
+        self, caller: Caller, answer_id: object, success: object, reason: object, used_ids: object
+    ) -> FeedbackReceipt:
+        if not isinstance(answer_id, str) or not answer_id:
+            raise ApiError(400, "'answer_id' must be the x-remem-answer-id of a reply", code="invalid_value")
+        if not isinstance(success, bool):
+            raise ApiError(400, "'success' must be true or false", code="invalid_value")
+        if reason is not None and not isinstance(reason, str):
+            raise ApiError(400, "'reason' must be a string", code="invalid_value")
+        if used_ids is not None and not (isinstance(used_ids, list) and all(isinstance(u, str) for u in used_ids)):
+            raise ApiError(400, "'used_ids' must be a list of memory ids", code="invalid_value")
+        scope = self._answers.get(answer_id)
+        if scope is None:
+            raise UnknownSearchError(f"unknown answer {answer_id!r} (not served by this gateway process, or judged)")
+        if not caller.may(scope):
+            raise ApiError(
+                403,
+                "this key may not give feedback in the answer's scope",
+                type="permission_error",
+                code="scope_forbidden",
+            )
+        return await self.agent.feedback(answer_id, success=success, reason=reason, used_ids=used_ids, **scoped(scope))
+
+
+def receipt_body(receipt: FeedbackReceipt) -> Mapping[str, Any]:
+    return {
+        "search_id": receipt.search_id,
+        "success": receipt.success,
+        "credit": dict(receipt.credit),
+        "blame": dict(receipt.blame),
+        "repeated": receipt.repeated,
+        "source": receipt.source,
+        "transitions": [e.to_dict("iso") for e in receipt.transitions],
+    }

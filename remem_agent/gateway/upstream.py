@@ -1,0 +1,268 @@
+"""The model behind the gateway: one :class:`ModelRouter` (the agent's ``ChatModel``), one adapter per model name.
+
+The gateway runs ONE :class:`~remem_agent.agent.MemoryAgent` (one memory, one set of waiting outcomes and
+conversations) whatever model a request names. The route puts gateway-private keys into the request's
+``extra`` (which ``MemoryAgent.chat`` hands to the model untouched); the router takes them out again before
+the adapter sees the request:
+
+* ``MODEL_KEY``: the model name the client asked for (validated by the route against :meth:`ModelRouter.known`);
+* ``SCHEMA_KEY``: a JSON schema from ``response_format``/``format``, sent as ``ChatRequest.json_schema`` so
+  each adapter uses its native structured output (OpenAI ``json_schema`` with the llama.cpp fallback,
+  Ollama ``format``, a llama.cpp grammar in process);
+* ``TIMING_KEY``: a :class:`Timing` the router fills (upstream time, first chunk, errors) for the metrics.
+
+Upstream HTTP goes through one pooled ``httpx.AsyncClient`` per gateway (bounded connections, connect and
+read timeouts); the upstream API key is read from the environment here and handed only to the SDK client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import httpx
+
+from remem_agent.adapters.base import Capabilities, ChatModel, ChatRequest, ChatResponse, StreamChunk, stream_reply
+from remem_agent.errors import ModelError
+from remem_agent.gateway.config import GatewayConfig
+
+log = logging.getLogger("remem_agent.gateway")
+
+MODEL_KEY = "__remem_model"
+SCHEMA_KEY = "__remem_json_schema"
+SCHEMA_NAME_KEY = "__remem_schema_name"
+TIMING_KEY = "__remem_timing"
+PRIVATE_KEYS = (MODEL_KEY, SCHEMA_KEY, SCHEMA_NAME_KEY, TIMING_KEY)
+DISCOVERY_TTL_S = 30.0
+
+
+@dataclass
+class Timing:
+    """Filled by the router during one gateway request (all times ``perf_counter`` seconds)."""
+
+    started: float = field(default_factory=time.perf_counter)
+    upstream_start: float | None = None
+    upstream_s: float = 0.0
+    first_chunk: float | None = None
+    errors: list[str] = field(default_factory=list)
+
+    def error_kind(self, exc: ModelError) -> str:
+        if exc.status is not None:
+            return f"{exc.status // 100}xx" if exc.status != 429 else "429"
+        return "timeout" if "timed out" in str(exc) else "transport"
+
+
+class ModelRouter:
+    """A ``ChatModel`` (streaming) that forwards each request to the adapter of the model it names."""
+
+    def __init__(
+        self,
+        *,
+        kind: str,
+        factory: Callable[[str], ChatModel],
+        default: str,
+        names: tuple[str, ...] = (),
+        discover: Callable[[], Awaitable[list[str]]] | None = None,
+        capabilities: Capabilities,
+        close: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self._kind, self._factory, self._default = kind, factory, default
+        self._names = tuple(names)
+        self._discover = discover
+        self._discovered: tuple[str, ...] = ()
+        self._discovered_at = -1e9
+        self._adapters: dict[str, ChatModel] = {}
+        self._caps = capabilities
+        self._close = close
+        self._lock = asyncio.Lock()
+
+    @property
+    def name(self) -> str:
+        return self._default
+
+    @property
+    def adapter(self) -> str:
+        return f"gateway:{self._kind}"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._caps
+
+    async def models(self) -> tuple[str, ...]:
+        """The names served: configured ones, else the upstream's list (cached), else the default."""
+        if self._names:
+            return self._names
+        if self._discover is not None and time.monotonic() - self._discovered_at > DISCOVERY_TTL_S:
+            async with self._lock:
+                if time.monotonic() - self._discovered_at > DISCOVERY_TTL_S:
+                    self._discovered_at = time.monotonic()
+                    try:
+                        self._discovered = tuple(await self._discover())
+                    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+                        log.warning("could not list the upstream's models: %s", type(exc).__name__)
+        return self._discovered or (self._default,)
+
+    async def known(self, name: str) -> bool:
+        if self._names:
+            return name in self._names
+        names = await self.models()
+        # An upstream we could not list: let it decide (its 404 comes back in the protocol's shape).
+        return name in names or not self._discovered
+
+    def _adapter(self, name: str) -> ChatModel:
+        model = self._adapters.get(name)
+        if model is None:
+            model = self._adapters[name] = self._factory(name)
+        return model
+
+    def _split(self, request: ChatRequest) -> tuple[ChatModel, ChatRequest, Timing | None]:
+        extra = dict(request.extra)
+        name = extra.pop(MODEL_KEY, None) or self._default
+        schema = extra.pop(SCHEMA_KEY, None)
+        schema_name = extra.pop(SCHEMA_NAME_KEY, None) or "answer"
+        timing = extra.pop(TIMING_KEY, None)
+        req = replace(request, extra=extra)
+        if schema is not None:
+            req = replace(req, json_schema=schema, schema_name=str(schema_name))
+        return self._adapter(str(name)), req, timing if isinstance(timing, Timing) else None
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        model, req, timing = self._split(request)
+        t0 = time.perf_counter()
+        if timing is not None and timing.upstream_start is None:
+            timing.upstream_start = t0
+        try:
+            return await model.complete(req)
+        except ModelError as exc:
+            if timing is not None:
+                timing.errors.append(timing.error_kind(exc))
+            raise
+        finally:
+            if timing is not None:
+                timing.upstream_s += time.perf_counter() - t0
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
+        model, req, timing = self._split(request)
+        t0 = time.perf_counter()
+        if timing is not None and timing.upstream_start is None:
+            timing.upstream_start = t0
+        gen = stream_reply(model, req)
+        try:
+            async for chunk in gen:
+                if timing is not None and timing.first_chunk is None:
+                    timing.first_chunk = time.perf_counter()
+                yield chunk
+        except ModelError as exc:
+            if timing is not None:
+                timing.errors.append(timing.error_kind(exc))
+            raise
+        finally:
+            await gen.aclose()
+            if timing is not None:
+                timing.upstream_s += time.perf_counter() - t0
+
+    async def aclose(self) -> None:
+        for model in self._adapters.values():
+            closer = getattr(model, "aclose", None) or getattr(model, "close", None)
+            if closer is not None:
+                out = closer()
+                if asyncio.iscoroutine(out):
+                    await out
+        if self._close is not None:
+            await self._close()
+
+
+def http_client(config: GatewayConfig) -> httpx.AsyncClient:
+    """The pooled client for upstream calls: bounded connections, a short connect timeout, the read timeout."""
+    limits = httpx.Limits(max_connections=config.limits.max_concurrency * 2, max_keepalive_connections=32)
+    timeout = httpx.Timeout(config.upstream_timeout_s, connect=min(5.0, config.upstream_timeout_s))
+    return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=True)
+
+
+def build_router(config: GatewayConfig, local: ChatModel | None = None) -> ModelRouter:
+    """The router for ``config``: the upstream (OpenAI-compatible or Ollama) or the in-process local model."""
+    if config.upstream is None:
+        model = local if local is not None else local_model(config.model)
+        names = config.models or (model.name,)
+        return ModelRouter(
+            kind="local", factory=lambda _name: model, default=names[0], names=names, capabilities=model.capabilities
+        )
+    base = config.upstream.rstrip("/")
+    client = http_client(config)
+    if config.upstream_kind == "openai":
+        from remem_agent._extras import require
+
+        openai = require("openai", "openai", feature="remem serve --upstream-kind openai")
+        from remem_agent.adapters.openai_chat import OpenAIChat
+
+        key = os.environ.get(config.upstream_api_key_env) or "sk-no-key"
+        sdk = openai.AsyncOpenAI(
+            api_key=key, base_url=base, timeout=config.upstream_timeout_s, max_retries=0, http_client=client
+        )
+
+        async def discover_openai() -> list[str]:
+            page = await sdk.models.list()
+            return [m.id for m in page.data]
+
+        async def close_openai() -> None:
+            await sdk.close()
+            await client.aclose()
+
+        return ModelRouter(
+            kind="openai",
+            factory=lambda name: OpenAIChat(name, client=sdk),
+            default=config.models[0] if config.models else "default",
+            names=config.models,
+            discover=discover_openai,
+            capabilities=Capabilities(native_json_schema=True, json_mode=True, tools=True, streaming=True),
+            close=close_openai,
+        )
+    from remem_agent._extras import require
+
+    ollama = require("ollama", "ollama", feature="remem serve --upstream-kind ollama")
+    from remem_agent.adapters.ollama_chat import OllamaChat
+
+    limits = httpx.Limits(max_connections=config.limits.max_concurrency * 2, max_keepalive_connections=32)
+    timeout = httpx.Timeout(config.upstream_timeout_s, connect=min(5.0, config.upstream_timeout_s))
+    sdk_ollama = ollama.AsyncClient(host=base, timeout=timeout, limits=limits)
+
+    async def discover_ollama() -> list[str]:
+        resp = await client.get(f"{base}/api/tags")
+        resp.raise_for_status()
+        data: Mapping[str, Any] = resp.json()
+        return [str(m.get("name") or m.get("model")) for m in data.get("models", [])]
+
+    async def close_ollama() -> None:
+        closer = getattr(sdk_ollama, "close", None)  # untyped in the SDK
+        if closer is not None:
+            await closer()
+        await client.aclose()
+
+    return ModelRouter(
+        kind="ollama",
+        factory=lambda name: OllamaChat(name, client=sdk_ollama),
+        default=config.models[0] if config.models else "default",
+        names=config.models,
+        discover=discover_ollama,
+        capabilities=Capabilities(native_json_schema=True, json_mode=True, tools=True, streaming=True),
+        close=close_ollama,
+    )
+
+
+def local_model(choice: str) -> ChatModel:
+    """``qwen`` | ``smollm2`` | a path to a ``.gguf`` file, run in process (extra ``local``)."""
+    from remem_agent.adapters.llamacpp_chat import LlamaCppChat
+
+    if choice == "qwen":
+        return LlamaCppChat.qwen(n_ctx=4096)
+    if choice == "smollm2":
+        return LlamaCppChat.smollm2(n_ctx=2048)
+    from pathlib import Path
+
+    path = Path(choice)
+    return LlamaCppChat(path, name=path.stem)
