@@ -380,3 +380,21 @@ async def test_every_failure_of_an_ask_leaves_a_trace_line(mem: ReMem, tmp_path:
             await agent2.ask("Where is our server?", schema=SCHEMA)
     line = load_traces(tmp_path / "t2.jsonl")[-1]
     assert line["error"] == "StoreError: disk gone" and line["search_id"] is None and line["attempts"] == []
+
+
+async def test_configured_secrets_are_redacted_by_value_whatever_their_shape(mem: ReMem, tmp_path: Path) -> None:
+    hex_key = "0123456789abcdef0123456789abcdef"
+    odd_key = 'key-with"quote\\and-backslash'
+
+    class _Keyed(FunctionChatModel):
+        @property
+        def secrets(self) -> tuple[str, ...]:
+            return (hex_key, odd_key)
+
+    echo = f"server says {hex_key} and {odd_key} and gsk_abcdefghijklmnopqrstuvwx"
+    model = _Keyed(lambda req: json.dumps({"region": echo, "citations": []}))
+    agent = agent_for(mem, model, tmp_path)
+    await agent.ask("Where is our server?", schema=SCHEMA)
+    text = (tmp_path / "trace.jsonl").read_text()
+    assert hex_key not in text and "backslash" not in text and "gsk_abc" not in text
+    assert text.count("[REDACTED]") >= 3 and load_traces(tmp_path / "trace.jsonl")

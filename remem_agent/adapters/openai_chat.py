@@ -148,6 +148,11 @@ class OpenAIChat:
         return Capabilities(native_json_schema=True, json_mode=True, tools=True, streaming=True)
 
     @property
+    def secrets(self) -> tuple[str, ...]:
+        """The API key, for redaction by value in traces (never printed; ``repr`` leaves it out)."""
+        return (self._secret,) if self._secret and self._secret != _NO_KEY else ()
+
+    @property
     def schema_mode(self) -> str:
         """The structured-output dialect currently in use (``auto`` resolves to one of the two)."""
         return self._mode

@@ -35,7 +35,7 @@ from remem_agent.agent.ports import AgentMemory
 from remem_agent.agent.prompt import build_messages, check_answer_schema, citation_aliases, with_citations
 from remem_agent.agent.scoring import Outcome, Scorer, exact_match
 from remem_agent.agent.telemetry import Telemetry
-from remem_agent.agent.trace import AttemptRecord, TraceRecord, TraceWriter
+from remem_agent.agent.trace import AttemptRecord, HasSecrets, TraceRecord, TraceWriter
 from remem_agent.errors import ModelError, OutputValidationError, UnknownSearchError, UserInputError
 from remem_agent.ingest import check_text
 from remem_agent.types import FeedbackReceipt, Hit, Role, SearchResult
@@ -166,6 +166,10 @@ class MemoryAgent:
             self.tracer = TraceWriter(path) if path is not None else None
         if judge is not None and not isinstance(judge, ChatModel):
             raise UserInputError("judge must implement the ChatModel protocol")
+        if self.tracer is not None:  # redact the models' own credentials by value, whatever their shape
+            for m in (model, judge):
+                if isinstance(m, HasSecrets):
+                    self.tracer.add_secrets(m.secrets)
         self.strip_citations = strip_citations
         self._sem = asyncio.Semaphore(max_concurrency)
         # Threads of waiting answers: ("task", task class) for ask, ("conv", conversation id) for chat.

@@ -37,7 +37,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from jsonschema import Draft202012Validator
 
@@ -266,9 +266,21 @@ class TraceRecord:
 
 _SECRET_KEYS = re.compile(r"(authorization|api[_-]?key|x-api-key|password|secret|bearer)", re.IGNORECASE)
 _SECRET_VALUES = [
-    re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"),  # OpenAI and most OpenAI-compatible services
     re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._\-]{8,}"),
+    re.compile(r"\b(?:gsk|xai|ghp|gho|github_pat|hf|glpat|pplx)_[A-Za-z0-9_\-]{16,}"),  # Groq, xAI, GitHub, HF, ...
+    re.compile(r"\bxox[abprs]-[A-Za-z0-9\-]{10,}"),  # Slack
+    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),  # AWS access key id
+    re.compile(r"\bAIza[0-9A-Za-z_\-]{30,}"),  # Google API key
 ]
+
+
+@runtime_checkable
+class HasSecrets(Protocol):
+    """An adapter that knows its credentials, so traces can redact them by value (whatever their shape)."""
+
+    @property
+    def secrets(self) -> tuple[str, ...]: ...
 
 
 def redact(obj: Any, secrets: tuple[str, ...] = ()) -> Any:
@@ -280,8 +292,8 @@ def redact(obj: Any, secrets: tuple[str, ...] = ()) -> Any:
     if isinstance(obj, str):
         s = obj
         for secret in secrets:
-            if secret:
-                s = s.replace(secret, "[REDACTED]")
+            if secret:  # as is, and as it reads inside JSON text (a model's raw reply, an echoed body)
+                s = s.replace(secret, "[REDACTED]").replace(json.dumps(secret, ensure_ascii=False)[1:-1], "[REDACTED]")
         for pat in _SECRET_VALUES:
             s = pat.sub("[REDACTED]", s)
         return s
@@ -297,8 +309,14 @@ class TraceWriter:
         self._lock = threading.Lock()
         self._secrets = secrets
 
+    def add_secrets(self, secrets: Sequence[str]) -> None:
+        """Also redact these values (a model's API key, say) from every later line."""
+        self._secrets = tuple(dict.fromkeys([*self._secrets, *(s for s in secrets if s and len(s) >= 4)]))
+
     def write_sync(self, record: Mapping[str, Any]) -> None:
         line = json.dumps(redact(record, self._secrets), ensure_ascii=False, default=str)
+        for secret in self._secrets:  # also as it appears once JSON-escaped (a key echoed inside a JSON string)
+            line = line.replace(json.dumps(secret, ensure_ascii=False)[1:-1], "[REDACTED]")
         with self._lock, self.path.open("a", encoding="utf-8") as f:
             f.write(line + "\n")
             f.flush()
