@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -429,3 +430,42 @@ async def test_concurrent_streams_release_their_slots(mem: ReMem, tmp_path: Path
     metrics = (await client.get("/metrics")).text
     assert "remem_gateway_in_flight 0" in metrics and 'stage="recall"' in metrics
     assert 'remem_gateway_requests_total{method="POST",route="/v1/chat/completions",status="200"} 6' in metrics
+
+
+def test_logs_traces_and_spans_hold_no_prompt_and_no_key(
+    fake: FakeOllama, mem: ReMem, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from remem_agent.agent.telemetry import OpenTelemetrySpans
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    caplog.set_level(logging.DEBUG, logger="remem_agent")
+    secret_prompt = "My locker code is 4417; where is our server hosted these days?"
+    app = create_app(_config(fake, tmp_path), memory=mem, keys=KEYS, telemetry=OpenTelemetrySpans(provider))
+    fake.push(error(500, "boom"), error(500, "boom"))  # a failure too: errors must not echo either
+    with running(app) as base, httpx.Client(base_url=base, trust_env=False, timeout=30) as c:
+        headers = {"authorization": f"Bearer {BOB}"}
+        msgs = [{"role": "user", "content": secret_prompt}]
+        assert (
+            c.post("/v1/chat/completions", json={"model": MODEL, "messages": msgs}, headers=headers).status_code == 502
+        )
+        assert (
+            c.post("/v1/chat/completions", json={"model": MODEL, "messages": msgs}, headers=headers).status_code == 200
+        )
+        r = c.post("/api/chat", json={"model": MODEL, "messages": msgs}, headers=headers)
+        assert r.status_code == 200 and "done" in r.text
+    spans = exporter.get_finished_spans()
+    assert spans
+    dumped = json.dumps([{**dict(s.attributes or {}), "status": s.status.description} for s in spans], default=str)
+    text = caplog.text + dumped
+    for secret in ("locker code", "4417", BOB):
+        assert secret not in text
+    assert BOB not in (tmp_path / "trace.jsonl").read_text()  # the trace keeps prompts by design, never keys
+    access = [json.loads(r.getMessage()) for r in caplog.records if r.name == "remem_agent.gateway.access"]
+    assert {a["status"] for a in access} == {200, 502} and all(a["key"] and a["key"].startswith("k_") for a in access)
