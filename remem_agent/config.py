@@ -45,6 +45,8 @@ class RememConfig:
     explore_c: float = 0.1
     # Overrides of HeuristicUtility's documented weights (ablations, experiments); None keeps them.
     heuristic_weights: Mapping[str, float] | None = None
+    # A scope every search may also read (team-wide facts, say); None: each search reads its own scope only.
+    shared_scope: str | None = None
 
     @classmethod
     def similarity_only(cls, **overrides: Any) -> RememConfig:

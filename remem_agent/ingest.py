@@ -11,6 +11,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,12 +22,12 @@ from remem_agent._time import now as wall_now
 from remem_agent.errors import UserInputError
 from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.learning.staleness import StalenessPolicy, additive_wording, normalise, normalise_key, update_wording
-from remem_agent.store.sql import MEM_COLS, LedgerTx, row_to_memory
+from remem_agent.store.sql import LedgerTx
 from remem_agent.tokens import count_tokens
-from remem_agent.types import ROLES, Memory, Role, State
+from remem_agent.types import DEFAULT_SCOPE, ROLES, Memory, Role, State
 
 _TASK_RE = re.compile(r"^[^\s*][^\n]{0,127}$")
-_FIELDS = frozenset({"text", "entity", "attribute", "role", "task", "timestamp", "confidence"})
+_FIELDS = frozenset({"text", "entity", "attribute", "role", "task", "timestamp", "confidence", "scope"})
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class MemoryInput:
     task: str | Sequence[str] | None = None
     timestamp: Timestamp | None = None
     confidence: float = 1.0
+    scope: str | None = None  # None: the caller's default scope (``add_many(..., scope=)``, else "default")
 
 
 class FactExtractor(Protocol):
@@ -174,6 +176,8 @@ def check_items(items: object) -> list[Any]:
         raise UserInputError(
             f"add_many takes a list of facts, got a single {type(items).__name__}; use add() or wrap it in a list"
         )
+    if isinstance(items, AbstractSet):
+        raise UserInputError("add_many takes a list of facts, got a set: facts are stored in order, a set has none")
     if not isinstance(items, Iterable):
         raise UserInputError(f"add_many takes a list of facts (MemoryInput, dict or str), got {type(items).__name__}")
     return list(items)
@@ -191,10 +195,29 @@ class CleanFact:
     t: float
     confidence: float
     explicit_time: bool = False  # the caller passed ``timestamp`` (not defaulted to "now")
+    scope: str = DEFAULT_SCOPE
 
 
-def validate_fact(item: MemoryInput | Mapping[str, Any] | str, pos: int = 0) -> CleanFact:
-    """Check one fact of ``add``/``add_many``; raises UserInputError naming the item."""
+_SCOPE = re.compile(r"[A-Za-z0-9_.:@/=+-]{1,128}")
+
+
+def check_scope(value: object, what: str = "scope") -> str:
+    """A scope name: 1-128 characters of letters, digits and ``_ . : @ / = + -`` (``user:alice/agent:ops``)."""
+    if value is None:
+        return DEFAULT_SCOPE
+    if not isinstance(value, str) or not _SCOPE.fullmatch(value):
+        raise UserInputError(
+            f"{what} must be 1-128 characters of letters, digits and _ . : @ / = + - (like 'user:alice'), "
+            f"got {value!r:.80}"
+        )
+    return value
+
+
+def validate_fact(item: MemoryInput | Mapping[str, Any] | str, pos: int = 0, *, scope: str | None = None) -> CleanFact:
+    """Check one fact of ``add``/``add_many``; raises UserInputError naming the item.
+
+    ``scope`` is the call's scope; an item naming its own scope must name the same one (a batch is one scope's).
+    """
     if isinstance(item, str):
         item = MemoryInput(item)
     elif isinstance(item, Mapping):
@@ -212,6 +235,9 @@ def validate_fact(item: MemoryInput | Mapping[str, Any] | str, pos: int = 0) -> 
     confidence = check_fraction(item.confidence, "confidence")
     t = to_epoch(item.timestamp, name="timestamp", default=wall_now())
     assert t is not None
+    own = check_scope(item.scope) if item.scope is not None else None
+    if own is not None and scope is not None and own != scope:
+        raise UserInputError(f"item {pos}: scope {own!r} differs from the call's scope {scope!r}")
     return CleanFact(
         text=text,
         entity=check_key(item.entity, "entity"),
@@ -221,12 +247,13 @@ def validate_fact(item: MemoryInput | Mapping[str, Any] | str, pos: int = 0) -> 
         t=t,
         confidence=confidence,
         explicit_time=item.timestamp is not None,
+        scope=own or scope or DEFAULT_SCOPE,
     )
 
 
-def validate_facts(items: object) -> list[CleanFact]:
+def validate_facts(items: object, *, scope: str | None = None) -> list[CleanFact]:
     """Check ``add_many``'s whole argument (see ``check_items``) and every fact in it."""
-    return [validate_fact(it, i) for i, it in enumerate(check_items(items))]
+    return [validate_fact(it, i, scope=scope) for i, it in enumerate(check_items(items))]
 
 
 def same_claim(tx: LedgerTx, c: CleanFact) -> Memory | None:
@@ -238,14 +265,8 @@ def same_claim(tx: LedgerTx, c: CleanFact) -> Memory | None:
     """
     if not c.explicit_time or c.entity is None or c.attribute is None:
         return None
-    rows = tx.run(
-        f"SELECT {MEM_COLS} FROM memories WHERE entity = ? AND attribute = ? AND role = ? AND valid_from = ? "
-        "ORDER BY seq",
-        (c.entity, c.attribute, c.role, c.t),
-    )
     want = normalise(c.text)
-    for r in rows:
-        m = row_to_memory(r)
+    for m in tx.claims_at(c.entity, c.attribute, c.role, c.t, c.scope):
         if normalise(m.original_text) == want:
             return m
     return None
@@ -255,7 +276,7 @@ def insert_fact(tx: LedgerTx, c: CleanFact, vec: np.ndarray, warn: list[str], st
     """Write one fact; apply supersession, restatement and backdating rules. Returns the memory id."""
     current: list[Memory] = []
     if c.role == "state" and c.entity is not None and c.attribute is not None:
-        current = tx.current_for_key(c.entity, c.attribute)
+        current = tx.current_for_key(c.entity, c.attribute, c.scope)
         for old in current:
             if normalise(old.original_text) == normalise(c.text):
                 if old.state in (State.ACTIVE, State.LOW_VALUE, State.COMPRESSED):
@@ -301,6 +322,7 @@ def insert_fact(tx: LedgerTx, c: CleanFact, vec: np.ndarray, warn: list[str], st
         state=State.ACTIVE,
         token_cost=count_tokens(c.text),
         confidence=c.confidence,
+        scope=c.scope,
     )
     tx.insert_memory(mem, vec, reason="added", at=c.t)
     if not current:
@@ -310,7 +332,7 @@ def insert_fact(tx: LedgerTx, c: CleanFact, vec: np.ndarray, warn: list[str], st
     if wording:
         tx.bump_attribute(c.attribute, confirmations=1)
         staleness.maybe_learn(tx, c.attribute, at=c.t)
-        current = tx.current_for_key(c.entity, c.attribute)
+        current = tx.current_for_key(c.entity, c.attribute, c.scope)
         current = [m for m in current if m.id != mem.id]
         if not current:
             return mem.id

@@ -24,7 +24,7 @@ from remem_agent._time import Timestamp, to_epoch
 from remem_agent._time import now as wall_now
 from remem_agent.config import RememConfig
 from remem_agent.embedders.base import Embedder, check_vectors
-from remem_agent.errors import LedgerIntegrityError, UnknownSearchError, UserInputError
+from remem_agent.errors import LedgerIntegrityError, UnknownMemoryError, UnknownSearchError, UserInputError
 from remem_agent.index.base import IndexBackend
 from remem_agent.index.flat import FlatIndex
 from remem_agent.ingest import (
@@ -32,11 +32,14 @@ from remem_agent.ingest import (
     MemoryInput,
     check_ids,
     check_int,
+    check_items,
+    check_scope,
     check_task,
     check_text,
+    check_weight,
     insert_fact,
     new_id,
-    validate_fact,
+    validate_facts,
 )
 from remem_agent.learning.credit import Replay, leave_one_out, values_used
 from remem_agent.learning.feedback import FeedbackPlan, apply_feedback, repeat_receipt
@@ -48,6 +51,7 @@ from remem_agent.store.factory import open_store
 from remem_agent.store.sql import LedgerTx
 from remem_agent.types import (
     ALL_TASKS,
+    DEFAULT_SCOPE,
     OUTCOME_SOURCES,
     ROLES,
     FeedbackReceipt,
@@ -171,14 +175,21 @@ class ReMem:
         task: str | Sequence[str] | None = None,
         timestamp: Timestamp | None = None,
         confidence: float = 1.0,
+        scope: str | None = None,
     ) -> str:
-        """Store one fact; returns its id (an existing id when the same fact is restated)."""
+        """Store one fact in ``scope`` (default "default"); returns its id (an existing id when restated)."""
         item = MemoryInput(text, entity, attribute, role, task, timestamp, confidence)
-        return self.add_many([item])[0]
+        return self.add_many([item], scope=scope)[0]
 
-    def add_many(self, items: Iterable[MemoryInput | Mapping[str, Any] | str]) -> list[str]:
-        """Store many facts in one transaction (all or nothing), in the given order."""
-        clean = [validate_fact(it, i) for i, it in enumerate(items)]
+    def add_many(
+        self, items: Iterable[MemoryInput | Mapping[str, Any] | str], *, scope: str | None = None
+    ) -> list[str]:
+        """Store many facts in one transaction (all or nothing), in the given order, in ``scope``.
+
+        ``items`` is a list (or other iterable, not a string or a mapping) of ``MemoryInput``, dicts with
+        its fields, or strings. An item may name its scope only if it is the call's.
+        """
+        clean = validate_facts(items, scope=None if scope is None else check_scope(scope))
         if not clean:
             return []
         vecs = check_vectors(
@@ -237,14 +248,19 @@ class ReMem:
         now: Timestamp | None = None,
         token_budget: int | None = None,
         explain: bool = False,
+        scope: str | None = None,
     ) -> SearchResult:
         """Rank and select memories for ``query``; the result's ``search_id`` is what feedback refers to.
+
+        Only memories of ``scope`` (default "default") are served, plus those of
+        ``RememConfig.shared_scope`` when one is configured.
 
         ``as_of`` asks about the past: facts valid at that time are returned, including ones retired
         since. ``now`` sets the present (default: the wall clock); memories valid only after it are not
         served.
         """
         query = check_text(query, "query")
+        scope = check_scope(scope)
         k = check_int(self.config.k if k is None else k, "k", minimum=1)
         task = check_task(task)
         if token_budget is not None:
@@ -257,7 +273,7 @@ class ReMem:
         qvec = check_vectors(self.embedder.embed([query]), 1, self.dim, source=self.embedder.name)[0]
         self._sync_index()
         # gather (I/O) -> rank and select (pure) -> record (I/O)
-        candidates = self.candidates(qvec, k=k, task=task, at=at, historical=t_as_of is not None)
+        candidates = self.candidates(qvec, k=k, task=task, at=at, historical=t_as_of is not None, scope=scope)
         ranking = rank_and_select(
             candidates,
             config=self.config,
@@ -281,13 +297,26 @@ class ReMem:
                 now=t_now,
                 token_budget=token_budget,
                 served=record,
+                scope=scope,
             ),
             commutative=True,  # a new row and counter increments: concurrent searches commute
         )
-        return SearchResult(search_id, query, task, ranking.hits, t_as_of, t_now, token_budget)
+        return SearchResult(search_id, query, task, ranking.hits, t_as_of, t_now, token_budget, scope)
+
+    def readable_scopes(self, scope: str) -> frozenset[str]:
+        """What a search in ``scope`` may serve: that scope, and the shared scope when one is configured."""
+        shared = self.config.shared_scope
+        return frozenset({scope, shared} if shared else {scope})
 
     def candidates(
-        self, qvec: NDArray[np.float32], *, k: int, at: float, task: str | None = None, historical: bool = False
+        self,
+        qvec: NDArray[np.float32],
+        *,
+        k: int,
+        at: float,
+        task: str | None = None,
+        historical: bool = False,
+        scope: str = DEFAULT_SCOPE,
     ) -> Candidates:
         """Search's gather stage: the pool eligible at ``at`` and the ledger's evidence about it, in one read.
 
@@ -300,12 +329,13 @@ class ReMem:
         want = max(self.config.min_pool, k * self.config.pool_factor)
         pool = min(size, want)
         needs = EvidenceNeeds.of(self.config)
+        scopes = self.readable_scopes(scope)
         while True:
             ids, sims = self.index.candidates(qvec, pool)
             with self.store.read() as tx:
                 rows = tx.memories(ids)
                 keep = [(m, float(s)) for mid, s in zip(ids, sims, strict=True) if (m := rows.get(mid)) is not None]
-                keep = [(m, s) for m, s in keep if is_eligible(m, at, historical=historical)]
+                keep = [(m, s) for m, s in keep if is_eligible(m, at, historical=historical, scopes=scopes)]
                 if len(keep) < min(want, k * 2) and pool < size:
                     pool = min(size, pool * 4)
                     continue
@@ -314,14 +344,14 @@ class ReMem:
                 if not cands:
                     return Candidates(memories=(), similarities=np.zeros(0, dtype=np.float64))
                 tasks = (ALL_TASKS, task) if task else (ALL_TASKS,)
-                keyed = [m.key for m in cands if m.key is not None and m.role == "state"]
+                keyed = [(m.scope, *m.key) for m in cands if m.key is not None and m.role == "state"]
                 return Candidates(
                     memories=cands,
                     similarities=np.array([s for _, s in keep], dtype=np.float64),
                     stats=tx.stats([m.id for m in cands], tasks) if needs.stats else {},
                     keys=tx.key_summary(keyed) if keyed and needs.keys else {},
                     changing_attributes=frozenset(
-                        a for a, info in tx.attributes([key[1] for key in keyed]).items() if info.changes > 0
+                        a for a, info in tx.attributes([key[2] for key in keyed]).items() if info.changes > 0
                     )
                     if keyed and needs.attributes
                     else frozenset(),
@@ -339,8 +369,12 @@ class ReMem:
         replay: Replay | None = None,
         weight: float = 1.0,
         source: OutcomeSource = "api",
+        scope: str | None = None,
     ) -> FeedbackReceipt:
         """Report the outcome of the task that used ``search_id``'s memories.
+
+        With ``scope``, the search must have been made in that scope (a caller can only judge its own
+        searches; another scope's search id is an ``UnknownSearchError``, as if it did not exist).
 
         ``used_ids``: served memories whose value the answer relied on; ``cited_ids``: served memories
         the agent cited. With ``answer`` (text or JSON), memories holding a value the answer committed to
@@ -357,16 +391,15 @@ class ReMem:
         if not isinstance(success, bool | np.bool_):
             raise UserInputError("success must be True or False")
         success = bool(success)
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0.0 < float(weight) <= 1.0:
-            raise UserInputError(f"weight must be a number in (0, 1], got {weight!r}")
-        weight = float(weight)
+        weight = check_weight(weight)
+        scope = None if scope is None else check_scope(scope)
         if source not in OUTCOME_SOURCES:
             raise UserInputError(f"source must be one of {OUTCOME_SOURCES}, got {source!r}")
         used = check_ids(used_ids, "used_ids")
         cited = check_ids(cited_ids, "cited_ids")
         with self.store.read() as tx:
             rec = tx.search(search_id)
-            if rec is None:
+            if rec is None or (scope is not None and rec["scope"] != scope):
                 raise UnknownSearchError(search_id)
             served = [s["id"] for s in rec["served"]]
             unknown = [i for i in used + cited if i not in served]
@@ -399,15 +432,19 @@ class ReMem:
         return self.store.transact(lambda tx: apply_feedback(tx, plan, self.config))
 
     # -- inspection -----------------------------------------------------------------------------
-    def get(self, memory_id: str) -> Memory:
-        with self.store.read() as tx:
-            return tx.memory(check_text(memory_id, "memory_id"))
-
-    def inspect(self, memory_id: str) -> MemoryInfo:
-        """State, credit statistics, credit history and every transition of one memory."""
+    def get(self, memory_id: str, *, scope: str | None = None) -> Memory:
+        """One memory; with ``scope``, only if it belongs to that scope (else ``UnknownMemoryError``)."""
         memory_id = check_text(memory_id, "memory_id")
+        scope = None if scope is None else check_scope(scope)
         with self.store.read() as tx:
-            m = tx.memory(memory_id)
+            return _in_scope(tx.memory(memory_id), scope)
+
+    def inspect(self, memory_id: str, *, scope: str | None = None) -> MemoryInfo:
+        """State, credit statistics, credit history and every transition of one memory (of ``scope``, if given)."""
+        memory_id = check_text(memory_id, "memory_id")
+        scope = None if scope is None else check_scope(scope)
+        with self.store.read() as tx:
+            m = _in_scope(tx.memory(memory_id), scope)
             return MemoryInfo(
                 memory=m,
                 stats=tx.all_stats(memory_id),
@@ -417,9 +454,15 @@ class ReMem:
             )
 
     def list(
-        self, state: State | str | None = None, *, role: Role | None = None, limit: int | None = None, offset: int = 0
+        self,
+        state: State | str | None = None,
+        *,
+        role: Role | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        scope: str | None = None,
     ) -> builtins.list[Memory]:
-        """Memories in insertion order, optionally filtered by state and role."""
+        """Memories in insertion order, optionally filtered by state, role and scope (None: every scope)."""
         st: State | None = None
         if state is not None:
             try:
@@ -431,11 +474,13 @@ class ReMem:
         if limit is not None:
             check_int(limit, "limit", minimum=0)
         check_int(offset, "offset", minimum=0)
+        scope = None if scope is None else check_scope(scope)
         with self.store.read() as tx:
-            return tx.list_memories(st, role, limit, offset)
+            return tx.list_memories(st, role, limit, offset, scope)
 
-    def stats(self) -> StoreStats:
-        c = self.store.counts()
+    def stats(self, *, scope: str | None = None) -> StoreStats:
+        """Counts of the whole store, or of one scope (its memories, their events, its searches)."""
+        c = self.store.counts(None if scope is None else check_scope(scope))
         return StoreStats(
             memories=c["memories"],
             by_state={s.value: c["by_state"].get(s.value, 0) for s in State},
@@ -470,6 +515,7 @@ class ReMem:
         task: str | Sequence[str] | None = None,
         timestamp: Timestamp | None = None,
         confidence: float = 1.0,
+        scope: str | None = None,
     ) -> str:
         return await asyncio.to_thread(
             self.add,
@@ -480,11 +526,14 @@ class ReMem:
             task=task,
             timestamp=timestamp,
             confidence=confidence,
+            scope=scope,
         )
 
-    async def aadd_many(self, items: Iterable[MemoryInput | Mapping[str, Any] | str]) -> builtins.list[str]:
-        items = list(items)
-        return await asyncio.to_thread(self.add_many, items)
+    async def aadd_many(
+        self, items: Iterable[MemoryInput | Mapping[str, Any] | str], *, scope: str | None = None
+    ) -> builtins.list[str]:
+        items = check_items(items)
+        return await asyncio.to_thread(self.add_many, items, scope=scope)
 
     async def asearch(
         self,
@@ -496,9 +545,18 @@ class ReMem:
         now: Timestamp | None = None,
         token_budget: int | None = None,
         explain: bool = False,
+        scope: str | None = None,
     ) -> SearchResult:
         return await asyncio.to_thread(
-            self.search, query, k=k, task=task, as_of=as_of, now=now, token_budget=token_budget, explain=explain
+            self.search,
+            query,
+            k=k,
+            task=task,
+            as_of=as_of,
+            now=now,
+            token_budget=token_budget,
+            explain=explain,
+            scope=scope,
         )
 
     async def afeedback(
@@ -512,6 +570,7 @@ class ReMem:
         replay: Replay | None = None,
         weight: float = 1.0,
         source: OutcomeSource = "api",
+        scope: str | None = None,
     ) -> FeedbackReceipt:
         return await asyncio.to_thread(
             self.feedback,
@@ -523,7 +582,15 @@ class ReMem:
             replay=replay,
             weight=weight,
             source=source,
+            scope=scope,
         )
 
-    async def ainspect(self, memory_id: str) -> MemoryInfo:
-        return await asyncio.to_thread(self.inspect, memory_id)
+    async def ainspect(self, memory_id: str, *, scope: str | None = None) -> MemoryInfo:
+        return await asyncio.to_thread(self.inspect, memory_id, scope=scope)
+
+
+def _in_scope(memory: Memory, scope: str | None) -> Memory:
+    """``memory`` if it belongs to ``scope`` (None: any); another scope's memory is as good as absent."""
+    if scope is not None and memory.scope != scope:
+        raise UnknownMemoryError(memory.id)
+    return memory

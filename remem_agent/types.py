@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 Role = Literal["state", "preference", "note"]
+DEFAULT_SCOPE = "default"  # where memories and searches go when no scope is named (and old stores' rows)
 OutcomeSource = Literal["api", "truth", "user", "inferred", "judge"]
 OUTCOME_SOURCES: tuple[OutcomeSource, ...] = ("api", "truth", "user", "inferred", "judge")
 ROLES: tuple[Role, ...] = ("state", "preference", "note")
@@ -83,6 +84,7 @@ class Memory:
     state: State
     token_cost: int
     confidence: float
+    scope: str = "default"  # who the memory belongs to (see ``DEFAULT_SCOPE``; a search reads only its own)
 
     @property
     def key(self) -> tuple[str, str] | None:
@@ -210,6 +212,7 @@ class SearchResult:
     as_of: float | None = None
     now: float | None = None
     token_budget: int | None = None
+    scope: str = "default"
 
     @property
     def ids(self) -> list[str]:

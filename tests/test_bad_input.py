@@ -169,13 +169,11 @@ def test_weight_check_helper() -> None:
         check_int(10**400, "k", minimum=1)
 
 
-@pytest.mark.xfail(strict=True, reason="memory.py feedback() checks weight inline; it should call ingest.check_weight")
 def test_feedback_weight_huge_int_is_refused(mem: ReMem) -> None:
     sid = mem.search("server").search_id
     _refused(mem, lambda: mem.feedback(sid, success=True, weight=10**400))
 
 
-@pytest.mark.xfail(strict=True, reason="learning/credit.py values_used() str()s the answer (ValueError, 4300 digits)")
 def test_feedback_answer_with_a_huge_int_is_not_a_bare_error(mem: ReMem) -> None:
     sid = mem.search("server").search_id
     before = _state(mem)
@@ -210,7 +208,6 @@ def test_validate_facts_accepts_lists_tuples_and_generators() -> None:
         validate_facts([{"text": "a", 1: 2, "x": 3}])  # mixed-type keys: no TypeError while sorting
 
 
-@pytest.mark.xfail(strict=True, reason="memory.py add_many() should call ingest.validate_facts(items)")
 @pytest.mark.parametrize("case", sorted(set(BAD_CONTAINERS) - {"bytes"}))  # bytes: refused per item already
 def test_add_many_takes_only_a_list(mem: ReMem, case: str) -> None:
     _refused(mem, lambda: mem.add_many(BAD_CONTAINERS[case]))  # type: ignore[arg-type]

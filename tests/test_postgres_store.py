@@ -513,7 +513,18 @@ def test_edits_of_hashed_rows_are_caught_by_verify(pg_url: str, statements: list
     assert any(problem in p for p in report.problems), report.problems
 
 
+_DOWNGRADE_4_TO_3 = [  # what migration 4 (scopes) added
+    "DROP TRIGGER memories_scope_fixed ON memories",
+    "DROP TRIGGER searches_scope_fixed ON searches",
+    "DROP FUNCTION remem_scope_fixed()",
+    "DROP INDEX memories_scope_key",
+    "DROP INDEX memories_scope",
+    "ALTER TABLE memories DROP COLUMN scope",
+    "ALTER TABLE searches DROP COLUMN scope",
+    "DELETE FROM schema_migrations WHERE version = 4",
+]
 _DOWNGRADE_TO_V2 = [
+    *_DOWNGRADE_4_TO_3,
     "DROP TRIGGER events_append_only_u ON events",
     "DROP TRIGGER credits_append_only_u ON credits",
     "DROP TRIGGER events_append_only ON events",
@@ -539,7 +550,7 @@ def test_migration_3_backfills_the_hashes_of_a_version_2_store(pg_url: str) -> N
         for sql in _DOWNGRADE_TO_V2:  # the schema exactly as version 2 left it
             conn.execute(sql)
     with ReMem(pg_url) as mem:
-        assert mem.stats().schema_version == PG_LATEST == 3
+        assert mem.stats().schema_version == PG_LATEST
         assert mem.verify().ok
         mem.feedback(mem.search("Which region does billing run in?").search_id, success=True)
         assert mem.verify().ok

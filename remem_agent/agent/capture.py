@@ -31,7 +31,7 @@ class AsyncFactExtractor(Protocol):
 
 
 class CaptureMemory(Protocol):
-    async def aadd_many(self, items: Sequence[MemoryInput]) -> list[str]: ...
+    async def aadd_many(self, items: Sequence[MemoryInput], *, scope: str | None = None) -> list[str]: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +39,7 @@ class _Job:
     text: str
     conversation_id: str
     answer_id: str
+    scope: str | None = None
     after: Callable[[], Awaitable[None]] | None = None  # run once this turn is read (a deferred verdict)
 
 
@@ -68,6 +69,7 @@ class FactCapture:
         *,
         conversation_id: str,
         answer_id: str,
+        scope: str | None = None,
         after: Callable[[], Awaitable[None]] | None = None,
     ) -> bool:
         """Offer one user turn; False (and counted in ``dropped``) when the queue is full. Never blocks.
@@ -79,7 +81,9 @@ class FactCapture:
         if self._worker is None or self._worker.done():
             self._worker = asyncio.get_running_loop().create_task(self._run(self._queue), name="remem-fact-capture")
         try:
-            self._queue.put_nowait(_Job(text=text, conversation_id=conversation_id, answer_id=answer_id, after=after))
+            self._queue.put_nowait(
+                _Job(text=text, conversation_id=conversation_id, answer_id=answer_id, scope=scope, after=after)
+            )
         except asyncio.QueueFull:
             self.dropped += 1
             return False
@@ -116,7 +120,7 @@ class FactCapture:
         error: str | None = None
         try:
             facts = list(await self.extractor.aextract(job.text))
-            ids = await self.memory.aadd_many(facts) if facts else []
+            ids = await self.memory.aadd_many(facts, scope=job.scope) if facts else []  # the speaker's scope
             self.captured += len(ids)
             if ids and self._on_added is not None:
                 await self._on_added(ids)

@@ -68,6 +68,7 @@ from remem_agent.agent.prompt import citation_aliases, render_memories
 from remem_agent.agent.telemetry import AttributeValue, NoTelemetry, Span, Telemetry
 from remem_agent.agent.trace import TraceWriter
 from remem_agent.errors import ModelError, UserInputError
+from remem_agent.ingest import check_scope
 from remem_agent.learning.credit import carried_values_used
 from remem_agent.types import FeedbackReceipt, Hit, OutcomeSource, SearchResult
 
@@ -88,6 +89,7 @@ class ChatReply:
     usage: Usage
     answer_id: str  # the turn's answer: the same for every call of one user turn (tool loop)
     conversation_id: str
+    scope: str
     search_id: str | None
     served: tuple[Hit, ...]
     aliases: Mapping[str, str]
@@ -151,6 +153,7 @@ class ChatOptions:
     tools: tuple[ToolSpec, ...]
     tool_choice: str | None
     conversation_id: str
+    scope: str
     task: str | None
     k: int | None
     now: Timestamp | None
@@ -194,6 +197,7 @@ class Conversations:
         tools: object,
         tool_choice: object,
         conversation_id: str | None,
+        scope: str | None,
         task: str | None,
         k: int | None,
         now: Timestamp | None,
@@ -219,6 +223,7 @@ class Conversations:
             tools=specs,
             tool_choice=choice,
             conversation_id=conversation_id or conversation_key(msgs),
+            scope=check_scope(scope),
             task=task,
             k=k,
             now=now,
@@ -231,7 +236,7 @@ class Conversations:
     # -- recall once per user turn ----------------------------------------------------------------
     async def begin(self, opts: ChatOptions) -> tuple[_Turn, bool]:
         """The turn this call belongs to; a new user turn first settles the previous one, then recalls."""
-        cid = opts.conversation_id
+        cid = f"{opts.scope}|{opts.conversation_id}"  # two scopes never share a conversation's state
         ui = latest_user_index(opts.messages)
         user = opts.messages[ui].content
         key = (ui, hashlib.sha256(user.encode()).hexdigest()[:16])
@@ -251,6 +256,7 @@ class Conversations:
                 task=opts.task,
                 now=opts.now,
                 token_budget=self.token_budget if opts.token_budget is None else opts.token_budget,
+                scope=opts.scope,
             )
             turn = _Turn(
                 key=key,
@@ -264,7 +270,13 @@ class Conversations:
             self._turns[cid] = turn
             self._turns.move_to_end(cid)
             if self.capture is not None:  # in the background: the reply never waits for it
-                accepted = self.capture.submit(user, conversation_id=cid, answer_id=turn.answer_id, after=deferred)
+                accepted = self.capture.submit(
+                    user,
+                    conversation_id=opts.conversation_id,
+                    answer_id=turn.answer_id,
+                    scope=opts.scope,
+                    after=deferred,
+                )
                 if not accepted and deferred is not None:
                     await deferred()
             while len(self._turns) > MAX_CONVERSATIONS:
@@ -307,8 +319,9 @@ class Conversations:
                     cited_ids=tuple(turn.cited),
                     value=None,
                     used_ids=tuple(turn.used),
+                    scope=opts.scope,
                 ),
-                ("conv", opts.conversation_id),
+                ("conv", f"{opts.scope}|{opts.conversation_id}"),
             )
         if unknown:
             log.debug("reply cited labels that were not served: %s", unknown)
@@ -320,6 +333,7 @@ class Conversations:
             usage=resp.usage,
             answer_id=turn.answer_id,
             conversation_id=opts.conversation_id,
+            scope=opts.scope,
             search_id=turn.result.search_id,
             served=turn.result.items,
             aliases=dict(turn.aliases),
@@ -383,7 +397,10 @@ class Conversations:
         except BaseException:
             await self.pending.release(item)
             raise
-        await self.write_outcome(item, cid, verdict, receipt, started=prev.started, heuristic=heuristic, judge=judge)
+        conversation = cid.split("|", 1)[-1]
+        await self.write_outcome(
+            item, conversation, verdict, receipt, started=prev.started, heuristic=heuristic, judge=judge
+        )
 
     async def _judge(self, prev: _Turn, next_user: str) -> Verdict | None:
         """Ask the judge model (schema-enforced); any failure of the judge leaves the heuristic's verdict."""
@@ -471,6 +488,7 @@ class Conversations:
                 "run": self.run_id,
                 "answer_id": turn.answer_id,
                 "conversation_id": opts.conversation_id,
+                "scope": opts.scope,
                 "turn": turn.key[0],
                 "task": opts.task,
                 "model": {"adapter": self.model.adapter, "name": self.model.name, "params": opts.sampling.to_dict()},

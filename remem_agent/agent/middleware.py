@@ -37,7 +37,7 @@ from remem_agent.agent.scoring import Outcome, Scorer, exact_match
 from remem_agent.agent.telemetry import Telemetry
 from remem_agent.agent.trace import AttemptRecord, HasSecrets, TraceRecord, TraceWriter
 from remem_agent.errors import ModelError, OutputValidationError, UnknownSearchError, UserInputError
-from remem_agent.ingest import check_text
+from remem_agent.ingest import check_scope, check_text
 from remem_agent.types import FeedbackReceipt, Hit, Role, SearchResult
 
 log = logging.getLogger("remem_agent.agent")
@@ -219,6 +219,7 @@ class MemoryAgent:
         tools: Sequence[Mapping[str, Any] | ToolSpec] | None = None,
         tool_choice: str | Mapping[str, Any] | None = None,
         conversation_id: str | None = None,
+        scope: str | None = None,
         task: str | None = None,
         k: int | None = None,
         now: Timestamp | None = None,
@@ -233,10 +234,11 @@ class MemoryAgent:
         ``messages`` are OpenAI-style (system / user / assistant with ``tool_calls`` / tool with
         ``tool_call_id``); they are passed on unchanged apart from one added memory block. Bad input is
         a ``UserInputError`` before any model call. ``conversation_id`` defaults to a hash of the
-        conversation's first system and user message.
+        conversation's first system and user message. ``scope`` (default "default") is whose memory
+        this is: recall reads only that scope, and only a caller of that scope can judge the answer.
         """
         opts = self._chat_options(
-            messages, tools, tool_choice, conversation_id, task, k, now, token_budget, strip_citations,
+            messages, tools, tool_choice, conversation_id, scope, task, k, now, token_budget, strip_citations,
             temperature, max_tokens, extra,
         )  # fmt: skip
         async with self._sem:
@@ -249,6 +251,7 @@ class MemoryAgent:
         tools: Sequence[Mapping[str, Any] | ToolSpec] | None = None,
         tool_choice: str | Mapping[str, Any] | None = None,
         conversation_id: str | None = None,
+        scope: str | None = None,
         task: str | None = None,
         k: int | None = None,
         now: Timestamp | None = None,
@@ -263,7 +266,7 @@ class MemoryAgent:
         Input is validated here, before anything runs; a bad conversation raises ``UserInputError`` at once.
         """
         opts = self._chat_options(
-            messages, tools, tool_choice, conversation_id, task, k, now, token_budget, strip_citations,
+            messages, tools, tool_choice, conversation_id, scope, task, k, now, token_budget, strip_citations,
             temperature, max_tokens, extra,
         )  # fmt: skip
         conv, retry, sem = self._conversations, self.retry, self._sem
@@ -275,6 +278,7 @@ class MemoryAgent:
         tools: object,
         tool_choice: object,
         conversation_id: str | None,
+        scope: str | None,
         task: str | None,
         k: int | None,
         now: Timestamp | None,
@@ -294,6 +298,7 @@ class MemoryAgent:
             tools=tools,
             tool_choice=tool_choice,
             conversation_id=conversation_id,
+            scope=scope,
             task=task,
             k=k,
             now=now,
@@ -316,13 +321,17 @@ class MemoryAgent:
         k: int | None = None,
         token_budget: int | None = None,
         task_id: str | None = None,
+        scope: str | None = None,
     ) -> Answer:
         question = check_text(question, "question")
+        scope = check_scope(scope)
         base_schema = check_answer_schema(schema)
         async with self._sem:
             st = _AskState(t0=time.perf_counter(), answer_id=f"a_{uuid.uuid4().hex[:16]}", schema=base_schema)
             try:
-                return await self._ask(st, question, task, base_schema, truth, as_of, now, k, token_budget, task_id)
+                return await self._ask(
+                    st, question, task, base_schema, truth, as_of, now, k, token_budget, task_id, scope
+                )
             except Exception as exc:  # whatever raised, the ask leaves its trace line (then the error goes on)
                 if not st.traced:
                     await self._write(st, self._fallback_trace(st, question, task, task_id, truth, exc))
@@ -340,10 +349,11 @@ class MemoryAgent:
         k: int | None,
         token_budget: int | None,
         task_id: str | None,
+        scope: str,
     ) -> Answer:
         t0, answer_id = st.t0, st.answer_id
         if self.infer_outcomes:
-            await self._infer_moved_on(("task", task))
+            await self._infer_moved_on(("task", f"{scope}|{task}"))
         # 1. recall
         res: SearchResult = await self.memory.asearch(
             question,
@@ -352,6 +362,7 @@ class MemoryAgent:
             as_of=as_of,
             now=now,
             token_budget=self.token_budget if token_budget is None else token_budget,
+            scope=scope,
         )
         st.search_id, st.served = res.search_id, [_served_entry(h) for h in res.items]
         t_recall = time.perf_counter()
@@ -428,8 +439,9 @@ class MemoryAgent:
                 served_ids=tuple(res.ids),
                 cited_ids=cited_ids,
                 value=value,
+                scope=scope,
             )
-            await self._pending.add(waiting, ("task", task))
+            await self._pending.add(waiting, ("task", f"{scope}|{task}"))
         learn_ms = (time.perf_counter() - t_learn) * 1000
         # 7. trace
         await self._write(
@@ -530,17 +542,20 @@ class MemoryAgent:
         success: bool,
         used_ids: Sequence[str] | None = None,
         reason: str | None = None,
+        scope: str | None = None,
     ) -> FeedbackReceipt:
         """An explicit user signal (thumbs up/down) for an earlier answer of ``ask`` or ``chat`` (source "user").
 
         ``reason`` is kept in the trace's outcome line. An answer gets one verdict: a second call, or one
-        after the verdict was inferred, raises ``UnknownSearchError``.
+        after the verdict was inferred, raises ``UnknownSearchError``; so does, with ``scope``, an answer
+        given in another scope.
         """
         if not isinstance(success, bool):
             raise UserInputError("success must be True or False")
         if reason is not None:
             reason = check_text(reason, "reason")
-        item = await self._pending.take(answer_id) if isinstance(answer_id, str) else None
+        scope = None if scope is None else check_scope(scope)
+        item = await self._pending.take(answer_id, scope=scope) if isinstance(answer_id, str) else None
         if item is None:
             raise UnknownSearchError(str(answer_id))
         used = sorted({*item.used_ids, *(used_ids or ())})
@@ -569,10 +584,11 @@ class MemoryAgent:
         role: Role = "state",
         task: str | None = None,
         timestamp: Timestamp | None = None,
+        scope: str | None = None,
     ) -> str:
         """Add a memory; if it corrects a ``state`` memory served to a pending answer, that answer failed."""
         new_id = await self.memory.aadd(
-            text, entity=entity, attribute=attribute, role=role, task=task, timestamp=timestamp
+            text, entity=entity, attribute=attribute, role=role, task=task, timestamp=timestamp, scope=scope
         )
         if self.infer_outcomes and role == "state" and entity and attribute:
             await self._infer_correction(new_id)

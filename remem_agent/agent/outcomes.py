@@ -34,6 +34,7 @@ class Waiting:
     cited_ids: tuple[str, ...]
     value: object  # the answer's value (a schema answer's dict): value use is credited from it
     used_ids: tuple[str, ...] = ()  # served memories whose values a free-text reply repeated
+    scope: str = "default"  # the scope the answer was given in: only a caller of that scope may judge it
 
 
 K = TypeVar("K", bound=Hashable)
@@ -57,9 +58,12 @@ class PendingOutcomes(Generic[K]):
                 old, _ = self._waiting.popitem(last=False)
                 self._claimed.discard(old)
 
-    async def take(self, answer_id: str) -> Waiting | None:
-        """Claim one answer for an explicit verdict; None if unknown or already judged."""
+    async def take(self, answer_id: str, *, scope: str | None = None) -> Waiting | None:
+        """Claim one answer for an explicit verdict; None if unknown, already judged, or of another ``scope``."""
         async with self._lock:
+            item = self._waiting.get(answer_id)
+            if item is None or (scope is not None and item.scope != scope):
+                return None
             return self._claim(answer_id)
 
     async def release(self, item: Waiting) -> None:

@@ -32,6 +32,7 @@ class AgentMemory(Protocol):
         now: Timestamp | None = None,
         token_budget: int | None = None,
         explain: bool = False,
+        scope: str | None = None,
     ) -> SearchResult: ...
 
     async def afeedback(
@@ -45,6 +46,7 @@ class AgentMemory(Protocol):
         replay: Replay | None = None,
         weight: float = 1.0,
         source: OutcomeSource = "api",
+        scope: str | None = None,
     ) -> FeedbackReceipt: ...
 
     async def aadd(
@@ -57,8 +59,11 @@ class AgentMemory(Protocol):
         task: str | Sequence[str] | None = None,
         timestamp: Timestamp | None = None,
         confidence: float = 1.0,
+        scope: str | None = None,
     ) -> str: ...
 
-    async def aadd_many(self, items: Iterable[MemoryInput | Mapping[str, Any] | str]) -> list[str]: ...
+    async def aadd_many(
+        self, items: Iterable[MemoryInput | Mapping[str, Any] | str], *, scope: str | None = None
+    ) -> list[str]: ...
 
-    async def ainspect(self, memory_id: str) -> MemoryInfo: ...
+    async def ainspect(self, memory_id: str, *, scope: str | None = None) -> MemoryInfo: ...

@@ -188,7 +188,8 @@ def build_router(config: GatewayConfig, local: ChatModel | None = None) -> Model
     """The router for ``config``: the upstream (OpenAI-compatible or Ollama) or the in-process local model."""
     if config.upstream is None:
         model = local if local is not None else local_model(config.model)
-        names = config.models or (model.name,)
+        alias = config.model if local is None and config.model in ("qwen", "smollm2") else model.name
+        names = config.models or tuple(dict.fromkeys((alias, model.name)))  # "qwen" or its full name
         return ModelRouter(
             kind="local", factory=lambda _name: model, default=names[0], names=names, capabilities=model.capabilities
         )

@@ -99,6 +99,8 @@ def answer_values(answer: Any) -> list[str]:
             out += answer_values(v)
     elif isinstance(answer, bool) or answer is None:
         pass
+    elif isinstance(answer, int) and answer.bit_length() > 1024:
+        pass  # no memory text carries a 300-digit number (and str() of a huge int raises)
     elif isinstance(answer, int | float | str):
         s = _norm(str(answer))
         if len(s) >= 2:

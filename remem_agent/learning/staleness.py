@@ -122,7 +122,9 @@ class StalenessPolicy:
                 continue
             assert m.entity is not None and m.attribute is not None
             newer = [
-                x for x in tx.current_for_key(m.entity, m.attribute) if x.id != m.id and x.valid_from > m.valid_from
+                x
+                for x in tx.current_for_key(m.entity, m.attribute, m.scope)
+                if x.id != m.id and x.valid_from > m.valid_from
             ]
             if not newer:
                 continue
@@ -160,8 +162,8 @@ class StalenessPolicy:
             return []
         tx.mark_single_valued(attribute, at)
         events: list[Event] = []
-        for entity in tx.current_keys(attribute):
-            facts = tx.current_for_key(entity, attribute)
+        for scope, entity in tx.current_keys(attribute):
+            facts = tx.current_for_key(entity, attribute, scope)
             newest = facts[-1]
             for old in facts[:-1]:
                 events.append(

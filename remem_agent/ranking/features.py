@@ -47,11 +47,11 @@ def build_features(
     task: str | None,
     now: float,
     config: FeatureConfig = FeatureConfig(),
-    keys: Mapping[tuple[str, str], tuple[int, float]] | None = None,
+    keys: Mapping[tuple[str, str, str], tuple[int, float]] | None = None,
     changing_attributes: Collection[str] = (),
     decay_half_life_days: float = 180.0,
 ) -> dict[str, NDArray[np.float64]]:
-    """``keys`` maps (entity, attribute) to (current state facts, latest valid_from) for the contradiction
+    """``keys`` maps (scope, entity, attribute) to (current state facts, latest valid_from) for the contradiction
     group; ``changing_attributes`` are attributes observed to change, whose confidence decays with age."""
     """Feature arrays (one value per candidate); disabled groups are all zeros."""
     n = len(memories)
@@ -96,8 +96,9 @@ def build_features(
         for i, m in enumerate(memories):
             if m.valid_to is not None and m.valid_to <= now:
                 stale[i] = 1.0  # retired since (only reachable through as_of)
-            if m.key is not None and m.role == "state" and m.key in keys:
-                count, latest = keys[m.key]
+            scoped = (m.scope, *m.key) if m.key is not None else None
+            if scoped is not None and m.role == "state" and scoped in keys:
+                count, latest = keys[scoped]
                 contra[i] = max(0, count - 1)
                 if m.state.value != "INVALIDATED" and m.valid_from < latest <= now:
                     stale[i] = 1.0  # a newer same-key fact is current: a pending conflict

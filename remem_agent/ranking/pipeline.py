@@ -21,11 +21,14 @@ from remem_agent.ranking.select import select
 from remem_agent.ranking.utility import UtilityModel
 from remem_agent.types import ALL_TASKS, SERVABLE_STATES, Hit, Memory, State, TaskStats
 
-Key = tuple[str, str]
+Key = tuple[str, str, str]  # (scope, entity, attribute)
 
 
-def is_eligible(memory: Memory, at: float, *, historical: bool) -> bool:
-    """Present tense: a servable state, valid at ``at``. ``as_of`` (historical): valid then, anything but archived."""
+def is_eligible(memory: Memory, at: float, *, historical: bool, scopes: frozenset[str] | None = None) -> bool:
+    """In one of ``scopes`` (None: any); present tense: a servable state, valid at ``at``; ``as_of``
+    (historical): valid then, anything but archived."""
+    if scopes is not None and memory.scope not in scopes:
+        return False
     if not memory.valid_at(at):
         return False
     if historical:

@@ -81,7 +81,7 @@ class Store(Protocol):
 
     def embeddings_after(self, seq: int, dim: int) -> tuple[int, list[str], NDArray[np.float32]]: ...
 
-    def counts(self) -> dict[str, Any]: ...
+    def counts(self, scope: str | None = None) -> dict[str, Any]: ...
 
     def verify(self, dim: int | None = None) -> list[str]: ...
 
@@ -112,9 +112,9 @@ class StoreCommon:
         with self.read() as tx:
             return tx.embeddings_after(seq, dim)
 
-    def counts(self) -> dict[str, Any]:
+    def counts(self, scope: str | None = None) -> dict[str, Any]:
         with self.read() as tx:
-            return tx.counts()
+            return tx.counts(scope)
 
     def verify(self, dim: int | None = None) -> list[str]:
         """Check the ledger's invariants; return human-readable violations (empty = healthy)."""

@@ -44,6 +44,7 @@ TABLES: dict[str, tuple[str, ...]] = {
         "confidence",
         "embedding",
         "content_hash",
+        "scope",
     ),
     "events": ("seq", "memory_id", "at", "kind", "from_state", "to_state", "reason", "evidence", "updates", "hash"),
     "searches": (
@@ -59,6 +60,7 @@ TABLES: dict[str, tuple[str, ...]] = {
         "feedback_at",
         "hash",
         "feedback_hash",
+        "scope",
     ),
     "credits": ("seq", "search_id", "memory_id", "task", "at", "success", "cited", "used", "credit", "blame", "hash"),
     "stats": (

@@ -159,6 +159,23 @@ MIGRATIONS: list[tuple[int, str]] = [
             BEGIN SELECT RAISE(ABORT, 'credits are append-only'); END;
         """,
     ),
+    (
+        4,
+        """
+        -- Scopes (user / agent / run): a memory and a search belong to one scope; existing rows move into
+        -- the default scope. A search reads its scope (and, when configured, the shared one); keys,
+        -- supersession and statistics are per scope. A row's scope never changes.
+        ALTER TABLE memories ADD COLUMN scope TEXT NOT NULL DEFAULT 'default';
+        ALTER TABLE searches ADD COLUMN scope TEXT NOT NULL DEFAULT 'default';
+        CREATE INDEX memories_scope_key ON memories (scope, entity, attribute)
+            WHERE entity IS NOT NULL AND attribute IS NOT NULL;
+        CREATE INDEX memories_scope ON memories (scope, seq);
+        CREATE TRIGGER memories_scope_fixed BEFORE UPDATE OF scope ON memories
+            BEGIN SELECT RAISE(ABORT, 'a memory''s scope is immutable'); END;
+        CREATE TRIGGER searches_scope_fixed BEFORE UPDATE OF scope ON searches
+            BEGIN SELECT RAISE(ABORT, 'a search''s scope is immutable'); END;
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

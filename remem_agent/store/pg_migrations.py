@@ -182,6 +182,28 @@ MIGRATIONS: list[tuple[int, str]] = [
             FOR EACH ROW EXECUTE FUNCTION remem_append_only_hashed();
         """,
     ),
+    (
+        4,
+        """
+        -- Scopes: see the SQLite migration 4 (store/migrations.py).
+        ALTER TABLE memories ADD COLUMN scope text NOT NULL DEFAULT 'default';
+        ALTER TABLE searches ADD COLUMN scope text NOT NULL DEFAULT 'default';
+        CREATE INDEX memories_scope_key ON memories (scope, entity, attribute)
+            WHERE entity IS NOT NULL AND attribute IS NOT NULL;
+        CREATE INDEX memories_scope ON memories (scope, seq);
+        CREATE FUNCTION remem_scope_fixed() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.scope IS DISTINCT FROM OLD.scope THEN
+                RAISE EXCEPTION 'the scope of a % row is immutable', TG_TABLE_NAME;
+            END IF;
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER memories_scope_fixed BEFORE UPDATE ON memories
+            FOR EACH ROW EXECUTE FUNCTION remem_scope_fixed();
+        CREATE TRIGGER searches_scope_fixed BEFORE UPDATE ON searches
+            FOR EACH ROW EXECUTE FUNCTION remem_scope_fixed();
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

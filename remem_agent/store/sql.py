@@ -19,11 +19,11 @@ from numpy.typing import NDArray
 from remem_agent.errors import StoreError, UnknownMemoryError
 from remem_agent.learning.lifecycle import LifecycleEvent, next_state
 from remem_agent.store import hashing
-from remem_agent.types import ALL_TASKS, AttributeInfo, CreditRecord, Event, Memory, State, TaskStats
+from remem_agent.types import ALL_TASKS, DEFAULT_SCOPE, AttributeInfo, CreditRecord, Event, Memory, State, TaskStats
 
 MEM_COLS = (
     "id, text, original_text, entity, attribute, role, tasks, created_at, valid_from, valid_to, "
-    "superseded_by, state, token_cost, confidence"
+    "superseded_by, state, token_cost, confidence, scope"
 )
 STAT_COLS = "retrieved, shown, credited, wasted, blamed, credit_sum, blame_sum, last_retrieved_at, last_credited_at"
 EVENT_COLS = "seq, memory_id, at, kind, from_state, to_state, reason, evidence"
@@ -54,6 +54,7 @@ def row_to_memory(r: Sequence[Any]) -> Memory:
         state=_STATE_BY_VALUE[r[11]],
         token_cost=r[12],
         confidence=r[13],
+        scope=r[14],
     )
 
 
@@ -130,12 +131,21 @@ class LedgerTx:
             raise UnknownMemoryError(memory_id)
         return row_to_memory(r)
 
-    def current_for_key(self, entity: str, attribute: str) -> list[Memory]:
-        """Role-'state' facts with this key that are not invalidated, oldest first."""
+    def current_for_key(self, entity: str, attribute: str, scope: str = DEFAULT_SCOPE) -> list[Memory]:
+        """Role-'state' facts with this key in ``scope`` that are not invalidated, oldest first."""
         rows = self.run(
-            f"SELECT {MEM_COLS} FROM memories WHERE entity = ? AND attribute = ? AND role = 'state' "
+            f"SELECT {MEM_COLS} FROM memories WHERE scope = ? AND entity = ? AND attribute = ? AND role = 'state' "
             "AND state != 'INVALIDATED' ORDER BY valid_from, seq",
-            (entity, attribute),
+            (scope, entity, attribute),
+        )
+        return [row_to_memory(r) for r in rows]
+
+    def claims_at(self, entity: str, attribute: str, role: str, valid_from: float, scope: str) -> list[Memory]:
+        """Memories of one key, role and scope stated at exactly ``valid_from``, in any state (re-add detection)."""
+        rows = self.run(
+            f"SELECT {MEM_COLS} FROM memories WHERE scope = ? AND entity = ? AND attribute = ? AND role = ? "
+            "AND valid_from = ? ORDER BY seq",
+            (scope, entity, attribute, role, valid_from),
         )
         return [row_to_memory(r) for r in rows]
 
@@ -148,8 +158,8 @@ class LedgerTx:
         )
         self.run(
             "INSERT INTO memories (id, text, original_text, entity, attribute, role, tasks, created_at, "
-            "valid_from, valid_to, superseded_by, state, token_cost, confidence, embedding, content_hash) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "valid_from, valid_to, superseded_by, state, token_cost, confidence, embedding, content_hash, scope) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 m.id,
                 m.text,
@@ -167,6 +177,7 @@ class LedgerTx:
                 m.confidence,
                 self.dump_vector(embedding),
                 content_hash,
+                m.scope,
             ),
         )
         initial = {
@@ -240,10 +251,18 @@ class LedgerTx:
         return [r[0] for r in rows]
 
     def list_memories(
-        self, state: State | None = None, role: str | None = None, limit: int | None = None, offset: int = 0
+        self,
+        state: State | None = None,
+        role: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        scope: str | None = None,
     ) -> list[Memory]:
         where: list[str] = []
         args: list[Any] = []
+        if scope is not None:
+            where.append("scope = ?")
+            args.append(scope)
         if state is not None:
             where.append("state = ?")
             args.append(state.value)
@@ -276,13 +295,14 @@ class LedgerTx:
         now: float | None,
         token_budget: int | None,
         served: Sequence[Mapping[str, Any]],
+        scope: str = DEFAULT_SCOPE,
     ) -> None:
         served_json = json.dumps(list(served))
         row_hash = hashing.search_hash(search_id, at, query, task, as_of, now, token_budget, served_json)
         self.run(
-            "INSERT INTO searches (search_id, at, query, task, as_of, now, token_budget, served, hash) "
-            "VALUES (?,?,?,?,?,?,?,?,?)",
-            (search_id, at, query, task, as_of, now, token_budget, served_json, row_hash),
+            "INSERT INTO searches (search_id, at, query, task, as_of, now, token_budget, served, hash, scope) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (search_id, at, query, task, as_of, now, token_budget, served_json, row_hash, scope),
         )
         tasks = task_rows(task)
         rows = sorted((s["id"], t, at) for s in served for t in tasks)  # one lock order for every writer
@@ -296,7 +316,7 @@ class LedgerTx:
 
     def search(self, search_id: str) -> dict[str, Any] | None:
         r = self.run(
-            "SELECT search_id, at, query, task, as_of, now, token_budget, served, feedback, feedback_at "
+            "SELECT search_id, at, query, task, as_of, now, token_budget, served, feedback, feedback_at, scope "
             "FROM searches WHERE search_id = ?",
             (search_id,),
         ).fetchone()
@@ -313,6 +333,7 @@ class LedgerTx:
             "served": from_json(r[7]),
             "feedback": from_json(r[8]) if r[8] is not None else None,
             "feedback_at": r[9],
+            "scope": r[10],
         }
 
     def answered_searches(self) -> Iterator[tuple[str, list[dict[str, Any]], dict[str, Any]]]:
@@ -444,28 +465,28 @@ class LedgerTx:
         self.run("UPDATE attributes SET single_valued = 1, decided_at = ? WHERE attribute = ?", (at, name))
         hashing.rehash_attribute(self, name)
 
-    def current_keys(self, attribute: str) -> list[str]:
-        """Entities with more than one current role-'state' fact for ``attribute`` (pending conflicts)."""
+    def current_keys(self, attribute: str) -> list[tuple[str, str]]:
+        """(scope, entity) pairs with more than one current role-'state' fact for ``attribute`` (pending conflicts)."""
         rows = self.run(
-            "SELECT entity FROM memories WHERE attribute = ? AND role = 'state' AND entity IS NOT NULL "
-            "AND state != 'INVALIDATED' GROUP BY entity HAVING COUNT(*) > 1 ORDER BY entity",
+            "SELECT scope, entity FROM memories WHERE attribute = ? AND role = 'state' AND entity IS NOT NULL "
+            "AND state != 'INVALIDATED' GROUP BY scope, entity HAVING COUNT(*) > 1 ORDER BY scope, entity",
             (attribute,),
         )
-        return [r[0] for r in rows]
+        return [(str(r[0]), str(r[1])) for r in rows]
 
-    def key_summary(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, float]]:
-        """For each key: (number of current state facts, latest valid_from among them)."""
+    def key_summary(self, keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, str], tuple[int, float]]:
+        """For each (scope, entity, attribute): (number of current state facts, latest valid_from among them)."""
         keys = sorted(set(keys))
-        out: dict[tuple[str, str], tuple[int, float]] = {}
-        for start in range(0, len(keys), 400):
-            chunk = keys[start : start + 400]
-            cond = " OR ".join("(entity = ? AND attribute = ?)" for _ in chunk)
+        out: dict[tuple[str, str, str], tuple[int, float]] = {}
+        for start in range(0, len(keys), 300):
+            chunk = keys[start : start + 300]
+            cond = " OR ".join("(scope = ? AND entity = ? AND attribute = ?)" for _ in chunk)
             q = (
-                "SELECT entity, attribute, COUNT(*), MAX(valid_from) FROM memories WHERE role = 'state' "
-                f"AND state != 'INVALIDATED' AND ({cond}) GROUP BY entity, attribute"
+                "SELECT scope, entity, attribute, COUNT(*), MAX(valid_from) FROM memories WHERE role = 'state' "
+                f"AND state != 'INVALIDATED' AND ({cond}) GROUP BY scope, entity, attribute"
             )
             for r in self.run(q, [v for k in chunk for v in k]):
-                out[(r[0], r[1])] = (int(r[2]), float(r[3]))
+                out[(r[0], r[1], r[2])] = (int(r[3]), float(r[4]))
         return out
 
     # -- meta, counts, bulk reads --------------------------------------------------------------
@@ -488,21 +509,42 @@ class LedgerTx:
         mat = np.stack([self.load_vector(r[2]) for r in rows]).astype(np.float32, copy=False).reshape(len(rows), dim)
         return int(rows[-1][0]), [r[1] for r in rows], mat
 
-    def counts(self) -> dict[str, Any]:
-        by_state = {str(k): int(v) for k, v in self.run("SELECT state, COUNT(*) FROM memories GROUP BY state")}
-        by_role = {str(k): int(v) for k, v in self.run("SELECT role, COUNT(*) FROM memories GROUP BY role")}
-        searches, feedbacks = self.search_counts()
+    def counts(self, scope: str | None = None) -> dict[str, Any]:
+        """Counts of the whole ledger, or of one scope's memories, their events and its searches."""
+        mem_where, args = ("WHERE scope = ?", (scope,)) if scope is not None else ("", ())
+        by_state = {
+            str(k): int(v)
+            for k, v in self.run(f"SELECT state, COUNT(*) FROM memories {mem_where} GROUP BY state", args)
+        }
+        by_role = {
+            str(k): int(v) for k, v in self.run(f"SELECT role, COUNT(*) FROM memories {mem_where} GROUP BY role", args)
+        }
+        if scope is None:
+            searches, feedbacks = self.search_counts()
+            events = int(self.run("SELECT COUNT(*) FROM events").fetchone()[0])
+        else:
+            r = self.run("SELECT COUNT(*), COUNT(feedback) FROM searches WHERE scope = ?", args).fetchone()
+            searches, feedbacks = int(r[0]), int(r[1])
+            events = int(
+                self.run(
+                    "SELECT COUNT(*) FROM events WHERE memory_id IN (SELECT id FROM memories WHERE scope = ?)", args
+                ).fetchone()[0]
+            )
+        active = "state != 'INVALIDATED' AND state != 'ARCHIVED'" + (" AND scope = ?" if scope is not None else "")
         return {
             "memories": sum(by_state.values()),
             "by_state": by_state,
             "by_role": by_role,
-            "events": int(self.run("SELECT COUNT(*) FROM events").fetchone()[0]),
+            "events": events,
             "searches": searches,
             "feedbacks": feedbacks,
             "tokens_active": int(
-                self.run(
-                    "SELECT COALESCE(SUM(token_cost), 0) FROM memories WHERE state != 'INVALIDATED' "
-                    "AND state != 'ARCHIVED'"
-                ).fetchone()[0]
+                self.run(f"SELECT COALESCE(SUM(token_cost), 0) FROM memories WHERE {active}", args).fetchone()[0]
             ),
+        }
+
+    def scopes(self) -> dict[str, int]:
+        """Every scope that holds memories, with its memory count."""
+        return {
+            str(k): int(v) for k, v in self.run("SELECT scope, COUNT(*) FROM memories GROUP BY scope ORDER BY scope")
         }

@@ -62,6 +62,8 @@ TRIGGERS = (
     "credits_append_only_d",
     "memories_never_deleted",
     "memories_embedding_fixed",
+    "memories_scope_fixed",
+    "searches_scope_fixed",
 )
 
 
@@ -382,6 +384,16 @@ class SQLiteStore(StoreCommon):
         except sqlite3.DatabaseError as exc:
             return [f"sqlite integrity_check could not run, the file is damaged ({exc}); {recovery_hint(self.path)}"]
         problems = [f"sqlite integrity_check: {msg}" for (msg,) in rows if msg != "ok"]
+        try:  # SQLite writes whole pages: a partial last page means the file was cut (its tail is lost)
+            with self._lock:
+                page = int(self._conn.execute("PRAGMA page_size").fetchone()[0])
+            size = self.path.stat().st_size
+        except (sqlite3.DatabaseError, OSError):
+            page, size = 0, 0
+        if page and size % page:
+            problems.append(
+                f"the ledger file is {size} bytes, not a whole number of {page}-byte pages: it was truncated"
+            )
         if problems:
             problems.append(f"the ledger file is damaged; {recovery_hint(self.path)}")
         problems += [f"trigger {t} is missing: append-only rules are not enforced" for t in TRIGGERS if t not in names]

@@ -9,7 +9,7 @@ just failing. The invariants:
    with each event's ``from_state`` equal to the previous event's ``to_state``.
 3. A superseded memory is INVALIDATED, has ``valid_to >= valid_from`` and points at an existing memory;
    a memory whose invalidation event names a replacement points at exactly that one.
-4. At most one current role-'state' fact per (entity, attribute) key.
+4. At most one current role-'state' fact per (entity, attribute) key within each scope.
 5. Every embedding has the store's dimension and is finite.
 6. The per-class aggregates equal the sums of the append-only credit rows (no lost updates), and
    every memory a search served has its retrieval counters (a deleted statistics row shows).
@@ -124,15 +124,15 @@ def _check_keys(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
     mode_row = c("SELECT value FROM meta WHERE key = 'supersession'").fetchone()
     learned = mode_row is not None and mode_row[0] == "learned"
     single = {r[0] for r in c("SELECT attribute FROM attributes WHERE single_valued = 1")}
-    for ent, attr, n in c(
-        "SELECT entity, attribute, COUNT(*) FROM memories WHERE role = 'state' AND entity IS NOT NULL "
-        "AND attribute IS NOT NULL AND state != 'INVALIDATED' GROUP BY entity, attribute HAVING COUNT(*) > 1 "
-        "LIMIT ?",
+    for scope, ent, attr, n in c(
+        "SELECT scope, entity, attribute, COUNT(*) FROM memories WHERE role = 'state' AND entity IS NOT NULL "
+        "AND attribute IS NOT NULL AND state != 'INVALIDATED' GROUP BY scope, entity, attribute "
+        "HAVING COUNT(*) > 1 LIMIT ?",
         (_LIMIT,),
     ):
         if learned and attr not in single:
             continue  # a pending conflict: the attribute is not (yet) known to be single-valued
-        problems.append(f"key ({ent!r}, {attr!r}) has {n} current state facts")
+        problems.append(f"key ({ent!r}, {attr!r}) has {n} current state facts in scope {scope!r}")
 
 
 def _check_embeddings(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
