@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from remem_agent.errors import RememError
+from remem_agent.ingest import check_scope
 from remem_agent.store.factory import open_store
 from remem_agent.types import ROLES, State, StoreStats
 
@@ -33,9 +34,9 @@ def _positive_int(value: str) -> int:
     return n
 
 
-def _stats(store: Any) -> dict[str, Any]:
+def _stats(store: Any, scope: str | None = None) -> dict[str, Any]:
     """The shape of ``ReMem.stats()`` (every state and role, dim an int) from a store opened without its embedder."""
-    c = store.counts()
+    c = store.counts(None if scope is None else check_scope(scope, "--scope"))
     dim = store.get_meta("dim")
     stats = StoreStats(
         memories=c["memories"],
@@ -141,6 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     p_stats = sub.add_parser("stats", help="counts of a store")
     p_stats.add_argument("store")
+    p_stats.add_argument("--scope", help="count only this scope's memories and searches (default: the whole store)")
 
     p_dash = sub.add_parser("dashboard", help="write a self-contained HTML dashboard of a store (read only)")
     p_dash.add_argument("store")
@@ -152,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=2000,
         help="memories in the table: the most recently added (default 2000; 0 = all); cards and plots cover all",
     )
+    p_dash.add_argument("--scope", help="show only this scope's memories (default: every scope)")
 
     p_migrate = sub.add_parser(
         "migrate", help="copy a store with its full history into another (e.g. a folder into postgresql://...)"
@@ -182,7 +185,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "dashboard":
             from remem_agent.viz.dashboard import write_dashboard
 
-            out = write_dashboard(args.store, args.output, title=args.title, max_rows=args.max_rows)
+            out = write_dashboard(
+                args.store, args.output, title=args.title, max_rows=args.max_rows, scope=args.scope
+            )
             print(f"wrote {out}")
             return 0
         if args.cmd == "migrate":
@@ -210,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"problem: {p}")
                 print("ok" if not problems else f"{len(problems)} problem(s)")
                 return 0 if not problems else 1
-            print(json.dumps(_stats(store), indent=2))
+            print(json.dumps(_stats(store, args.scope), indent=2))
             return 0
         finally:
             store.close()

@@ -176,3 +176,23 @@ async def test_chat_scopes_recall_conversations_and_verdicts(tmp_path: Path) -> 
             await agent.feedback(a.answer_id, success=False, scope="user:bob")
         receipt = await agent.feedback(a.answer_id, success=True, scope="user:alice")
         assert receipt.source == "user"
+
+
+def test_cli_stats_ledger_and_dashboard_take_a_scope(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from remem_agent.cli import main
+
+    with ReMem(tmp_path / "s") as mem:
+        mem.add("Alice likes tea.", role="preference", scope="user:alice")
+        mem.add("Bob likes coffee.", role="preference", scope="user:bob")
+        mem.add("Bob's desk is 4B.", role="note", scope="user:bob")
+    assert main(["stats", str(tmp_path / "s"), "--scope", "user:bob"]) == 0
+    assert json.loads(capsys.readouterr().out)["memories"] == 2
+    assert main(["ledger", str(tmp_path / "s"), "--list", "--scope", "user:alice", "--json"]) == 0
+    assert [m["text"] for m in json.loads(capsys.readouterr().out)] == ["Alice likes tea."]
+    out = tmp_path / "d.html"
+    assert main(["dashboard", str(tmp_path / "s"), "-o", str(out), "--scope", "user:alice"]) == 0
+    page = out.read_text()
+    assert "Alice likes tea." in page and "Bob likes coffee." not in page
+    assert main(["stats", str(tmp_path / "s"), "--scope", "not a scope"]) != 0

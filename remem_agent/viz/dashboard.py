@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from remem_agent.errors import UserInputError
+from remem_agent.ingest import check_scope
 from remem_agent.store.base import Store
 from remem_agent.types import ALL_TASKS, Event, Memory, State, TaskStats
 
@@ -81,10 +82,11 @@ class LedgerSnapshot:
         return sorted({t for r in self.rows for t in r.task_classes})
 
 
-def load_snapshot(store: Store) -> LedgerSnapshot:
-    """Read every memory, its per-class statistics, its events and its supersession links (one snapshot)."""
+def load_snapshot(store: Store, scope: str | None = None) -> LedgerSnapshot:
+    """Read every memory (of ``scope``, if given), its per-class statistics, its events and its supersession
+    links (one snapshot)."""
     with store.read() as tx:
-        mems = tx.list_memories()
+        mems = tx.list_memories(scope=scope)
         stats: dict[str, dict[str, TaskStats]] = tx.stats_all_classes([m.id for m in mems])
         events = tx.all_events()
         searches, feedbacks = tx.search_counts()
@@ -456,7 +458,12 @@ def _short_name(location: str) -> str:
 
 
 def write_dashboard(
-    store_path: str | Path, out: str | Path, *, title: str | None = None, max_rows: int | None = DEFAULT_MAX_ROWS
+    store_path: str | Path,
+    out: str | Path,
+    *,
+    title: str | None = None,
+    max_rows: int | None = DEFAULT_MAX_ROWS,
+    scope: str | None = None,
 ) -> Path:
     """Render the dashboard of the store at ``store_path`` into ``out`` (read only; no embedder needed).
 
@@ -471,7 +478,7 @@ def write_dashboard(
         raise UserInputError(f"output folder {str(target.parent)!r} does not exist; create it first")
     store = open_store(store_path if isinstance(store_path, Path) else str(store_path), create=False)
     try:
-        snap = load_snapshot(store)
+        snap = load_snapshot(store, None if scope is None else check_scope(scope, "--scope"))
     finally:
         store.close()
     page = render_dashboard(snap, title=title or f"remem dashboard — {_short_name(snap.folder)}", max_rows=max_rows)

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from remem_agent.errors import UserInputError
+from remem_agent.ingest import check_scope
 from remem_agent.store.base import Store
 from remem_agent.types import ALL_TASKS, ROLES, Event, Memory, State, TaskStats
 from remem_agent.viz.dashboard import fmt_time
@@ -53,6 +54,7 @@ def add_ledger_parser(sub: Any) -> None:
     p.add_argument("--state", help=f"with --list: one of {', '.join(s.value for s in State)}")
     p.add_argument("--role", help=f"with --list: one of {', '.join(ROLES)}")
     p.add_argument("--task", help="with --list: memories declared for or shown in this task class")
+    p.add_argument("--scope", help="with --list: only this scope's memories")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -62,7 +64,9 @@ def _key(m: Memory) -> str:
     return f"{m.entity or '-'}.{m.attribute or '-'}"
 
 
-def cmd_list(store: Store, state: str | None, role: str | None, task: str | None, as_json: bool) -> int:
+def cmd_list(
+    store: Store, state: str | None, role: str | None, task: str | None, as_json: bool, scope: str | None = None
+) -> int:
     st: State | None = None
     if state is not None:
         try:
@@ -72,7 +76,7 @@ def cmd_list(store: Store, state: str | None, role: str | None, task: str | None
     if role is not None and role not in ROLES:
         raise UserInputError(f"unknown role {role!r}; one of {list(ROLES)}")
     with store.read() as tx:
-        mems = tx.list_memories(st, role)
+        mems = tx.list_memories(st, role, scope=None if scope is None else check_scope(scope, "--scope"))
         stats = {}
         for start in range(0, len(mems), 500):
             chunk = mems[start : start + 500]
@@ -217,7 +221,7 @@ def run_ledger(args: argparse.Namespace, open_store: Callable[[str], Store]) -> 
     store = open_store(args.store)
     try:
         if args.list:
-            return cmd_list(store, args.state, args.role, args.task, args.json)
+            return cmd_list(store, args.state, args.role, args.task, args.json, args.scope)
         if args.show is not None:
             return cmd_show(store, args.show, args.json)
         if args.history is not None:
