@@ -10,11 +10,12 @@ turn after the first) and the trace line write. Three parts:
    line's ``latency_ms.model``), over multi-turn conversations (every call a new user turn);
 2. **time to first token added**: the first chunk of ``agent.chat_stream(messages)`` against the first
    chunk of ``stream_reply(model, request)`` on the same messages, paired per call (order alternated);
-3. **concurrent conversations**: C conversations at once (``asyncio.gather``), each remembering its own
-   tagged facts and going through four user turns (a tool loop, a correction, a superseding fact,
-   explicit feedback); checked: no reply credits another conversation's memory, every outcome lands on
-   the answer of its own conversation, ``verify()`` ok, and, when the library has scopes, that no
-   conversation is served a memory of another scope.
+3. **concurrent conversations**: C conversations at once (``asyncio.gather``) in S scopes (the corpus is
+   dealt into the scopes too), each remembering its own tagged facts and going through four user turns
+   (a tool loop, a correction, a superseding fact, explicit feedback); checked: no conversation is served
+   a memory of another scope, no reply credits another conversation's memory, every outcome lands on the
+   answer of its own conversation, ``verify()`` ok. Also counted: answers whose verdict came from another
+   conversation's superseding fact (a new fact fails every waiting answer that was served the old one).
 
 Targets (chat overhead p50 <= 5 ms, added time to first token p50 <= 5 ms) are evaluated in the JSON
 (``met``), never asserted. Usage::
@@ -27,10 +28,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import inspect
 import json
 import random
 import re
+import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -65,17 +66,23 @@ DIRECTORY_TOOL = {
 }
 
 
-def library_has_scopes() -> bool:
-    """True once ``MemoryAgent.chat`` and ``ReMem.search`` take ``scope=`` (the API this benchmark checks)."""
-    return all(
-        "scope" in inspect.signature(fn).parameters
-        for fn in (MemoryAgent.chat, MemoryAgent.remember, MemoryAgent.feedback, ReMem.search, ReMem.inspect)
-    )
+def scope_name(i: int, scopes: int) -> str:
+    """Scope of conversation (or corpus memory) ``i``: "default" when there is one, else ``team-<i mod scopes>``."""
+    return "default" if scopes <= 1 else f"team-{i % scopes}"
 
 
-def build_store(path: Path, n: int, rng: random.Random) -> ReMem:
+def build_store(path: Path, n: int, rng: random.Random, *, scopes: int = 1) -> ReMem:
+    """N corpus memories; with several ``scopes`` they are dealt round-robin into them (batches of 2000)."""
     mem = ReMem(path)
     facts = corpus(n, rng)
+    if scopes > 1:
+        per: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for i, f in enumerate(facts):
+            per[scope_name(i, scopes)].append(f)
+        for scope, items in per.items():
+            for start in range(0, len(items), 2000):
+                mem.add_many(items[start : start + 2000], scope=scope)
+        return mem
     for start in range(0, n, 2000):
         mem.add_many(facts[start : start + 2000])
     return mem
@@ -233,22 +240,21 @@ def conversation_model() -> FunctionChatModel:
     return FunctionChatModel(reply)
 
 
-def _scope_of(c: int) -> str:
-    return f"team-{c % SCOPES}"
-
-
 async def one_conversation(
-    agent: MemoryAgent, c: int, *, scoped: bool, ids: dict[str, dict[str, str]], events: Counter[str]
+    agent: MemoryAgent, c: int, *, scopes: int, ids: dict[str, dict[str, str]], events: Counter[str]
 ) -> list[str]:
     """Four user turns of conversation ``c`` (project p<c>); returns its answer ids."""
-    kw: dict[str, Any] = {"scope": _scope_of(c)} if scoped else {}
+    scope = scope_name(c, scopes)
     cid, proj, task = f"conv-{c}", f"p{c}", TASKS[c % len(TASKS)]
     mine = ids[cid]
     mine["code"] = await agent.remember(
-        f"The deploy code of project {proj} is kiwi-{c}.", entity=f"project {proj}", attribute="deploy code", **kw
+        f"The deploy code of project {proj} is kiwi-{c}.",
+        entity=f"project {proj}",
+        attribute="deploy code",
+        scope=scope,
     )
     mine["owner"] = await agent.remember(
-        f"The owner of project {proj} is dana-{c}.", entity=f"project {proj}", attribute="owner", **kw
+        f"The owner of project {proj} is dana-{c}.", entity=f"project {proj}", attribute="owner", scope=scope
     )
     await asyncio.sleep(0)
     answers: list[str] = []
@@ -256,7 +262,9 @@ async def one_conversation(
 
     async def say(text: str, tools: bool = False) -> None:
         msgs.append({"role": "user", "content": text})
-        reply = await agent.chat(msgs, conversation_id=cid, task=task, tools=[DIRECTORY_TOOL] if tools else None, **kw)
+        reply = await agent.chat(
+            msgs, conversation_id=cid, task=task, tools=[DIRECTORY_TOOL] if tools else None, scope=scope
+        )
         while reply.tool_calls:  # the agent loop: the turn's recall is reused
             events["tool_calls"] += 1
             msgs.append(
@@ -265,7 +273,7 @@ async def one_conversation(
             msgs.extend(
                 {"role": "tool", "tool_call_id": t.id, "content": "found in the directory"} for t in reply.tool_calls
             )
-            reply = await agent.chat(msgs, conversation_id=cid, task=task, tools=[DIRECTORY_TOOL], **kw)
+            reply = await agent.chat(msgs, conversation_id=cid, task=task, tools=[DIRECTORY_TOOL], scope=scope)
         answers.append(reply.answer_id)
         events["own_memory_cited"] += bool(set(reply.citations) & set(mine.values()))
         msgs.append({"role": "assistant", "content": reply.text})
@@ -275,35 +283,40 @@ async def one_conversation(
     await say(f"No, that is outdated. Tell me the deploy code of project {proj} again.")  # turn 2 corrected
     # a new fact supersedes the code just served: turn 3 fails (it was served the old code)
     mine["new_code"] = await agent.remember(
-        f"The deploy code of project {proj} is now lime-{c}.", entity=f"project {proj}", attribute="deploy code", **kw
+        f"The deploy code of project {proj} is now lime-{c}.",
+        entity=f"project {proj}",
+        attribute="deploy code",
+        scope=scope,
     )
     await say(f"What is the deploy code of project {proj} after the change?")
     try:
-        await agent.feedback(answers[-1], success=True, reason="the user confirmed it", **kw)
+        await agent.feedback(answers[-1], success=True, reason="the user confirmed it", scope=scope)
         events["explicit_feedback"] += 1
     except UnknownSearchError:  # its verdict already came: another conversation's fact superseded what it was served
         events["explicit_feedback_already_judged"] += 1
     return answers
 
 
-async def concurrent(mem: ReMem, tmp: Path, conversations: int, concurrency: int, scoped: bool) -> dict[str, Any]:
+async def concurrent(mem: ReMem, tmp: Path, conversations: int, concurrency: int, scopes: int) -> dict[str, Any]:
     trace = tmp / "concurrent.jsonl"
     agent = MemoryAgent(mem, conversation_model(), trace=trace, max_concurrency=concurrency)
     ids: dict[str, dict[str, str]] = defaultdict(dict)
     events: Counter[str] = Counter()
     t0 = time.perf_counter()
     answers = await asyncio.gather(
-        *(one_conversation(agent, c, scoped=scoped, ids=ids, events=events) for c in range(conversations))
+        *(one_conversation(agent, c, scopes=scopes, ids=ids, events=events) for c in range(conversations))
     )
     wall = time.perf_counter() - t0
     chats = load_traces(trace, kind="chat")
     outcomes = load_traces(trace, kind="outcome")
     owner = {mid: cid for cid, d in ids.items() for mid in d.values()}  # tagged memory -> its conversation
+    scoped = scopes > 1
+    scope_of_memory = {m.id: m.scope for m in mem.list()}
     conv_of_answer: dict[str, str] = {}
     conv_of_search: dict[str, str] = {}
     served_to: dict[str, set[str]] = defaultdict(set)
     mixed_answers = 0
-    cross_scope_served = 0
+    cross_scope_served = served_scope_checked = 0
     other_conv_served = 0
     for ln in chats:
         cid = ln["conversation_id"]
@@ -313,10 +326,11 @@ async def concurrent(mem: ReMem, tmp: Path, conversations: int, concurrency: int
             conv_of_search[ln["search_id"]] = cid
         served = {h["id"] for h in ln["served"]}
         served_to[ln["answer_id"]] |= served
-        for mid in served:
-            if mid in owner and owner[mid] != cid:
-                other_conv_served += 1
-                cross_scope_served += _scope_of(int(owner[mid][5:])) != _scope_of(int(cid[5:]))
+        other_conv_served += sum(1 for mid in served if mid in owner and owner[mid] != cid)
+        if scoped:  # every served memory, corpus ones included, must be of the conversation's scope
+            want = scope_name(int(cid[5:]), scopes)
+            cross_scope_served += sum(1 for mid in served if scope_of_memory.get(mid) != want)
+            served_scope_checked += len(served)
     # outcomes: on their own answer, credit only within what that answer was served, never another's reply
     outcome_wrong_conv = outcome_outside_served = foreign_fact = 0
     by_kind: Counter[str] = Counter()
@@ -334,8 +348,7 @@ async def concurrent(mem: ReMem, tmp: Path, conversations: int, concurrency: int
     # the ledger: positive credit on a conversation's tagged memory comes only from its own searches
     cross_credit = cross_blame = 0
     for mid, cid in owner.items():
-        kw: dict[str, Any] = {"scope": _scope_of(int(cid[5:]))} if scoped else {}
-        info = mem.inspect(mid, **kw)
+        info = mem.inspect(mid, scope=scope_name(int(cid[5:]), scopes))
         for row in info.credits:
             if conv_of_search.get(row.search_id) == cid:
                 continue
@@ -346,7 +359,7 @@ async def concurrent(mem: ReMem, tmp: Path, conversations: int, concurrency: int
         "conversations": conversations,
         "user_turns_per_conversation": 4,
         "max_concurrency": concurrency,
-        "scopes": SCOPES if scoped else 1,
+        "scopes": scopes,
         "chat_calls": len(chats),
         "wall_s": round(wall, 3),
         "chat_calls_per_s": round(len(chats) / wall, 1),
@@ -362,6 +375,7 @@ async def concurrent(mem: ReMem, tmp: Path, conversations: int, concurrency: int
         "answers_failed_by_another_conversations_fact": foreign_fact,
         "served_other_conversations_memories": other_conv_served,
         "served_other_scopes_memories": cross_scope_served if scoped else None,
+        "served_memories_scope_checked": served_scope_checked if scoped else None,
         "verify_ok": verify.ok,
         "verify_problems": list(verify.problems[:5]),
     }
@@ -373,7 +387,7 @@ def _target(name: str, measured: float, target: float) -> dict[str, Any]:
 
 
 async def run(
-    n: int, calls: int, conversations: int, concurrency: int, seed: int, tmpdir: str | None
+    n: int, calls: int, conversations: int, concurrency: int, scopes: int, seed: int, tmpdir: str | None
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="perf-chat-", dir=tmpdir) as tmp_s:
@@ -386,9 +400,8 @@ async def run(
         out["first_token"] = await first_token(mem, tmp, calls, rng)
         out["overhead_verify_ok"] = mem.verify().ok
         mem.close()
-        scoped = library_has_scopes()
-        cmem = build_store(tmp / "concurrent-store", n, random.Random(seed + 1))
-        out["concurrency"] = await concurrent(cmem, tmp, conversations, concurrency, scoped)
+        cmem = build_store(tmp / "concurrent-store", n, random.Random(seed + 1), scopes=scopes)
+        out["concurrency"] = await concurrent(cmem, tmp, conversations, concurrency, scopes)
         cmem.close()
         out["loadavg_end"] = loadavg()
     return out
@@ -400,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=300, help="measured calls in parts 1 and 2 (after 30 warm-up)")
     ap.add_argument("--conversations", type=int, default=100)
     ap.add_argument("--concurrency", type=int, default=16, help="MemoryAgent max_concurrency in part 3")
+    ap.add_argument("--scopes", type=int, default=SCOPES, help="scopes of part 3 (1: one, no scope check)")
     ap.add_argument("--seed", type=int, default=12)
     ap.add_argument("--out", default="results/perf_chat.json")
     ap.add_argument("--tmpdir", default=None, help="where the temporary stores go")
@@ -408,7 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.memories, args.calls, args.conversations = 1000, 20, 10
     t0 = time.perf_counter()
-    res = asyncio.run(run(args.memories, args.calls, args.conversations, args.concurrency, args.seed, args.tmpdir))
+    res = asyncio.run(
+        run(args.memories, args.calls, args.conversations, args.concurrency, args.scopes, args.seed, args.tmpdir)
+    )
     conc = res["concurrency"]
     scoped = conc["scopes"] > 1
     checks = {
@@ -421,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         "scope_check": (
             {"run": True, "met": conc["served_other_scopes_memories"] == 0}
             if scoped
-            else {"run": False, "met": None, "reason": "the library has no scope= API yet: one scope, not checked"}
+            else {"run": False, "met": None, "reason": "one scope (--scopes 1): not checked"}
         ),
     }
     targets = [
@@ -430,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     report = {
         "benchmark": "perf_chat",
-        "command": "python -m evals.perf.chat" + (" --quick" if args.quick else ""),
+        "command": " ".join(["python -m evals.perf.chat", *(sys.argv[1:] if argv is None else argv)]),
         "quick": args.quick,
         "config": {
             "memories": args.memories,
@@ -438,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
             "warmup": WARMUP,
             "conversations": args.conversations,
             "concurrency": args.concurrency,
+            "scopes": args.scopes,
             "seed": args.seed,
             "embedder": "hash (default ConceptHashEmbedder)",
             "model": "FunctionChatModel, fixed reply, no sleep",
