@@ -370,8 +370,13 @@ class ReMem:
         weight: float = 1.0,
         source: OutcomeSource = "api",
         scope: str | None = None,
+        now: Timestamp | None = None,
     ) -> FeedbackReceipt:
         """Report the outcome of the task that used ``search_id``'s memories.
+
+        ``now`` is the feedback's time in the caller's clock; the credit rows and every lifecycle event the
+        feedback causes are stamped with it (default: the search's ``now``, so a caller that works in its
+        own time, like a replay, gets timelines in that time rather than the wall clock's).
 
         With ``scope``, the search must have been made in that scope (a caller can only judge its own
         searches; another scope's search id is an ``UnknownSearchError``, as if it did not exist).
@@ -393,6 +398,7 @@ class ReMem:
         success = bool(success)
         weight = check_weight(weight)
         scope = None if scope is None else check_scope(scope)
+        t_feedback = to_epoch(now, name="now")
         if source not in OUTCOME_SOURCES:
             raise UserInputError(f"source must be one of {OUTCOME_SOURCES}, got {source!r}")
         used = check_ids(used_ids, "used_ids")
@@ -423,7 +429,7 @@ class ReMem:
             essential=frozenset(essential),
             weight=weight,
             source=source,
-            at=wall_now(),
+            at=t_feedback if t_feedback is not None else rec["now"] if rec["now"] is not None else wall_now(),
             replay_calls=calls,
         )
         if rec["feedback"] is not None:
@@ -571,6 +577,7 @@ class ReMem:
         weight: float = 1.0,
         source: OutcomeSource = "api",
         scope: str | None = None,
+        now: Timestamp | None = None,
     ) -> FeedbackReceipt:
         return await asyncio.to_thread(
             self.feedback,
@@ -583,6 +590,7 @@ class ReMem:
             weight=weight,
             source=source,
             scope=scope,
+            now=now,
         )
 
     async def ainspect(self, memory_id: str, *, scope: str | None = None) -> MemoryInfo:

@@ -296,3 +296,24 @@ def test_one_feedback_that_learns_the_schema_and_retires_another_used_fact(store
     r = mem.feedback(res.search_id, success=False, used_ids=[b1, c1])
     assert {e.memory_id for e in r.transitions} >= {b1, c1}
     assert mem.get(c1).state is State.INVALIDATED and mem.verify().ok
+
+
+def test_lifecycle_events_of_a_feedback_carry_the_callers_time_not_the_wall_clock(tmp_path: Path) -> None:
+    from remem_agent import ReMem as _ReMem
+
+    day = 86_400.0
+    t0 = 1_735_689_600.0  # 2025-01-01, far from the wall clock
+    with _ReMem(tmp_path / "logical") as mem:
+        old = mem.add("Billing runs in us-east-1.", entity="billing", attribute="region", timestamp=t0)
+        new = mem.add("Billing moved to eu-west-1.", entity="billing", attribute="region", timestamp=t0 + day)
+        res = mem.search("Where does billing run?", now=t0 + 2 * day, as_of=t0 + 0.5 * day)
+        assert res.ids == [old]
+        receipt = mem.feedback(res.search_id, success=False, used_ids=[old])  # default: the search's now
+        info = mem.inspect(old)
+        assert info.credits[-1].at == t0 + 2 * day
+        later = mem.search("Where does billing run?", now=t0 + 3 * day)
+        mem.feedback(later.search_id, success=True, used_ids=[new], now=t0 + 3 * day + 60)
+        assert mem.inspect(new).credits[-1].at == t0 + 3 * day + 60
+        for ev in [*info.history, *mem.inspect(new).history]:
+            assert ev.at < t0 + 10 * day, ev  # nothing stamped with today's wall clock
+        assert receipt.search_id == res.search_id

@@ -47,6 +47,7 @@ class AgentMemory(Protocol):
         weight: float = 1.0,
         source: OutcomeSource = "api",
         scope: str | None = None,
+        now: Timestamp | None = None,
     ) -> FeedbackReceipt: ...
 
     async def aadd(
