@@ -391,8 +391,7 @@ class ReMem:
         weaker evidence, e.g. an inferred outcome. ``source`` records where the verdict came from
         ("api" for a direct call, or the middleware's "truth" / "user" / "inferred") in the ledger.
         """
-        if not isinstance(search_id, str):
-            raise UserInputError("search_id must be a string")
+        search_id = check_text(search_id, "search_id")
         if not isinstance(success, bool | np.bool_):
             raise UserInputError("success must be True or False")
         success = bool(success)

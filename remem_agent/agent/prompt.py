@@ -109,7 +109,10 @@ def render_memories(hits: Sequence[Hit], labels: Sequence[str] | None = None) ->
 
 
 def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%d")
+    try:
+        return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%d")
+    except (OverflowError, OSError, ValueError):  # a row stored before times were bounded: show it, do not fail
+        return f"epoch {t:.0f}"
 
 
 def build_messages(
