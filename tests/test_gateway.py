@@ -387,8 +387,8 @@ def test_a_reachable_bind_needs_keys(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "short" not in str(exc.value)  # a key is never put into a message
 
 
-@pytest.mark.xfail(strict=not LIBRARY_SCOPES, reason="library scopes not landed")
 def test_two_keys_never_see_each_others_memories(fake: FakeOllama, tmp_path: Path) -> None:
+    assert LIBRARY_SCOPES
     mem = ReMem(tmp_path / "iso")
     try:
         with serving(fake, mem, tmp_path, keys=KEYS) as c:

@@ -242,7 +242,7 @@ def test_langchain_chat_openai(gw: Gw) -> None:
     first = llm("It is in west-2 [M1].").invoke(history)
     assert first.content == "It is in west-2 [M1]."
     line = gw.lines()[-1]
-    assert line["conversation_id"] == "default|lc-1" and "west-2" in (line["memory_block"] or "")
+    assert line["conversation_id"] == "lc-1" and line["scope"] == "default" and "west-2" in (line["memory_block"] or "")
     assert line["citations"] == [mid]
     history += [AIMessage(str(first.content)), HumanMessage(CORRECTION)]
     llm("West-2 [M1].").invoke(history)

@@ -112,11 +112,10 @@ def request_scope(headers: Mapping[str, str], body_user: object, caller: Caller)
 
 
 # --- scopes: the ONE place where a request's scope reaches the library ------------------------------------
-# The library's scope API (``scope=`` on ReMem.add/search/list/inspect/stats and MemoryAgent.chat/chat_stream/
-# remember/feedback) is not in this checkout yet (``git log --oneline | grep -i scope``). Until it is, the
-# gateway computes and authorizes every request's scope but cannot make the memory keep scopes apart:
-# all scopes share one memory. When it lands, set this to True (and drop the xfail of the isolation test).
-LIBRARY_SCOPES = False
+# ReMem.add/search/list/inspect/stats and MemoryAgent.chat/chat_stream/remember/feedback take ``scope=``
+# (commit 3cf4cc5): a search never serves another scope's memory and only a caller of an answer's scope may
+# judge it. Set this to False only to run against a library without scopes (all scopes then share one memory).
+LIBRARY_SCOPES = True
 
 
 def scoped(scope: str) -> dict[str, str]:

@@ -6,8 +6,8 @@ scope each answer belongs to (so feedback is authorized against it), and records
 
 Conversation identity: the ``x-remem-conversation`` header, else the agent's own derivation from the
 conversation's first system and user message (:func:`~remem_agent.agent.conversation.conversation_key`).
-Either way the agent sees it prefixed by the scope, so two users whose chats open with the same words
-never settle each other's answers.
+Either way it is the scope's own conversation (the library keys conversation state by scope), so two users
+whose chats open with the same words never settle each other's answers.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from remem_agent.agent import MemoryAgent
 from remem_agent.agent.chat import ChatReply, ChatStream
 from remem_agent.agent.conversation import conversation_key, parse_messages
 from remem_agent.errors import UnknownSearchError
-from remem_agent.gateway.auth import Caller, scoped
+from remem_agent.gateway.auth import LIBRARY_SCOPES, Caller, scoped
 from remem_agent.gateway.config import Limits
 from remem_agent.gateway.metrics import Metrics
 from remem_agent.gateway.protocol import ApiError, schema_valid
@@ -120,7 +120,8 @@ class ChatService:
         kwargs: dict[str, Any] = {
             "tools": call.tools,
             "tool_choice": call.tool_choice,
-            "conversation_id": f"{call.scope}|{cid}",
+            # the library keeps each scope's conversations apart; without scopes the gateway must do it
+            "conversation_id": cid if LIBRARY_SCOPES else f"{call.scope}|{cid}",
             "task": call.task,
             "temperature": call.temperature,
             "max_tokens": call.max_tokens,
