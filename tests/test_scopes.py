@@ -196,3 +196,19 @@ def test_cli_stats_ledger_and_dashboard_take_a_scope(tmp_path: Path, capsys: pyt
     page = out.read_text()
     assert "Alice likes tea." in page and "Bob likes coffee." not in page
     assert main(["stats", str(tmp_path / "s"), "--scope", "not a scope"]) != 0
+
+
+def test_mcp_tools_work_in_their_scope(tmp_path: Path) -> None:
+    from remem_agent.integrations.mcp_server import RememTools, open_from_env
+
+    with ReMem(tmp_path / "s") as mem:
+        alice, bob = RememTools(mem, scope="user:alice"), RememTools(mem, scope="user:bob")
+        mine = alice.remember("My server is in west-2.", entity="server", attribute="region")["id"]
+        bob.remember("My server is in ap-1.", entity="server", attribute="region")
+        assert alice.recall("Where is my server?")["ids"] == [mine]
+        assert mine not in bob.recall("Where is my server?")["ids"]
+        with pytest.raises(RememError):
+            bob.inspect(mine)
+        assert alice.stats()["memories"] == 1 and len(bob.list_memories()["memories"]) == 1
+    with pytest.raises(UserInputError, match="scope"):
+        open_from_env({"REMEM_PATH": str(tmp_path / "t"), "REMEM_SCOPE": "no spaces allowed"})

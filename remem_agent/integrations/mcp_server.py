@@ -21,7 +21,8 @@ Inferred feedback (when the client never calls ``feedback``), the same rules as
 Environment: ``REMEM_PATH`` (store folder, default ``~/.remem/default``, or a ``postgresql://`` URL
 for a store shared by several machines), ``REMEM_EMBEDDER`` (``hash``,
 the default, or ``sentence-transformers``), ``REMEM_ST_MODEL`` (model name or local folder for
-sentence-transformers), ``REMEM_AUTO_FEEDBACK`` (``0`` turns inference off), ``REMEM_LOG_LEVEL``.
+sentence-transformers), ``REMEM_AUTO_FEEDBACK`` (``0`` turns inference off), ``REMEM_SCOPE`` (the scope
+every tool reads and writes, e.g. ``user:alice``; default ``default``), ``REMEM_LOG_LEVEL``.
 stdout carries the protocol; logs go to stderr.
 """
 
@@ -44,7 +45,7 @@ from remem_agent._time import now as wall_now
 from remem_agent._time import to_epoch
 from remem_agent.embedders.base import Embedder
 from remem_agent.errors import FeedbackConflictError, RememError, UnknownSearchError, UserInputError
-from remem_agent.ingest import check_int, check_task, check_text
+from remem_agent.ingest import check_int, check_scope, check_task, check_text
 from remem_agent.memory import ReMem
 from remem_agent.store.base import is_postgres_url
 from remem_agent.types import Hit, Memory, MemoryInfo, iso_time
@@ -136,9 +137,10 @@ class RememTools:
     updates the pending recalls together with the store.
     """
 
-    def __init__(self, memory: ReMem, *, auto_feedback: bool = True) -> None:
+    def __init__(self, memory: ReMem, *, auto_feedback: bool = True, scope: str | None = None) -> None:
         self.memory = memory
         self.auto_feedback = auto_feedback
+        self.scope = check_scope(scope)  # every tool works in this one scope (REMEM_SCOPE)
         self._lock = threading.Lock()
         self._pending: OrderedDict[str, _Pending] = OrderedDict()
         self._last_by_task: dict[str | None, str] = {}
@@ -158,13 +160,19 @@ class RememTools:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 mid = self.memory.add(
-                    text, entity=entity, attribute=attribute, role=role, task=task, timestamp=timestamp
+                    text,
+                    entity=entity,
+                    attribute=attribute,
+                    role=role,
+                    task=task,
+                    timestamp=timestamp,
+                    scope=self.scope,
                 )
             # The fact is committed: from here on this call must not report failure (a failed tool call
             # must have changed nothing), so what follows degrades to a smaller answer instead of raising.
             notes = [str(w.message) for w in caught]
             try:
-                info = self.memory.inspect(mid)
+                info = self.memory.inspect(mid, scope=self.scope)
             except Exception as exc:  # reported in the answer: the write stands
                 log.exception("remember stored %s but could not read it back", mid)
                 return {"id": mid, "new": None, "warnings": notes, "error_after_write": _describe(exc)}
@@ -199,7 +207,9 @@ class RememTools:
                 # validate first so a rejected recall does not settle the previous one
                 key = self._precheck_recall(query, k, task, as_of, token_budget)
                 inferred = self._infer_moved_on(key)
-            res = self.memory.search(query, k=k, task=task, as_of=as_of, token_budget=token_budget)
+            res = self.memory.search(
+                query, k=k, task=task, as_of=as_of, token_budget=token_budget, scope=self.scope
+            )
             if self.auto_feedback and res.items:
                 self._pending[res.search_id] = _Pending(res.search_id, res.task, tuple(res.ids))
                 self._last_by_task[res.task] = res.search_id
@@ -231,7 +241,9 @@ class RememTools:
             if pending is not None:
                 pending.scored = True  # an explicit outcome disables inference for this recall
             try:
-                receipt = self.memory.feedback(search_id, success=success, used_ids=used_ids, cited_ids=cited_ids)
+                receipt = self.memory.feedback(
+                    search_id, success=success, used_ids=used_ids, cited_ids=cited_ids, scope=self.scope
+                )
             except FeedbackConflictError as exc:
                 if pending is not None:
                     pending.scored = was_scored
@@ -260,7 +272,7 @@ class RememTools:
 
     def inspect(self, memory_id: str) -> dict[str, Any]:
         with self._lock:
-            return _info_dict(self.memory.inspect(memory_id))
+            return _info_dict(self.memory.inspect(memory_id, scope=self.scope))
 
     def list_memories(
         self,
@@ -270,7 +282,7 @@ class RememTools:
         offset: int = 0,
     ) -> dict[str, Any]:
         with self._lock:
-            rows = self.memory.list(state, role=role, limit=limit, offset=offset)
+            rows = self.memory.list(state, role=role, limit=limit, offset=offset, scope=self.scope)
             return {
                 "memories": [_memory_dict(m) for m in rows],
                 "count": len(rows),
@@ -280,7 +292,7 @@ class RememTools:
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
-            s = self.memory.stats()
+            s = self.memory.stats(scope=self.scope)
             return {
                 "path": str(self.memory.path),
                 "memories": s.memories,
@@ -352,6 +364,7 @@ class RememTools:
         try:
             receipt = self.memory.feedback(
                 p.search_id,
+                scope=self.scope,
                 success=success,
                 used_ids=used_ids,
                 cited_ids=list(cited_ids),
@@ -546,8 +559,13 @@ def open_from_env(env: Mapping[str, str] | None = None) -> RememTools:
     # A postgresql:// URL selects the shared PostgreSQL store; anything else is a folder.
     path: str | Path = raw if is_postgres_url(raw) else Path(raw).expanduser()
     auto = _flag(env.get("REMEM_AUTO_FEEDBACK"), True)
+    scope = env.get("REMEM_SCOPE") or None
     memory = ReMem(path, embedder=make_embedder(env))
-    return RememTools(memory, auto_feedback=auto)
+    try:
+        return RememTools(memory, auto_feedback=auto, scope=scope)
+    except BaseException:
+        memory.close()
+        raise
 
 
 def main() -> int:
