@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from remem_agent import (
     ReMem,
     RememConfig,
+    RememError,
     State,
     UnknownMemoryError,
     UnknownSearchError,
@@ -158,7 +159,7 @@ def test_migration_4_moves_an_old_sqlite_store_into_the_default_scope(tmp_path: 
         assert {m.scope for m in mem.list()} == {"default"}
         assert mem.get(old).state is State.INVALIDATED and mem.search("Where does billing run?", now=3).ids == [new]
         assert mem.verify().ok
-        with pytest.raises(sqlite3.IntegrityError if False else Exception):
+        with pytest.raises(RememError, match="immutable"):  # a memory's scope never changes
             mem.store.transact(lambda tx: tx.run("UPDATE memories SET scope = 'user:x'"))
 
 
