@@ -469,3 +469,33 @@ def test_logs_traces_and_spans_hold_no_prompt_and_no_key(
     assert BOB not in (tmp_path / "trace.jsonl").read_text()  # the trace keeps prompts by design, never keys
     access = [json.loads(r.getMessage()) for r in caplog.records if r.name == "remem_agent.gateway.access"]
     assert {a["status"] for a in access} == {200, 502} and all(a["key"] and a["key"].startswith("k_") for a in access)
+
+
+async def test_a_client_gone_before_the_first_byte_frees_its_slots(mem: ReMem, tmp_path: Path) -> None:
+    model = FunctionChatModel(lambda req: "It is in west-2 [M1].", name=MODEL)
+    app = create_app(_config(None, tmp_path, limits=Limits(max_concurrency=1, max_queue=0)), memory=mem, model=model)
+    body = json.dumps({"model": MODEL, "messages": USER, "stream": True}).encode()
+    scope = {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions", "query_string": b"",
+        "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.1", 1), "server": ("gw", 80),
+        "root_path": "", "state": {},
+    }  # fmt: skip
+    inbox = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        return inbox.pop(0) if inbox else {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        raise OSError("the client went away")
+
+    with pytest.raises(Exception):  # noqa: B017 - starlette re-raises the disconnect in its own words
+        await app(scope, receive, send)
+    gw = app.state.gateway
+    assert gw.gate.active == 0  # the gateway's slot is free ...
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
+    r = await client.post("/v1/chat/completions", json={"model": MODEL, "messages": USER, "stream": True})
+    assert r.status_code == 200 and r.text.endswith("data: [DONE]\n\n")  # ... and so is the agent's
+    first = next(ln for ln in _trace(tmp_path) if ln["kind"] == "chat")
+    assert first["error"] == "the consumer stopped reading before the end"
+    _nothing_credited(mem)

@@ -17,20 +17,19 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import anyio
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from remem_agent.adapters.base import ToolCall
 from remem_agent.agent.chat import ChatReply, ChatStream
 from remem_agent.errors import ModelError
 from remem_agent.gateway.auth import Caller, request_scope
 from remem_agent.gateway.protocol import ApiError, check_schema, count, error_of, json_object, number
-from remem_agent.gateway.service import ChatCall, Meta
+from remem_agent.gateway.service import ChatCall, ClosingStreamingResponse, Meta, StreamEnd
 
 if TYPE_CHECKING:
     from remem_agent.gateway.app import Gateway
@@ -166,8 +165,9 @@ async def chat(gw: Gateway, request: Request, caller: Caller) -> Response:
         if not handed:
             release()
     request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
-    lines = _ndjson(gw, call, chat_stream, first, meta, model, release, request)
-    return StreamingResponse(lines, media_type="application/x-ndjson", headers=meta.headers())
+    end = StreamEnd(gw.service, chat_stream, call, release)
+    lines = _ndjson(gw, call, chat_stream, first, meta, model, end, request)
+    return ClosingStreamingResponse(lines, end, media_type="application/x-ndjson", headers=meta.headers())
 
 
 def _line(obj: Any) -> bytes:
@@ -181,7 +181,7 @@ async def _ndjson(
     first: Any,
     meta: Meta,
     model: str,
-    release: Callable[[], None],
+    end: StreamEnd,
     request: Request,
 ) -> AsyncIterator[bytes]:
     try:
@@ -212,10 +212,7 @@ async def _ndjson(
         request.state.error = err.code
         yield _line(err.body("ollama"))
     finally:
-        with anyio.CancelScope(shield=True):
-            await chat_stream.aclose()
-            gw.service.observe(call)
-            release()
+        await end()
 
 
 async def tags(gw: Gateway, request: Request, caller: Caller) -> Response:

@@ -23,19 +23,18 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-import anyio
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from remem_agent.adapters.base import StreamChunk, Usage
 from remem_agent.agent.chat import ChatStream
 from remem_agent.errors import ModelError
 from remem_agent.gateway.auth import Caller, request_scope
 from remem_agent.gateway.protocol import ApiError, check_schema, count, error_of, json_object, number
-from remem_agent.gateway.service import ChatCall, Meta
+from remem_agent.gateway.service import ChatCall, ClosingStreamingResponse, Meta, StreamEnd
 
 if TYPE_CHECKING:
     from remem_agent.gateway.app import Gateway
@@ -164,9 +163,10 @@ async def chat_completions(gw: Gateway, request: Request, caller: Caller) -> Res
             release()
     request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
     include_usage = isinstance(body.get("stream_options"), dict) and bool(body["stream_options"].get("include_usage"))
-    events = _sse(gw, call, chat, first, meta, model, include_usage, release, request)
+    end = StreamEnd(gw.service, chat, call, release)
+    events = _sse(gw, call, chat, first, meta, model, include_usage, end, request)
     headers = {**meta.headers(), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+    return ClosingStreamingResponse(events, end, media_type="text/event-stream", headers=headers)
 
 
 def _frame(obj: Any) -> bytes:
@@ -200,7 +200,7 @@ async def _sse(
     meta: Meta,
     model: str,
     include_usage: bool,
-    release: Callable[[], None],
+    end: StreamEnd,
     request: Request,
 ) -> AsyncIterator[bytes]:
     cid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
@@ -241,10 +241,7 @@ async def _sse(
         request.state.error = err.code
         yield _frame(err.body("openai"))
     finally:
-        with anyio.CancelScope(shield=True):  # a client that went away still gets the stream closed and traced
-            await chat.aclose()
-            gw.service.observe(call)
-            release()
+        await end()
 
 
 async def list_models(gw: Gateway, request: Request, caller: Caller) -> Response:

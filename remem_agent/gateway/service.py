@@ -16,9 +16,13 @@ import asyncio
 import re
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import anyio
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from remem_agent.adapters.base import StreamChunk
 from remem_agent.agent import MemoryAgent
@@ -233,6 +237,41 @@ class ChatService:
                 code="scope_forbidden",
             )
         return await self.agent.feedback(answer_id, success=success, reason=reason, used_ids=used_ids, **scoped(scope))
+
+
+class StreamEnd:
+    """Ends a gateway stream exactly once: the agent's stream (upstream closed, trace written, the agent's
+    slot freed), the metrics, the gateway's slot. Called by the body's ``finally`` and, in case the body never
+    started (the client left before the first byte), by :class:`ClosingStreamingResponse`."""
+
+    def __init__(self, service: ChatService, chat: ChatStream, call: ChatCall, release: Callable[[], None]) -> None:
+        self.service, self.chat, self.call, self.release = service, chat, call, release
+        self._done = False
+
+    async def __call__(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        with anyio.CancelScope(shield=True):  # a client that went away still gets the stream closed and traced
+            try:
+                await self.chat.aclose()
+            finally:
+                self.service.observe(self.call)
+                self.release()
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """A ``StreamingResponse`` that always runs ``end`` when it is done, sent or not."""
+
+    def __init__(self, content: AsyncIterator[bytes], end: Callable[[], Awaitable[None]], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._end = end
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._end()
 
 
 def receipt_body(receipt: FeedbackReceipt) -> Mapping[str, Any]:
