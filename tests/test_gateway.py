@@ -476,11 +476,20 @@ async def test_a_client_gone_before_the_first_byte_frees_its_slots(mem: ReMem, t
     app = create_app(_config(None, tmp_path, limits=Limits(max_concurrency=1, max_queue=0)), memory=mem, model=model)
     body = json.dumps({"model": MODEL, "messages": USER, "stream": True}).encode()
     scope = {
-        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1", "method": "POST",
-        "scheme": "http", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions", "query_string": b"",
-        "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.1", 1), "server": ("gw", 80),
-        "root_path": "", "state": {},
-    }  # fmt: skip
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("gw", 80),
+        "root_path": "",
+        "state": {},
+    }
     inbox = [{"type": "http.request", "body": body, "more_body": False}]
 
     async def receive() -> dict[str, Any]:
@@ -499,3 +508,45 @@ async def test_a_client_gone_before_the_first_byte_frees_its_slots(mem: ReMem, t
     first = next(ln for ln in _trace(tmp_path) if ln["kind"] == "chat")
     assert first["error"] == "the consumer stopped reading before the end"
     _nothing_credited(mem)
+
+
+async def test_unknown_paths_methods_and_the_strip_header(asgi: tuple[httpx.AsyncClient, FunctionChatModel]) -> None:
+    client, _ = asgi
+    r = await client.get("/v1/nothing")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    r = await client.get("/v1/chat/completions")
+    assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
+    r = await client.delete("/api/chat")
+    assert r.status_code == 405 and isinstance(r.json()["error"], str)
+    body = {"model": MODEL, "messages": USER}
+    r = await client.post("/v1/chat/completions", json=body, headers={"x-remem-strip-citations": "1"})
+    assert r.json()["choices"][0]["message"]["content"] == "It is in west-2."
+    assert r.json()["remem"]["citations"] == r.json()["remem"]["served"]  # stripped from the text, still credited
+
+
+def test_sdk_streams_accept_the_final_remem_chunk(mem: ReMem, tmp_path: Path) -> None:
+    """LangChain's and the Agents SDK's stream parsers take the extra chunk (choices: []) without a hiccup."""
+    langchain_openai = pytest.importorskip("langchain_openai")
+    agents = pytest.importorskip("agents")
+    import openai
+
+    model = FunctionChatModel(lambda req: "It is in west-2 [M1].", name=MODEL)
+    with running(create_app(_config(None, tmp_path), memory=mem, model=model)) as base:
+        llm = langchain_openai.ChatOpenAI(
+            model=MODEL, base_url=base + "/v1", api_key="x", http_client=httpx.Client(trust_env=False)
+        )
+        assert "".join(str(c.content) for c in llm.stream("Where is our server hosted these days?")).startswith("It is")
+
+        async def run() -> str:
+            client = openai.AsyncOpenAI(
+                base_url=base + "/v1", api_key="x", http_client=httpx.AsyncClient(trust_env=False)
+            )
+            agent = agents.Agent(name="ops", model=agents.OpenAIChatCompletionsModel(model=MODEL, openai_client=client))
+            result = agents.Runner.run_streamed(agent, "Where is our server hosted these days?")
+            async for _ in result.stream_events():
+                pass
+            await client.close()
+            return str(result.final_output)
+
+        agents.set_tracing_disabled(True)
+        assert asyncio.run(run()) == "It is in west-2 [M1]."

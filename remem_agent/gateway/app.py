@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -258,7 +259,16 @@ def create_app(
         yield
         await gw.aclose()
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    async def http_error(request: Request, exc: Exception) -> Response:
+        """Unknown paths (404) and wrong methods (405) in the protocol's error shape."""
+        status = getattr(exc, "status_code", 500)
+        protocol: Protocol = "ollama" if request.url.path.startswith("/api/") else "openai"
+        message = "no such endpoint" if status == 404 else f"{request.method} is not allowed here"
+        return ApiError(status, message, code="not_found" if status == 404 else "method_not_allowed").response(
+            protocol, getattr(exc, "headers", None)
+        )
+
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
     app.state.gateway = gw
     app.add_middleware(AccessLog, gateway=gw)
     return app

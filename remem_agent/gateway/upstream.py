@@ -70,6 +70,7 @@ class ModelRouter:
         discover: Callable[[], Awaitable[list[str]]] | None = None,
         capabilities: Capabilities,
         close: Callable[[], Awaitable[None]] | None = None,
+        secrets: tuple[str, ...] = (),
     ) -> None:
         self._kind, self._factory, self._default = kind, factory, default
         self._names = tuple(names)
@@ -79,6 +80,7 @@ class ModelRouter:
         self._adapters: dict[str, ChatModel] = {}
         self._caps = capabilities
         self._close = close
+        self._secrets = tuple(x for x in secrets if x)
         self._lock = asyncio.Lock()
 
     @property
@@ -92,6 +94,11 @@ class ModelRouter:
     @property
     def capabilities(self) -> Capabilities:
         return self._caps
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The upstream's credentials, for the agent's trace redaction (never printed)."""
+        return self._secrets
 
     async def models(self) -> tuple[str, ...]:
         """The names served: configured ones, else the upstream's list (cached), else the default."""
@@ -222,6 +229,7 @@ def build_router(config: GatewayConfig, local: ChatModel | None = None) -> Model
             discover=discover_openai,
             capabilities=Capabilities(native_json_schema=True, json_mode=True, tools=True, streaming=True),
             close=close_openai,
+            secrets=(key,) if key != "sk-no-key" else (),
         )
     from remem_agent._extras import require
 
