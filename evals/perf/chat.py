@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import re
@@ -417,14 +418,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=12)
     ap.add_argument("--out", default="results/perf_chat.json")
     ap.add_argument("--tmpdir", default=None, help="where the temporary stores go")
+    ap.add_argument(
+        "--blas-threads",
+        type=int,
+        default=None,
+        help="limit BLAS threads (threadpoolctl) while measuring; 1 keeps tails stable on a loaded box",
+    )
     ap.add_argument("--quick", action="store_true", help="small store, few calls, 10 conversations (CI smoke)")
     args = ap.parse_args(argv)
+    blas_limit: Any = contextlib.nullcontext()
+    if args.blas_threads is not None:
+        from threadpoolctl import threadpool_limits
+
+        blas_limit = threadpool_limits(limits=args.blas_threads, user_api="blas")
     if args.quick:
         args.memories, args.calls, args.conversations = 1000, 20, 10
     t0 = time.perf_counter()
-    res = asyncio.run(
-        run(args.memories, args.calls, args.conversations, args.concurrency, args.scopes, args.seed, args.tmpdir)
-    )
+    with blas_limit:
+        res = asyncio.run(
+            run(args.memories, args.calls, args.conversations, args.concurrency, args.scopes, args.seed, args.tmpdir)
+        )
     conc = res["concurrency"]
     scoped = conc["scopes"] > 1
     checks = {
@@ -455,6 +468,7 @@ def main(argv: list[str] | None = None) -> int:
             "conversations": args.conversations,
             "concurrency": args.concurrency,
             "scopes": args.scopes,
+            "blas_threads_limit": args.blas_threads,
             "seed": args.seed,
             "embedder": "hash (default ConceptHashEmbedder)",
             "model": "FunctionChatModel, fixed reply, no sleep",
