@@ -550,3 +550,16 @@ def test_sdk_streams_accept_the_final_remem_chunk(mem: ReMem, tmp_path: Path) ->
 
         agents.set_tracing_disabled(True)
         assert asyncio.run(run()) == "It is in west-2 [M1]."
+
+
+def test_without_the_extra_the_import_error_names_it(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = "import sys; sys.modules['starlette'] = None\nimport remem_agent.gateway"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode != 0 and "pip install 'remem-agent[gateway]'" in out.stderr
+    cli = "import sys; sys.modules['starlette'] = None\nfrom remem_agent.cli import main\n"
+    cli += "raise SystemExit(main(['serve']))"
+    out = subprocess.run([sys.executable, "-c", cli], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 2 and "remem-agent[gateway]" in out.stderr

@@ -11,6 +11,7 @@ citations, outcomes), then to the upstream model through the project's adapters.
 * :mod:`.upstream`: the model router (one ``ChatModel`` for the agent, one adapter per served model name);
 * :mod:`.protocol`: request parsing and error shapes shared by the two wire protocols;
 * :mod:`.openai_routes`, :mod:`.ollama_routes`, :mod:`.memory_routes`: the endpoints;
+* :mod:`.core`: :class:`Gateway`, one process's state and the endpoint wrapper (auth, error shapes);
 * :mod:`.app`: the Starlette application, access log, ``/healthz``, ``/metrics``, :func:`~.app.serve`.
 
 Needs the ``gateway`` extra: ``pip install 'remem-agent[gateway]'``.
@@ -23,7 +24,8 @@ from remem_agent._extras import require
 require("starlette", "gateway", feature="remem serve (the gateway)")
 require("uvicorn", "gateway", feature="remem serve (the gateway)")
 
-from remem_agent.gateway.app import Gateway, create_app, serve  # noqa: E402
+from remem_agent.gateway.app import create_app, serve  # noqa: E402
 from remem_agent.gateway.config import GatewayConfig, check_bind, load_api_keys  # noqa: E402
+from remem_agent.gateway.core import Gateway  # noqa: E402
 
 __all__ = ["Gateway", "GatewayConfig", "check_bind", "create_app", "load_api_keys", "serve"]

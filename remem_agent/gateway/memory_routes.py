@@ -20,7 +20,7 @@ from remem_agent.gateway.protocol import ApiError, json_object
 from remem_agent.gateway.service import receipt_body
 
 if TYPE_CHECKING:
-    from remem_agent.gateway.app import Gateway
+    from remem_agent.gateway.core import Gateway
 
 ADD_FIELDS = frozenset({"text", "entity", "attribute", "role", "timestamp", "task", "user"})
 MAX_LIST = 1000

@@ -37,7 +37,7 @@ from remem_agent.gateway.protocol import ApiError, check_schema, count, error_of
 from remem_agent.gateway.service import ChatCall, ClosingStreamingResponse, Meta, StreamEnd
 
 if TYPE_CHECKING:
-    from remem_agent.gateway.app import Gateway
+    from remem_agent.gateway.core import Gateway
 
 CONSUMED = frozenset(
     {

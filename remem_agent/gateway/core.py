@@ -1,0 +1,162 @@
+"""One gateway process (:class:`Gateway`): the memory, the model router, one MemoryAgent, limits, metrics, keys.
+
+Every endpoint runs through :meth:`Gateway.endpoint`: bearer-key check (401), the handler, and one ``except``
+that turns any exception into the protocol's error shape (:func:`~.protocol.error_of`). Kept apart from
+:mod:`.app` so the route modules can depend on it without an import cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from remem_agent.adapters.base import ChatModel
+from remem_agent.adapters.retry import RetryPolicy
+from remem_agent.agent import MemoryAgent
+from remem_agent.agent.telemetry import Telemetry
+from remem_agent.agent.trace import TraceWriter
+from remem_agent.gateway.auth import ApiKeys, Caller
+from remem_agent.gateway.config import GatewayConfig, load_api_keys
+from remem_agent.gateway.limits import Gate, read_body
+from remem_agent.gateway.metrics import Metrics, gateway_metrics
+from remem_agent.gateway.protocol import ApiError, Protocol, error_of
+from remem_agent.gateway.service import ChatService
+from remem_agent.gateway.upstream import ModelRouter, build_router
+from remem_agent.memory import ReMem
+
+log = logging.getLogger("remem_agent.gateway")
+
+Handler = Callable[["Gateway", Request, Caller], Awaitable[Response]]
+
+
+def _embedder(name: str) -> Any:
+    name = name.strip().lower()
+    if name in ("", "hash"):
+        return None  # ReMem's default (ConceptHashEmbedder)
+    if name in ("sentence-transformers", "st"):
+        from remem_agent.embedders.sentence_transformers import PACKAGED_MODEL, SentenceTransformerEmbedder
+
+        return SentenceTransformerEmbedder(PACKAGED_MODEL)
+    raise ApiError(500, f"unknown embedder {name!r}")
+
+
+def _telemetry(config: GatewayConfig) -> Telemetry | None:
+    if not config.otel:
+        return None
+    from remem_agent.agent.telemetry import OpenTelemetrySpans
+
+    return OpenTelemetrySpans()
+
+
+class Gateway:
+    """One gateway process: the memory, the model router, one MemoryAgent, limits, metrics, keys."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        *,
+        memory: ReMem | None = None,
+        model: ChatModel | None = None,
+        keys: dict[str, tuple[str, ...]] | None = None,
+        telemetry: Telemetry | None = None,
+    ) -> None:
+        self.config = config
+        self.keys = ApiKeys(load_api_keys(config.api_keys) if keys is None else keys)
+        self.started = time.time()
+        self._owns_memory = memory is None
+        self.memory = memory if memory is not None else ReMem(config.store, embedder=_embedder(config.embedder))
+        self.router: ModelRouter = build_router(config, local=model)
+        upstream_key = os.environ.get(config.upstream_api_key_env) if config.upstream else None
+        self.secrets = tuple(s for s in (upstream_key, *self.keys.secrets()) if s)
+        self.agent = MemoryAgent(
+            self.memory,
+            self.router,
+            k=config.k,
+            token_budget=config.token_budget,
+            retry=RetryPolicy(
+                max_attempts=config.retry_attempts,
+                initial_backoff=0.25,
+                max_backoff=2.0,
+                max_retry_after=config.retry_max_wait_s,
+            ),
+            trace=self._trace(),
+            run_id=f"gateway-{os.getpid()}",
+            max_concurrency=config.limits.max_concurrency,
+            max_tokens=512 if config.upstream is None else None,
+            seed=None,
+            strip_citations=config.strip_citations,
+            telemetry=telemetry if telemetry is not None else _telemetry(config),
+        )
+        self.metrics: Metrics = gateway_metrics()
+        self.gate = Gate(config.limits)
+        self.metrics.gauge("remem_gateway_in_flight", "Requests holding a concurrency slot.", lambda: self.gate.active)
+        self.metrics.gauge("remem_gateway_queued", "Requests waiting for a slot.", lambda: self.gate.waiting)
+        self.service = ChatService(self.agent, self.router, self.metrics, config.limits)
+
+    def _trace(self) -> TraceWriter | Literal[False]:
+        cfg = self.config.trace
+        if cfg == "off":
+            return False
+        if cfg is None:
+            folder = self.memory.path
+            if not isinstance(folder, Path):
+                log.warning("no trace: the store is not a folder; pass --trace FILE to keep one")
+                return False
+            path = folder / "traces" / f"gateway-{os.getpid()}.jsonl"
+        else:
+            path = Path(cfg)
+        return TraceWriter(path, secrets=self.secrets)
+
+    @property
+    def trace_path(self) -> Path | None:
+        return self.agent.tracer.path if self.agent.tracer is not None else None
+
+    # -- request plumbing -----------------------------------------------------------------------------------
+    async def read_body(self, request: Request) -> bytes:
+        return await read_body(request, self.config.limits.max_body_bytes)
+
+    def authorize(self, caller: Caller, scope: str) -> None:
+        if not caller.may(scope):
+            raise ApiError(
+                403, f"this key is not granted the scope {scope!r}", type="permission_error", code="scope_forbidden"
+            )
+
+    def endpoint(self, route: str, protocol: Protocol, handler: Handler, *, public: bool = False) -> Any:
+        async def run(request: Request) -> Response:
+            request.state.route = route
+            caller = self.keys.authenticate(request.headers.get("authorization"))
+            if caller is None and not public:
+                request.state.error = "unauthorized"
+                self.metrics.inc("remem_gateway_rejected_total", reason="unauthorized")
+                err = ApiError(
+                    401,
+                    "missing or unknown API key (Authorization: Bearer KEY)",
+                    type="authentication_error",
+                    code="invalid_api_key",
+                )
+                return err.response(protocol, {"WWW-Authenticate": "Bearer"})
+            request.state.key = caller.key_id if caller else None
+            try:
+                return await handler(self, request, caller or Caller(None, ()))
+            except Exception as exc:  # noqa: BLE001 - every failure becomes the protocol's error shape
+                err = error_of(exc)
+                request.state.error = err.code
+                if err.status == 429:
+                    self.metrics.inc("remem_gateway_rejected_total", reason=err.code or "429")
+                if err.status >= 500 and not isinstance(exc, ApiError):
+                    log.warning("%s %s failed: %s", request.method, route, type(exc).__name__)
+                return err.response(protocol)
+
+        return run
+
+    async def aclose(self) -> None:
+        await self.router.aclose()
+        if self._owns_memory:
+            self.memory.close()
