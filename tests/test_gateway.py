@@ -11,7 +11,7 @@ import asyncio
 import json
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from _ollama_server import FakeOllama, Reply, chat_ok, chat_stream, error
 
 from remem_agent import ReMem
 from remem_agent.adapters import FunctionChatModel
+from remem_agent.adapters.base import Capabilities, ChatRequest, ChatResponse, StreamChunk
 from remem_agent.gateway import GatewayConfig, check_bind, create_app, load_api_keys
 from remem_agent.gateway.auth import LIBRARY_SCOPES, ApiKeys, request_scope
 from remem_agent.gateway.config import GatewayConfigError, Limits
@@ -563,3 +564,58 @@ def test_without_the_extra_the_import_error_names_it(tmp_path: Path) -> None:
     cli += "raise SystemExit(main(['serve']))"
     out = subprocess.run([sys.executable, "-c", cli], capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 2 and "remem-agent[gateway]" in out.stderr
+
+
+async def test_a_superseding_fact_fails_the_waiting_answer(asgi: tuple[httpx.AsyncClient, FunctionChatModel]) -> None:
+    client, _ = asgi
+    r = await client.post("/v1/chat/completions", json={"model": MODEL, "messages": USER})
+    (served,) = r.json()["remem"]["served"]
+    fact = {"text": "Our server moved to east-3.", "entity": "server", "attribute": "region"}
+    assert (await client.post("/v1/memories", json=fact)).status_code == 201
+    info = (await client.get(f"/v1/memories/{served}")).json()
+    assert info["memory"]["state"] == "INVALIDATED"
+    (credit,) = info["credits"]
+    assert credit["success"] is False and credit["blame"] > 0  # inferred from the correction, through the API
+    late = await client.post("/v1/feedback", json={"answer_id": r.headers["x-remem-answer-id"], "success": True})
+    assert late.status_code == 404  # already judged
+    bad = await client.post(
+        "/v1/chat/completions",
+        json={"model": MODEL, "messages": USER},
+        headers={"x-remem-conversation": "no spaces allowed"},
+    )
+    assert bad.status_code == 400
+
+
+class _SlowStream:
+    """A streaming ChatModel that sends a piece every 0.3 s, forever (until closed)."""
+
+    name, adapter = MODEL, "slow"
+    capabilities = Capabilities(tools=True, streaming=True)
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        return ChatResponse(text="unused")
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
+        try:
+            while True:
+                yield StreamChunk(text="la ")
+                await asyncio.sleep(0.3)
+        finally:
+            self.closed = True
+
+
+async def test_a_stream_longer_than_the_limit_ends_with_an_error(mem: ReMem, tmp_path: Path) -> None:
+    model = _SlowStream()
+    app = create_app(_config(None, tmp_path, limits=Limits(max_stream_seconds=1.0)), memory=mem, model=model)
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
+    r = await client.post("/v1/chat/completions", json={"model": MODEL, "messages": USER, "stream": True})
+    events = [json.loads(x[6:]) for x in r.text.split("\n\n") if x.startswith("data: {")]
+    assert events[-1]["error"]["code"] == "stream_timeout" and "[DONE]" not in r.text
+    assert 2 <= sum(1 for e in events if e.get("choices")) <= 6 and model.closed
+    o = await client.post("/api/chat", json={"model": MODEL, "messages": USER})
+    assert json.loads(o.text.splitlines()[-1])["error"].startswith("the stream exceeded")
+    assert app.state.gateway.gate.active == 0
+    _nothing_credited(mem)
