@@ -337,3 +337,54 @@ def test_streamed_citation_stripping_equals_stripping_the_whole_text(parts: list
     s = CitationStripper()
     out = "".join(s.feed(p) for p in pieces) + s.flush()
     assert out == strip_citations(text)
+
+
+_PART = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(["\ud800", "\x00", "", "  "]),
+    st.integers(),
+    st.none(),
+    st.lists(st.fixed_dictionaries({"type": st.sampled_from(["text", "image_url"]), "text": st.text(max_size=5)})),
+)
+_MESSAGE = st.one_of(
+    st.fixed_dictionaries(
+        {"role": st.sampled_from(["system", "user", "assistant", "tool", "developer", "bot", 3]), "content": _PART},
+        optional={
+            "tool_call_id": st.one_of(st.text(max_size=4), st.integers()),
+            "tool_calls": st.one_of(
+                st.lists(st.fixed_dictionaries({"id": st.text(max_size=3), "function": st.just({"name": "ping"})})),
+                st.text(max_size=3),
+            ),
+            "name": st.one_of(st.text(max_size=4), st.integers()),
+        },
+    ),
+    st.text(max_size=5),
+    st.integers(),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    messages=st.one_of(st.lists(_MESSAGE, max_size=5), st.text(max_size=5), st.none(), st.integers()),
+    tools=st.one_of(
+        st.none(),
+        st.lists(st.one_of(st.just(WEATHER_TOOL), st.dictionaries(st.text(max_size=3), st.integers())), max_size=2),
+    ),
+)
+def test_any_conversation_is_answered_or_refused_with_a_typed_error_and_refusals_change_nothing(
+    tmp_path_factory: pytest.TempPathFactory, messages: Any, tools: Any
+) -> None:
+    from remem_agent import RememError
+
+    async def run() -> None:
+        with ReMem(tmp_path_factory.mktemp("p")) as m:
+            m.add("Our server moved to west-2.", entity="server", attribute="region")
+            agent = MemoryAgent(m, FunctionChatModel(lambda req: "ok [M1]"), trace=False, retry=FAST)
+            before = m.stats()
+            try:
+                await agent.chat(messages, tools=tools)
+            except RememError:
+                assert m.stats() == before  # a refused call wrote nothing (not even a search record)
+            assert m.verify().ok
+
+    asyncio.run(run())

@@ -41,6 +41,22 @@ MUTABLE = ("text", "token_cost", "confidence", "valid_to", "superseded_by")
 
 
 def _canon(value: Any) -> Any:
+    """The backend-independent form of a field (every number a float, every mapping key a string).
+
+    Exact type checks first: this runs over every served list of every search record, whose feature
+    snapshots are plain lists of floats, so the common cases must not walk an isinstance chain.
+    """
+    t = type(value)
+    if t is float or t is str or value is None or t is bool:
+        return value
+    if t is int:
+        return float(value)
+    if t is list or t is tuple:
+        if all(type(v) is float for v in value):
+            return list(value)
+        return [_canon(v) for v in value]
+    if t is dict:
+        return {str(k): _canon(v) for k, v in value.items()}
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return value
     if isinstance(value, int | float):
