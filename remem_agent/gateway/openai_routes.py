@@ -2,7 +2,8 @@
 
 Request fields the gateway reads: ``model``, ``messages``, ``tools``, ``tool_choice``, ``temperature``,
 ``max_tokens``/``max_completion_tokens``, ``stream``, ``stream_options``, ``response_format``, ``user``
-(the scope's user; also sent on), ``n`` (only 1). Every other field goes to the upstream untouched
+(the scope's user; also sent on), ``n`` (only 1); ``stream_options`` is also sent on to an OpenAI-compatible
+upstream (so its stream reports usage). Every other field goes to the upstream untouched
 (``ChatRequest.extra``); for an Ollama upstream the sampling fields (``seed``, ``top_p``, ``top_k``,
 ``stop``, ``presence_penalty``, ``frequency_penalty``) are moved into Ollama's ``options``.
 
@@ -49,7 +50,6 @@ CONSUMED = frozenset(
         "max_tokens",
         "max_completion_tokens",
         "stream",
-        "stream_options",
         "response_format",
         "n",
     }
@@ -108,6 +108,8 @@ def parse_call(gw: Gateway, body: dict[str, Any], request: Request, caller: Call
             raise ApiError(
                 400, "response_format.type must be 'text', 'json_object' or 'json_schema'", code="invalid_value"
             )
+    if gw.router.adapter != "gateway:openai":
+        call.extra.pop("stream_options", None)  # an OpenAI-compatible upstream gets it (usage in the stream)
     if gw.router.adapter == "gateway:ollama":
         options = {k: call.extra.pop(k) for k in OLLAMA_OPTIONS if k in call.extra}
         if options:
