@@ -164,6 +164,11 @@ def serve(config: GatewayConfig) -> None:
     log.info("remem gateway on http://%s:%d (store %s)", config.host, config.port, config.store)
     common: dict[str, Any] = {"host": config.host, "port": config.port, "access_log": False, "log_level": "info"}
     if config.workers > 1:
+        log.warning(
+            "%d workers share the port: each keeps its own waiting answers and conversations, so feedback by "
+            "answer_id and next-turn outcomes only count when they reach the worker that answered (see README)",
+            config.workers,
+        )
         os.environ[ENV_CONFIG] = config.to_env()
         uvicorn.run("remem_agent.gateway.app:app_from_env", factory=True, workers=config.workers, **common)
     else:
