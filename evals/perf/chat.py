@@ -332,6 +332,8 @@ async def concurrent(mem: ReMem, tmp: Path, conversations: int, concurrency: int
             want = scope_name(int(cid[5:]), scopes)
             cross_scope_served += sum(1 for mid in served if scope_of_memory.get(mid) != want)
             served_scope_checked += len(served)
+    verdicts = Counter(ln["answer_id"] for ln in outcomes)
+    served_something = {a for a, ids_ in served_to.items() if ids_}
     # outcomes: on their own answer, credit only within what that answer was served, never another's reply
     outcome_wrong_conv = outcome_outside_served = foreign_fact = 0
     by_kind: Counter[str] = Counter()
@@ -368,6 +370,9 @@ async def concurrent(mem: ReMem, tmp: Path, conversations: int, concurrency: int
         "events": dict(sorted(events.items())),
         "outcomes": dict(sorted(by_kind.items())),
         "answers_with_calls_of_two_conversations": mixed_answers,
+        "answers_served_nothing": len(conv_of_answer) - len(served_something),  # nothing to learn: no verdict
+        "answers_served_without_verdict": len(served_something - set(verdicts)),
+        "answers_with_two_verdicts": sum(1 for n in verdicts.values() if n > 1),
         "outcomes_on_another_conversation": outcome_wrong_conv,
         "credit_outside_served": outcome_outside_served,
         "cross_conversation_credit_rows": cross_credit,
