@@ -81,6 +81,9 @@ def _add_serve_parser(sub: Any) -> None:
     p.add_argument("--max-stream-seconds", type=float, default=300.0)
     p.add_argument("--strip-citations", action="store_true", help="remove inline [M1] labels from replies")
     p.add_argument("--otel", action="store_true", help="OpenTelemetry spans per chat turn (extra otel)")
+    p.add_argument(
+        "--embedder", choices=["hash", "sentence-transformers"], default="hash", help="a store keeps its own"
+    )
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -112,6 +115,7 @@ def _serve(args: argparse.Namespace) -> int:
         trace=args.trace,
         strip_citations=args.strip_citations,
         otel=args.otel,
+        embedder=args.embedder,
         limits=limits,
     )
     serve(config)

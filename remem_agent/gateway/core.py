@@ -23,7 +23,7 @@ from remem_agent.agent import MemoryAgent
 from remem_agent.agent.telemetry import Telemetry
 from remem_agent.agent.trace import TraceWriter
 from remem_agent.gateway.auth import ApiKeys, Caller
-from remem_agent.gateway.config import GatewayConfig, load_api_keys
+from remem_agent.gateway.config import GatewayConfig, GatewayConfigError, load_api_keys
 from remem_agent.gateway.limits import Gate, read_body
 from remem_agent.gateway.metrics import Metrics, gateway_metrics
 from remem_agent.gateway.protocol import ApiError, Protocol, error_of
@@ -44,7 +44,7 @@ def _embedder(name: str) -> Any:
         from remem_agent.embedders.sentence_transformers import PACKAGED_MODEL, SentenceTransformerEmbedder
 
         return SentenceTransformerEmbedder(PACKAGED_MODEL)
-    raise ApiError(500, f"unknown embedder {name!r}")
+    raise GatewayConfigError(f"embedder must be 'hash' or 'sentence-transformers', got {name!r}")
 
 
 def _telemetry(config: GatewayConfig) -> Telemetry | None:
