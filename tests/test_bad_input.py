@@ -296,7 +296,7 @@ def test_mcp_remember_bad_timestamp_fails_and_writes_nothing(tools: Any) -> None
 def test_mcp_non_remem_errors_name_the_cause(tools: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from mcp.server.mcpserver.exceptions import ToolError
 
-    def broken() -> None:
+    def broken(**_: object) -> None:
         raise RuntimeError("disk on fire")
 
     monkeypatch.setattr(tools.memory, "stats", broken)
@@ -305,7 +305,7 @@ def test_mcp_non_remem_errors_name_the_cause(tools: Any, monkeypatch: pytest.Mon
 
 
 def test_mcp_remember_after_the_write_never_reports_failure(tools: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(memory_id: str) -> None:
+    def broken(memory_id: str, **_: object) -> None:
         raise RuntimeError("cannot read back")
 
     monkeypatch.setattr(tools.memory, "inspect", broken)

@@ -39,7 +39,8 @@ def test_public_view_carries_no_truth() -> None:
     w = make_world("contradiction", 0)
     f = next(f for f in w.facts() if f.value)
     pub = f.public()
-    assert set(vars(pub)) == {"text", "entity", "attribute", "role", "task", "timestamp", "confidence"}
+    assert set(vars(pub)) == {"text", "entity", "attribute", "role", "task", "timestamp", "confidence", "scope"}
+    assert pub.scope is None  # MemoryInput.scope: the world never names one (the default scope)
     t = next(w.tasks())
     assert set(t.public()) == {"tid", "t", "task_class", "query", "as_of"}
 
