@@ -16,7 +16,8 @@ cores with the servers, so these are numbers of the whole system on one machine,
 Usage::
 
     python -m evals.perf.gateway [--memories 10000] [--requests 300] [--concurrency 32] [--seconds 60]
-                                 [--litellm /tmp/litellm-venv/bin/litellm] [--out results/perf_gateway.json]
+                                 [--blas-threads 1] [--litellm /tmp/litellm-venv/bin/litellm]
+                                 [--out results/perf_gateway.json]
     python -m evals.perf.gateway --quick
 """
 
@@ -258,6 +259,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--litellm", default=shutil.which("litellm") or "/tmp/litellm-venv/bin/litellm")
+    ap.add_argument(
+        "--blas-threads",
+        type=int,
+        default=1,
+        help="BLAS threads of the gateway process (default 1: requests run in parallel, not one matvec; on a "
+        "loaded box two-thread BLAS waits for descheduled threads); 0 leaves the library default",
+    )
     ap.add_argument("--out", default="results/perf_gateway.json")
     ap.add_argument("--quick", action="store_true", help="1k memories, 40 requests, 5 s of load (CI smoke)")
     ap.add_argument("--fake-upstream-port", type=int, help=argparse.SUPPRESS)  # internal: run the fake upstream
@@ -292,7 +300,9 @@ def main(argv: list[str] | None = None) -> int:
         gw_cmd = [py, "-m", "remem_agent.cli", "serve", "--store", str(store), "--upstream", upstream]
         gw_cmd += ["--models", MODEL, "--port", str(gw_port), "--api-keys", str(keys)]
         gw_cmd += ["--max-concurrency", "64", "--max-queue", "256"]
-        stack.enter_context(process(gw_cmd, f"http://127.0.0.1:{gw_port}/healthz"))
+        blas = {v: str(args.blas_threads) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+        gw_env = {**os.environ, **blas} if args.blas_threads > 0 else None
+        stack.enter_context(process(gw_cmd, f"http://127.0.0.1:{gw_port}/healthz", env=gw_env))
         auth = {"authorization": f"Bearer {BENCH_KEY}"}
         gw = f"http://127.0.0.1:{gw_port}/v1"
         targets: dict[str, Target] = {"direct": (upstream, {}), "gateway": (gw, auth)}
@@ -351,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
             "embedder": "hash",
             "trace": "on (default)",
             "auth": "bearer key on both proxies",
+            "gateway_blas_threads": args.blas_threads or "library default",
         },
         "summary": summary,
         "sequential_non_streaming": plain,
