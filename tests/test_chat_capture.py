@@ -84,3 +84,26 @@ async def test_capture_never_delays_a_reply_and_drops_beyond_its_queue(tmp_path:
     await agent.aclose()
     assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
     mem.close()
+
+
+async def test_a_correction_fails_only_answers_that_relied_on_the_corrected_memory(tmp_path: Path) -> None:
+    mem = ReMem(tmp_path / "store")
+    west = mem.add("Our server moved to west-2.", entity="server", attribute="region", timestamp=1)
+    mem.add("The team lunch is on Fridays.", role="note", timestamp=1)
+
+    def reply(req: ChatRequest) -> str:
+        return "It is in west-2 [M1]." if "server" in req.messages[-1].content else "Fridays, I think."
+
+    agent = MemoryAgent(mem, FunctionChatModel(reply), trace=False)
+    relied = await agent.chat([{"role": "user", "content": "Where is our server?"}], conversation_id="a")
+    other = await agent.chat(
+        [{"role": "user", "content": "When is lunch? And where do the machines live?"}], conversation_id="b"
+    )
+    assert west in relied.used  # it repeats the memory's value
+    assert west in {h.id for h in other.served} and west not in (*other.used, *other.citations)
+    await agent.remember("Our server moved to eu-3.", entity="server", attribute="region", timestamp=2)
+    credits = {c.search_id: c for c in mem.inspect(west).credits}
+    assert not credits[relied.search_id].success  # it cited the corrected memory: a failure
+    assert other.search_id not in credits  # served it without relying on it: its own verdict is still to come
+    await agent.feedback(other.answer_id, success=True)
+    mem.close()

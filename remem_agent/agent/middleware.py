@@ -38,6 +38,7 @@ from remem_agent.agent.telemetry import Telemetry
 from remem_agent.agent.trace import AttemptRecord, HasSecrets, TraceRecord, TraceWriter
 from remem_agent.errors import ModelError, OutputValidationError, UnknownSearchError, UserInputError
 from remem_agent.ingest import check_scope, check_text
+from remem_agent.learning.credit import values_used
 from remem_agent.types import FeedbackReceipt, Hit, Role, SearchResult
 
 log = logging.getLogger("remem_agent.agent")
@@ -439,6 +440,7 @@ class MemoryAgent:
                 served_ids=tuple(res.ids),
                 cited_ids=cited_ids,
                 value=value,
+                used_ids=tuple(sorted(values_used({h.id: h.text for h in res.items}, value))),
                 scope=scope,
             )
             await self._pending.add(waiting, ("task", f"{scope}|{task}"))
@@ -602,7 +604,7 @@ class MemoryAgent:
         info = await self.memory.ainspect(new_id)
         if not info.supersedes:
             return
-        for item, blamed in await self._pending.take_serving(info.supersedes):
+        for item, blamed in await self._pending.take_relying_on(info.supersedes):
             log.debug("inferred failure of %s: corrected %s", item.answer_id, blamed)
             receipt = await self.memory.afeedback(
                 item.search_id, success=False, used_ids=blamed, cited_ids=list(item.cited_ids), source="inferred"

@@ -3,8 +3,8 @@
 An answer given without ground truth waits here until its verdict arrives:
 
 * ``user``: an explicit :meth:`PendingOutcomes.take` for that answer (``MemoryAgent.feedback``);
-* ``inferred`` failure: a new ``state`` fact supersedes a memory served to a waiting answer (a
-  correction); the failure is blamed on the corrected memory;
+* ``inferred`` failure: a new ``state`` fact supersedes a memory that a waiting answer cited or used
+  (a correction); the failure is blamed on the corrected memory;
 * ``inferred`` weak success: the next ask of the same task arrives with no correction in between
   ("moved on"), learned with weight :data:`WEAK_SUCCESS_WEIGHT`.
 
@@ -77,13 +77,17 @@ class PendingOutcomes(Generic[K]):
             answer_id = self._latest.pop(thread, None)
             return self._claim(answer_id) if answer_id else None
 
-    async def take_serving(self, memory_ids: Collection[str]) -> list[tuple[Waiting, list[str]]]:
-        """Claim every waiting answer that was served one of ``memory_ids``, with the ids it was served."""
+    async def take_relying_on(self, memory_ids: Collection[str]) -> list[tuple[Waiting, list[str]]]:
+        """Claim every waiting answer that cited or used one of ``memory_ids``, with those ids.
+
+        An answer that was merely served a memory, without citing it or repeating its value, did not rely
+        on it: a correction of that memory says nothing about that answer, whose own verdict still comes.
+        """
         wanted = set(memory_ids)
         out: list[tuple[Waiting, list[str]]] = []
         async with self._lock:
             for item in list(self._waiting.values()):
-                hit = sorted(wanted & set(item.served_ids))
+                hit = sorted(wanted & (set(item.cited_ids) | set(item.used_ids)))
                 if hit and self._claim(item.answer_id) is not None:
                     out.append((item, hit))
         return out
