@@ -135,6 +135,8 @@ class ReMem:
         if backend is not None and len(backend) != 0:
             self.store.close()
             raise UserInputError("backend must be empty: ReMem fills it from the ledger")
+        # Our own flat index knows each row's scope and ranks only the readable ones (no pool widening).
+        self._flat: FlatIndex | None = self.index if isinstance(self.index, FlatIndex) else None
         self._index_seq = 0
         import threading
 
@@ -159,9 +161,14 @@ class ReMem:
         with self._index_lock:
             if self.store.max_seq() <= self._index_seq:
                 return
-            last, ids, mat = self.store.embeddings_after(self._index_seq, self.dim)
-            if ids:
-                index.ingest(ids, mat)
+            if self._flat is not None:
+                last, ids, mat, scopes = self.store.scoped_embeddings_after(self._index_seq, self.dim)
+                if ids:
+                    self._flat.ingest(ids, mat, groups=scopes)
+            else:
+                last, ids, mat = self.store.embeddings_after(self._index_seq, self.dim)
+                if ids:
+                    index.ingest(ids, mat)
             self._index_seq = last
 
     # -- add ------------------------------------------------------------------------------------
@@ -331,7 +338,10 @@ class ReMem:
         needs = EvidenceNeeds.of(self.config)
         scopes = self.readable_scopes(scope)
         while True:
-            ids, sims = self.index.candidates(qvec, pool)
+            if self._flat is not None:
+                ids, sims = self._flat.candidates(qvec, pool, groups=scopes)
+            else:  # a caller's backend or the ledger's own index: filtered by scope below, widening if needed
+                ids, sims = self.index.candidates(qvec, pool)
             with self.store.read() as tx:
                 rows = tx.memories(ids)
                 keep = [(m, float(s)) for mid, s in zip(ids, sims, strict=True) if (m := rows.get(mid)) is not None]
@@ -404,9 +414,9 @@ class ReMem:
         cited = check_ids(cited_ids, "cited_ids")
         with self.store.read() as tx:
             rec = tx.search(search_id)
-            if rec is None or (scope is not None and rec["scope"] != scope):
+            if rec is None or (scope is not None and rec.scope != scope):
                 raise UnknownSearchError(search_id)
-            served = [s["id"] for s in rec["served"]]
+            served = rec.served_ids
             unknown = [i for i in used + cited if i not in served]
             if unknown:
                 raise UserInputError(f"ids not served by search {search_id}: {unknown}")
@@ -420,7 +430,7 @@ class ReMem:
             essential, calls = leave_one_out(served, policy.replay_candidates(served, cited, used), replay)
         plan = FeedbackPlan(
             search_id=search_id,
-            task=rec["task"],
+            task=rec.task,
             served=tuple(served),
             success=success,
             cited=tuple(cited),
@@ -428,12 +438,12 @@ class ReMem:
             essential=frozenset(essential),
             weight=weight,
             source=source,
-            at=t_feedback if t_feedback is not None else rec["now"] if rec["now"] is not None else wall_now(),
+            at=t_feedback if t_feedback is not None else rec.now if rec.now is not None else wall_now(),
             replay_calls=calls,
         )
-        if rec["feedback"] is not None:
+        if rec.feedback is not None:
             with self.store.read() as rtx:
-                return repeat_receipt(rtx, search_id, rec["feedback"], plan.payload(), success)
+                return repeat_receipt(rtx, search_id, rec.feedback, plan.payload(), success)
         return self.store.transact(lambda tx: apply_feedback(tx, plan, self.config))
 
     # -- inspection -----------------------------------------------------------------------------

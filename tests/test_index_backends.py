@@ -234,3 +234,23 @@ def test_chroma_rejects_bad_collection_name() -> None:
     pytest.importorskip("chromadb")
     with pytest.raises(UserInputError):
         mod.ChromaBackend("x")
+
+
+def test_flat_index_ranks_only_the_asked_groups_in_one_scan() -> None:
+    from remem_agent.index.flat import FlatIndex
+
+    rng = np.random.default_rng(0)
+    vecs = rng.normal(size=(300, 8)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    ids = [f"m{i}" for i in range(300)]
+    groups = ["a" if i % 10 == 0 else "b" for i in range(300)]
+    idx = FlatIndex(8, capacity=16)  # grows while ingesting
+    idx.ingest(ids[:150], vecs[:150], groups=groups[:150])
+    idx.ingest(ids[150:], vecs[150:], groups=groups[150:])
+    q = vecs[7]
+    got, sims = idx.candidates(q, 5, groups={"a"})
+    exact = sorted((i for i in range(300) if groups[i] == "a"), key=lambda i: -float(vecs[i] @ q))[:5]
+    assert got == [ids[i] for i in exact] and np.allclose(sims, [vecs[i] @ q for i in exact], atol=1e-6)
+    assert idx.candidates(q, 50, groups={"a"})[0].__len__() == 30  # all of group a, nothing else
+    assert idx.candidates(q, 5, groups={"nobody"}) == ([], pytest.approx(np.zeros(0)))
+    assert idx.candidates(q, 5)[0] == idx.candidates(q, 5, groups={"a", "b"})[0]  # every group = no filter

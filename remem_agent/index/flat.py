@@ -6,7 +6,7 @@ O(1) and a query is one matrix-vector product plus ``argpartition``: no per-row 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,22 +43,31 @@ def _matvec(mat: NDArray[np.float32], q: NDArray[np.float32], threads: int | Non
 
 
 class FlatIndex:
-    """Brute-force inner product over unit vectors; exact, fast to ~1e5-1e6 rows on one core."""
+    """Brute-force inner product over unit vectors; exact, fast to ~1e5-1e6 rows on one core.
+
+    Rows may carry a group label (``ReMem`` passes the memory's scope): ``candidates(..., groups=)`` then
+    ranks only rows of those groups, inside the one scan it does anyway, so a small scope in a large
+    store costs no more than the whole store and never needs the pool widened.
+    """
 
     def __init__(self, dim: int, capacity: int = 1024, *, blas_threads: int | None = None) -> None:
         self.dim = int(dim)
         self.blas_threads = blas_threads
         self._mat = np.zeros((max(16, capacity), self.dim), dtype=np.float32)
+        self._group = np.zeros(max(16, capacity), dtype=np.int32)
+        self._codes: dict[str, int] = {}
         self._ids: list[str] = []
         self._n = 0
 
     def __len__(self) -> int:
         return self._n
 
-    def ingest(self, ids: Sequence[str], vectors: NDArray[np.float32]) -> None:
+    def ingest(self, ids: Sequence[str], vectors: NDArray[np.float32], groups: Sequence[str] | None = None) -> None:
         vecs = np.asarray(vectors, dtype=np.float32)
         if vecs.ndim != 2 or vecs.shape != (len(ids), self.dim):
             raise EmbeddingError(f"ingest expects shape ({len(ids)}, {self.dim}), got {vecs.shape}")
+        if groups is not None and len(groups) != len(ids):
+            raise EmbeddingError(f"ingest got {len(groups)} group labels for {len(ids)} rows")
         need = self._n + len(ids)
         if need > self._mat.shape[0]:
             cap = self._mat.shape[0]
@@ -67,11 +76,19 @@ class FlatIndex:
             grown = np.zeros((cap, self.dim), dtype=np.float32)
             grown[: self._n] = self._mat[: self._n]
             self._mat = grown
+            grown_groups = np.zeros(cap, dtype=np.int32)
+            grown_groups[: self._n] = self._group[: self._n]
+            self._group = grown_groups
         self._mat[self._n : need] = vecs
+        if groups is not None:
+            self._group[self._n : need] = [self._codes.setdefault(g, len(self._codes)) for g in groups]
         self._ids.extend(ids)
         self._n = need
 
-    def candidates(self, query: NDArray[np.float32], k: int) -> tuple[list[str], NDArray[np.float32]]:
+    def candidates(
+        self, query: NDArray[np.float32], k: int, *, groups: Collection[str] | None = None
+    ) -> tuple[list[str], NDArray[np.float32]]:
+        """The ``k`` most similar rows (of ``groups`` only, when given), best first."""
         if self._n == 0 or k <= 0:
             return [], np.zeros(0, dtype=np.float32)
         q = np.asarray(query, dtype=np.float32).reshape(-1)
@@ -79,6 +96,18 @@ class FlatIndex:
             raise EmbeddingError(f"query has dimension {q.shape[0]}, index has {self.dim}")
         n = self._n
         sims = _matvec(self._mat[:n], q, self.blas_threads)
+        if groups is not None:
+            codes = [self._codes[g] for g in groups if g in self._codes]
+            keep = np.flatnonzero(np.isin(self._group[:n], codes))
+            return self._top(sims[keep], k, keep)
+        return self._top(sims, k, None)
+
+    def _top(
+        self, sims: NDArray[np.float32], k: int, rows: NDArray[np.intp] | None
+    ) -> tuple[list[str], NDArray[np.float32]]:
+        n = len(sims)
+        if n == 0:
+            return [], np.zeros(0, dtype=np.float32)
         k = min(k, n)
         if k < n:
             # Keep ``-sims`` with a small kth: hash-embedder scores are heavily tied (a third exact 0.0),
@@ -88,4 +117,5 @@ class FlatIndex:
         else:
             top = np.argsort(-sims, kind="stable")
         ids = self._ids
-        return [ids[i] for i in top], sims[top].astype(np.float32, copy=False)
+        picked = top if rows is None else rows[top]
+        return [ids[i] for i in picked], sims[top].astype(np.float32, copy=False)

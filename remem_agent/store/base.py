@@ -79,6 +79,8 @@ class Store(Protocol):
 
     def max_seq(self) -> int: ...
 
+    def scoped_embeddings_after(self, seq: int, dim: int) -> tuple[int, list[str], NDArray[np.float32], list[str]]: ...
+
     def embeddings_after(self, seq: int, dim: int) -> tuple[int, list[str], NDArray[np.float32]]: ...
 
     def counts(self, scope: str | None = None) -> dict[str, Any]: ...
@@ -111,6 +113,12 @@ class StoreCommon:
     def embeddings_after(self, seq: int, dim: int) -> tuple[int, list[str], NDArray[np.float32]]:
         with self.read() as tx:
             return tx.embeddings_after(seq, dim)
+
+    def scoped_embeddings_after(self, seq: int, dim: int) -> tuple[int, list[str], NDArray[np.float32], list[str]]:
+        """``embeddings_after`` plus each row's scope, from one snapshot."""
+        with self.read() as tx:
+            last, ids, mat = tx.embeddings_after(seq, dim)
+            return last, ids, mat, tx.scopes_between(seq, last) if ids else []
 
     def counts(self, scope: str | None = None) -> dict[str, Any]:
         with self.read() as tx:

@@ -19,7 +19,17 @@ from numpy.typing import NDArray
 from remem_agent.errors import StoreError, UnknownMemoryError
 from remem_agent.learning.lifecycle import LifecycleEvent, next_state
 from remem_agent.store import hashing
-from remem_agent.types import ALL_TASKS, DEFAULT_SCOPE, AttributeInfo, CreditRecord, Event, Memory, State, TaskStats
+from remem_agent.types import (
+    ALL_TASKS,
+    DEFAULT_SCOPE,
+    AttributeInfo,
+    CreditRecord,
+    Event,
+    Memory,
+    SearchRecord,
+    State,
+    TaskStats,
+)
 
 MEM_COLS = (
     "id, text, original_text, entity, attribute, role, tasks, created_at, valid_from, valid_to, "
@@ -314,7 +324,7 @@ class LedgerTx:
                 rows,
             )
 
-    def search(self, search_id: str) -> dict[str, Any] | None:
+    def search(self, search_id: str) -> SearchRecord | None:
         r = self.run(
             "SELECT search_id, at, query, task, as_of, now, token_budget, served, feedback, feedback_at, scope "
             "FROM searches WHERE search_id = ?",
@@ -322,19 +332,19 @@ class LedgerTx:
         ).fetchone()
         if r is None:
             return None
-        return {
-            "search_id": r[0],
-            "at": r[1],
-            "query": r[2],
-            "task": r[3],
-            "as_of": r[4],
-            "now": r[5],
-            "token_budget": r[6],
-            "served": from_json(r[7]),
-            "feedback": from_json(r[8]) if r[8] is not None else None,
-            "feedback_at": r[9],
-            "scope": r[10],
-        }
+        return SearchRecord(
+            search_id=r[0],
+            at=r[1],
+            query=r[2],
+            task=r[3],
+            as_of=r[4],
+            now=r[5],
+            token_budget=r[6],
+            served=tuple(from_json(r[7])),
+            feedback=from_json(r[8]) if r[8] is not None else None,
+            feedback_at=r[9],
+            scope=r[10],
+        )
 
     def answered_searches(self) -> Iterator[tuple[str, list[dict[str, Any]], dict[str, Any]]]:
         """(search_id, served, feedback) of every answered search, in the order they were made."""
@@ -508,6 +518,11 @@ class LedgerTx:
             return seq, [], np.zeros((0, dim), dtype=np.float32)
         mat = np.stack([self.load_vector(r[2]) for r in rows]).astype(np.float32, copy=False).reshape(len(rows), dim)
         return int(rows[-1][0]), [r[1] for r in rows], mat
+
+    def scopes_between(self, after: int, upto: int) -> list[str]:
+        """The scope of every memory with ``after < seq <= upto``, in seq order (pairs with ``embeddings_after``)."""
+        rows = self.run("SELECT scope FROM memories WHERE seq > ? AND seq <= ? ORDER BY seq", (after, upto))
+        return [str(r[0]) for r in rows]
 
     def counts(self, scope: str | None = None) -> dict[str, Any]:
         """Counts of the whole ledger, or of one scope's memories, their events and its searches."""
