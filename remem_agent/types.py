@@ -226,6 +226,27 @@ class SearchResult:
         return len(self.items)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchRecord:
+    """A search as the ledger keeps it: what was asked, what was served (with feature snapshots), the verdict."""
+
+    search_id: str
+    at: float  # wall-clock time the search was recorded
+    query: str
+    task: str | None
+    as_of: float | None
+    now: float | None  # the caller's present at search time
+    token_budget: int | None
+    served: tuple[Mapping[str, Any], ...]  # {"id", "rank", "score", "similarity", "f"} per served memory
+    feedback: Mapping[str, Any] | None
+    feedback_at: float | None
+    scope: str = "default"
+
+    @property
+    def served_ids(self) -> list[str]:
+        return [str(s["id"]) for s in self.served]
+
+
 @dataclass(frozen=True, slots=True)
 class CreditRecord:
     """What one feedback call attributed to one served memory."""

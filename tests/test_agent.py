@@ -220,8 +220,8 @@ async def test_fifty_concurrent_asks_never_cross_credit(mem: ReMem, tmp_path: Pa
 def ledger_source(mem: ReMem, search_id: str) -> str:
     with mem.store.read() as tx:
         rec = tx.search(search_id)
-    assert rec is not None and rec["feedback"] is not None
-    return str(rec["feedback"].get("source", "api"))
+    assert rec is not None and rec.feedback is not None
+    return str(rec.feedback.get("source", "api"))
 
 
 async def test_every_outcome_is_tagged_with_its_source_in_the_ledger(mem: ReMem, tmp_path: Path) -> None:

@@ -266,13 +266,13 @@ def _check_store(
             for sid, served in sids.items():
                 rec = tx.search(sid)
                 assert rec is not None, f"acknowledged search {sid} lost"
-                assert [s["id"] for s in rec["served"]] == served
+                assert rec.served_ids == served
             for sid, served in exp.pending.items():
                 rec = tx.search(sid)
                 assert rec is not None, f"acknowledged search {sid} lost"
-                assert rec["feedback"] in (None, feedback_payload(sid, served))
+                assert rec.feedback in (None, feedback_payload(sid, served))
                 if sid == in_flight_feedback:
-                    outcomes["unacked feedback committed" if rec["feedback"] else "unacked feedback rolled back"] += 1
+                    outcomes["unacked feedback committed" if rec.feedback else "unacked feedback rolled back"] += 1
 
         # Acknowledged feedback: repeating it is a no-op that returns the recorded credit.
         fbs = (

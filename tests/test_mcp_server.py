@@ -59,8 +59,8 @@ async def _err(session: ClientSession, name: str, args: dict[str, Any]) -> str:
 def _ledger_feedback(store: Path, search_id: str) -> dict[str, Any]:
     with ReMem(store) as mem, mem.store.read() as tx:
         rec = tx.search(search_id)
-    assert rec is not None and rec["feedback"] is not None
-    fb: dict[str, Any] = rec["feedback"]
+    assert rec is not None and rec.feedback is not None
+    fb: dict[str, Any] = dict(rec.feedback)
     return fb
 
 
@@ -193,4 +193,4 @@ async def test_auto_feedback_off_via_console_script(tmp_path: Path) -> None:
         assert (await _ok(s, "stats", {}))["auto_feedback"] is False
     with ReMem(store) as mem, mem.store.read() as tx:
         rec = tx.search(r1["search_id"])
-        assert rec is not None and rec["feedback"] is None
+        assert rec is not None and rec.feedback is None

@@ -313,7 +313,7 @@ class RememTools:
     def _inferred_before(self, search_id: str) -> bool:
         with self.memory.store.read() as tx:
             rec = tx.search(search_id)
-        fb = rec.get("feedback") if rec else None
+        fb = rec.feedback if rec else None
         return isinstance(fb, Mapping) and fb.get("source") == "inferred"
 
     @staticmethod

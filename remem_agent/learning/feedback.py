@@ -49,8 +49,8 @@ def apply_feedback(tx: LedgerTx, plan: FeedbackPlan, config: RememConfig) -> Fee
     payload = plan.payload()
     if not tx.record_feedback(plan.search_id, payload, plan.at):  # another writer answered meanwhile
         first = tx.search(plan.search_id)
-        assert first is not None
-        return repeat_receipt(tx, plan.search_id, first["feedback"], payload, plan.success)
+        assert first is not None and first.feedback is not None
+        return repeat_receipt(tx, plan.search_id, first.feedback, payload, plan.success)
     cited, used = set(plan.cited), set(plan.used)
     assigned = config.credit.assign(
         list(plan.served), success=plan.success, cited=list(plan.cited), used=list(plan.used), essential=plan.essential
