@@ -98,8 +98,9 @@ class FlatIndex:
         sims = _matvec(self._mat[:n], q, self.blas_threads)
         if groups is not None:
             codes = [self._codes[g] for g in groups if g in self._codes]
-            keep = np.flatnonzero(np.isin(self._group[:n], codes))
-            return self._top(sims[keep], k, keep)
+            if len(codes) < len(self._codes):  # some rows belong to other groups: rank only the asked ones
+                keep = np.flatnonzero(np.isin(self._group[:n], codes))
+                return self._top(sims[keep], k, keep)
         return self._top(sims, k, None)
 
     def _top(

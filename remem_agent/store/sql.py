@@ -164,8 +164,8 @@ class LedgerTx:
         state = next_state(None, LifecycleEvent.ADD, memory_id=m.id)
         tasks = json.dumps(list(m.tasks))
         content_hash = hashing.memory_hash(
-            m.id, m.original_text, m.entity, m.attribute, m.role, tasks, m.created_at, m.valid_from
-        )
+            m.id, m.original_text, m.entity, m.attribute, m.role, list(m.tasks), m.created_at, m.valid_from
+        )  # the task list itself: the JSON round trip of a list of strings is the identity
         self.run(
             "INSERT INTO memories (id, text, original_text, entity, attribute, role, tasks, created_at, "
             "valid_from, valid_to, superseded_by, state, token_cost, confidence, embedding, content_hash, scope) "
@@ -241,13 +241,15 @@ class LedgerTx:
         ev_json = json.dumps(evidence, sort_keys=True, default=str)
         up_json = None if updates is None else json.dumps(updates, sort_keys=True, default=str)
         frm = from_state.value if from_state else None
-        ev_hash = hashing.event_hash(memory_id, at, event.value, frm, to_state.value, reason, ev_json, up_json)
+        ev = json.loads(ev_json)  # as stored and read back: what the hash must be of (decoded once)
+        up = None if up_json is None else json.loads(up_json)
+        ev_hash = hashing.event_hash(memory_id, at, event.value, frm, to_state.value, reason, ev, up)
         seq = self.run(
             "INSERT INTO events (memory_id, at, kind, from_state, to_state, reason, evidence, updates, hash) "
             "VALUES (?,?,?,?,?,?,?,?,?) RETURNING seq",
             (memory_id, at, event.value, frm, to_state.value, reason, ev_json, up_json, ev_hash),
         ).fetchone()[0]
-        return Event(int(seq), memory_id, at, event.value, from_state, to_state, reason, json.loads(ev_json))
+        return Event(int(seq), memory_id, at, event.value, from_state, to_state, reason, ev)
 
     def events(self, memory_id: str) -> list[Event]:
         rows = self.run(f"SELECT {EVENT_COLS} FROM events WHERE memory_id = ? ORDER BY seq", (memory_id,))
