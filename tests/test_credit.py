@@ -96,3 +96,43 @@ def test_weighted_feedback_scales_credit(store_location: StoreLocation) -> None:
     for bad in (0, 1.5, True, "1"):
         with pytest.raises(UserInputError):
             mem.feedback(res.search_id, success=True, weight=bad)  # type: ignore[arg-type]
+
+
+def test_citation_support_rule_cuts_unsupported_citations_on_success_only() -> None:
+    on = CreditPolicy(citation_support=True)
+    ok = on.assign(["a", "b", "c"], success=True, cited={"a", "b"}, used={"a"})
+    assert ok == {"a": (1.0, 0.0), "b": (0.25, 0.0), "c": (0.0, 0.0)}  # b: 0.25 x a supported citation
+    assert CreditPolicy().assign(["a", "b", "c"], success=True, cited={"a", "b"}, used={"a"})["b"] == (0.5, 0.0)
+    # failure: the current rule exactly (no extra blame for an unsupported citation)
+    fail = on.assign(["a", "b", "c"], success=False, cited={"a", "b"}, used={"a"})
+    assert fail == CreditPolicy().assign(["a", "b", "c"], success=False, cited={"a", "b"}, used={"a"})
+    # no value-use evidence at all (no answer given): citations keep cited_only
+    assert on.assign(["a", "b"], success=True, cited={"a", "b"}, used=set()) == {"a": (0.5, 0.0), "b": (0.5, 0.0)}
+    # an explicit support set overrides `used`
+    assert on.assign(["a", "b"], success=True, cited={"a", "b"}, used=set(), supported={"b"})["a"] == (0.25, 0.0)
+    # leave-one-out essential still earns full credit
+    assert on.assign(["a", "b"], success=True, cited={"a", "b"}, used={"a"}, essential={"b"})["b"] == (1.0, 0.0)
+
+
+def test_citation_support_through_feedback_with_answer(store_location: StoreLocation) -> None:
+    def run(support: bool) -> tuple[dict[str, float], str, str]:
+        cfg = RememConfig(credit=CreditPolicy(citation_support=support), retention=RetentionPolicy(enabled=False))
+        mem = ReMem(store_location(f"support-{support}"), config=cfg)
+        a = mem.add("The billing owner is Alice.", timestamp=1)
+        b = mem.add("The billing channel is busy.", timestamp=1)
+        res = mem.search("who owns billing", now=2)
+        r = mem.feedback(res.search_id, success=True, cited_ids=[a, b], answer={"owner": "Alice"})
+        return r.credit, a, b
+
+    credit, a, b = run(True)
+    assert credit == {a: 1.0, b: 0.25}  # b was cited but holds none of the answer's values
+    credit, a, b = run(False)
+    assert credit == {a: 1.0, b: 0.5}  # default off: unchanged
+
+
+def test_c_support_system_turns_the_rule_on() -> None:
+    from evals.harness.systems import load_systems
+
+    systems = load_systems()
+    assert systems["C_support"].config.credit.citation_support is True
+    assert systems["C"].config.credit.citation_support is False

@@ -29,7 +29,22 @@ Replay = Callable[[Sequence[str]], bool]
 @dataclass(frozen=True)
 class CreditPolicy:
     """``mode``: ``signals`` (default), ``equal`` (every served memory shares a success: the naive
-    baseline), ``usage_only`` (credit from citation/value use, ignoring the success bit)."""
+    baseline), ``usage_only`` (credit from citation/value use, ignoring the success bit).
+
+    ``citation_support`` (opt-in, default off): real models cite memories that did not support their
+    answer. When on, a cited memory that carries none of the answer's values (an *unsupported*
+    citation) earns ``unsupported_fraction`` (0.25) of a supported citation's credit
+    (``cited_and_used``) instead of ``cited_only``; on failure nothing changes (no extra blame). The
+    support signal is ``supported`` if the caller gives it, else ``used`` (``ReMem.feedback(answer=...)``
+    adds every served memory whose text holds an answer value to ``used``, via :func:`values_used`).
+    Because ``assign`` does not see whether an answer was given, the rule applies only when that
+    support set is non-empty: with no value-use evidence at all (no ``answer=`` and no ``used_ids``,
+    or an answer no served memory carries) citations keep the ordinary ``cited_only`` credit.
+    Why 0.25, not 0: on the committed real-LLM traces (``results/citation_precision.json``) 73-79% of
+    citations are unsupported and only 2-7% of those are the gold memory (none on successful asks),
+    so an unsupported citation is weak evidence; it keeps a little credit because value use is lexical
+    (a paraphrased value is missed) and because self-citation is all the caller may have.
+    """
 
     mode: CreditMode = "signals"
     cited_and_used: float = 1.0
@@ -38,6 +53,8 @@ class CreditPolicy:
     blame_used: float = 1.0
     blame_cited_only: float = 0.25
     loo: LooPolicy = "off"
+    citation_support: bool = False
+    unsupported_fraction: float = 0.25
 
     def assign(
         self,
@@ -47,12 +64,17 @@ class CreditPolicy:
         cited: Collection[str],
         used: Collection[str],
         essential: Collection[str] = (),
+        supported: Collection[str] | None = None,
     ) -> dict[str, tuple[float, float]]:
-        """(credit, blame) for every served id. ``essential``: ids whose removal flipped success (LOO)."""
+        """(credit, blame) for every served id. ``essential``: ids whose removal flipped success (LOO).
+        ``supported``: ids carrying an answer value (only read with ``citation_support``; default ``used``)."""
+        support = set(used if supported is None else supported) if self.citation_support else set()
         out: dict[str, tuple[float, float]] = {}
         for mid in served:
             c, u = mid in cited, mid in used
             signal = self.cited_and_used if (c and u) else self.used_only if u else self.cited_only if c else 0.0
+            if support and c and not u and mid not in support:  # an unsupported citation
+                signal = self.unsupported_fraction * self.cited_and_used
             if self.mode == "equal":
                 out[mid] = (1.0 / len(served), 0.0) if success else (0.0, 1.0 / len(served))
             elif self.mode == "usage_only":
