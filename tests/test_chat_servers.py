@@ -133,6 +133,10 @@ async def test_agent_with_a_tool_over_a_real_llama_cpp_server(
     assert len(pieces) > 3 and "".join(pieces) == "The server is in west-2 now."
     assert stream.reply is not None and stream.reply.citations == (stream.reply.aliases["M1"],)
     assert bodies[-1]["stream"] is True
+    # the user's thumbs up credits the memory the streamed reply cited inline
+    cited = stream.reply.citations[0]
+    receipt = await agent.feedback(stream.reply.answer_id, success=True, reason="thumbs up")
+    assert receipt.credit[cited] > 0 and mem.inspect(cited).credits[-1].search_id == stream.reply.search_id
     lines = load_traces(tmp_path / "t.jsonl")
     assert {ln["kind"] for ln in lines} == {"chat", "outcome"}
     assert "sk-test-123456" not in (tmp_path / "t.jsonl").read_text()
