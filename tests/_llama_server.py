@@ -38,6 +38,38 @@ def free_port() -> int:
 
 
 @contextmanager
+def serve_process(cmd: list[str], ready_url: str, what: str, timeout_s: float = 90.0) -> Iterator[None]:
+    """Run ``cmd`` until the block ends; wait until ``ready_url`` answers 200 (its output kept for a failure)."""
+    log_file = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(trust_env=False, timeout=2.0) as probe:
+            while True:
+                if proc.poll() is not None:
+                    log_file.seek(0)
+                    pytest.fail(f"{what} exited with {proc.returncode}:\n{log_file.read().decode()[-3000:]}")
+                try:
+                    if probe.get(ready_url).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    pytest.fail(f"{what} did not become ready within {timeout_s:.0f} s")
+                time.sleep(0.2)
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)
+        log_file.close()
+
+
+@contextmanager
 def llama_server(chat_format: str = "chatml", n_ctx: int = 2048) -> Iterator[str]:
     """Start the server, wait until ``/v1/models`` answers, yield its ``/v1`` base URL, stop it.
 
@@ -49,34 +81,9 @@ def llama_server(chat_format: str = "chatml", n_ctx: int = 2048) -> Iterator[str
     gguf = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert gguf.is_file(), gguf
     port = free_port()
-    log_file = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
-    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1"]
     cmd += ["--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", "1", "--chat_format", chat_format]
     cmd += ["--verbose", "False"]
-    proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 90.0
-        with httpx.Client(trust_env=False, timeout=2.0) as probe:
-            while True:
-                if proc.poll() is not None:
-                    log_file.seek(0)
-                    pytest.fail(f"llama_cpp.server exited with {proc.returncode}:\n{log_file.read().decode()[-3000:]}")
-                try:
-                    if probe.get(f"{base}/models").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    pytest.fail("llama_cpp.server did not become ready within 90 s")
-                time.sleep(0.2)
+    with serve_process(cmd, f"{base}/models", "llama_cpp.server"):
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
-        log_file.close()

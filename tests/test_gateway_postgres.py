@@ -6,11 +6,7 @@ feedback sent to both, concurrently, is counted exactly once each in the ledger;
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
@@ -18,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from _llama_server import free_port
+from _llama_server import free_port, serve_process
 from _ollama_server import FakeOllama, chat_ok
 
 pytest.importorskip("psycopg")
@@ -31,33 +27,9 @@ def gateway_process(store: str, upstream: str) -> Iterator[str]:
     port = free_port()
     cmd = [sys.executable, "-m", "remem_agent.cli", "serve", "--store", store, "--upstream", upstream]
     cmd += ["--upstream-kind", "ollama", "--models", MODEL, "--port", str(port), "--trace", "off"]
-    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                log.seek(0)
-                pytest.fail(f"remem serve exited with {proc.returncode}:\n{log.read().decode()[-3000:]}")
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1, trust_env=False).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("remem serve did not start within 60 s")
-            time.sleep(0.2)
+    with serve_process(cmd, f"{base}/healthz", "remem serve", timeout_s=60):
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
-        log.close()
 
 
 def test_two_gateway_processes_share_one_postgresql_store(pg_url: str) -> None:
