@@ -388,3 +388,21 @@ def test_any_conversation_is_answered_or_refused_with_a_typed_error_and_refusals
             assert m.verify().ok
 
     asyncio.run(run())
+
+
+async def test_a_chat_whose_recall_fails_still_leaves_its_trace_line(tmp_path: Path) -> None:
+    from remem_agent.errors import StoreError
+
+    class _Broken(ReMem):
+        async def asearch(self, query: str, **kw: Any) -> Any:  # type: ignore[override]
+            raise StoreError("disk gone")
+
+    with _Broken(tmp_path / "s") as broken:
+        agent = MemoryAgent(broken, FunctionChatModel(lambda req: "x"), trace=tmp_path / "t.jsonl")
+        with pytest.raises(StoreError):
+            await agent.chat([{"role": "user", "content": "Where is our server?"}])
+        with pytest.raises(StoreError):
+            async for _ in agent.chat_stream([{"role": "user", "content": "Where is our server?"}]):
+                pass
+    lines = load_traces(tmp_path / "t.jsonl")
+    assert [ln["error"] for ln in lines] == ["recall failed: StoreError: disk gone"] * 2

@@ -284,6 +284,28 @@ class Conversations:
                 self._locks.pop(old, None)
             return turn, True
 
+    async def begin_traced(self, opts: ChatOptions, t0: float) -> tuple[_Turn, bool]:
+        """``begin``, but a failure of recall (a store error, say) still leaves the call's trace line."""
+        try:
+            return await self.begin(opts)
+        except Exception as exc:
+            tracer = self._tracer()
+            if tracer is not None:
+                await tracer.write(
+                    {
+                        "v": 2, "kind": "chat", "ts": datetime.now(UTC).isoformat(), "run": self.run_id,
+                        "answer_id": "", "conversation_id": opts.conversation_id, "scope": opts.scope,
+                        "turn": latest_user_index(opts.messages), "task": opts.task,
+                        "model": {"adapter": self.model.adapter, "name": self.model.name},
+                        "search_id": None, "recall_query": None, "recalled": False, "served": [], "aliases": {},
+                        "messages": [m.to_dict() for m in opts.messages], "memory_block": None, "tools": [],
+                        "stream": False, "reply": {"text": "", "tool_calls": [], "finish_reason": "error"},
+                        "citations": [], "error": f"recall failed: {type(exc).__name__}: {exc}",
+                        "latency_ms": {"total": _ms(t0)},
+                    }
+                )  # fmt: skip
+            raise
+
     def request(self, opts: ChatOptions, turn: _Turn) -> tuple[ChatRequest, str | None]:
         labels = list(turn.aliases)
         prompt = inject_memories(opts.messages, turn.result.items, labels)
@@ -568,7 +590,7 @@ async def run_chat(conv: Conversations, opts: ChatOptions, retry: RetryPolicy) -
     try:
         t0 = time.perf_counter()
         with _stage(conv.telemetry, "remem.recall", root) as span:
-            turn, recalled = await conv.begin(opts)
+            turn, recalled = await conv.begin_traced(opts, t0)
             span.set("remem.recalled", recalled)
             span.set("remem.served", len(turn.result.items))
         root.set("remem.answer_id", turn.answer_id)
@@ -701,7 +723,7 @@ async def _stream_body(
 ) -> AsyncGenerator[StreamChunk | None]:
     t0 = time.perf_counter()
     with _stage(conv.telemetry, "remem.recall", root) as span:
-        turn, recalled = await conv.begin(opts)
+        turn, recalled = await conv.begin_traced(opts, t0)
         span.set("remem.recalled", recalled)
         span.set("remem.served", len(turn.result.items))
     root.set("remem.answer_id", turn.answer_id)
