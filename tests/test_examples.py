@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,9 @@ def test_wrap_ollama_example(tmp_path: Path) -> None:
     assert "Our server moved to west-2." in body["messages"][1]["content"]
 
 
-@pytest.fixture()
-def fake_openai() -> Iterator[tuple[str, list[Any]]]:
+@contextmanager
+def openai_server(reply: Callable[[dict[str, Any]], tuple[dict[str, Any], str]]) -> Iterator[tuple[str, list[Any]]]:
+    """A loopback OpenAI-protocol server: ``reply(body)`` gives (message, finish_reason); requests are kept."""
     seen: list[Any] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -38,15 +40,14 @@ def fake_openai() -> Iterator[tuple[str, list[Any]]]:
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             seen.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+            message, finish = reply(body)
             data = json.dumps(
                 {
                     "id": "c1",
                     "object": "chat.completion",
                     "created": 0,
                     "model": body["model"],
-                    "choices": [
-                        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": ANSWER}}
-                    ],
+                    "choices": [{"index": 0, "finish_reason": finish, "message": message}],
                     "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
                 }
             ).encode()
@@ -64,6 +65,12 @@ def fake_openai() -> Iterator[tuple[str, list[Any]]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture()
+def fake_openai() -> Iterator[tuple[str, list[Any]]]:
+    with openai_server(lambda body: ({"role": "assistant", "content": ANSWER}, "stop")) as served:
+        yield served
 
 
 def test_wrap_openai_example(tmp_path: Path, fake_openai: tuple[str, list[Any]]) -> None:
@@ -92,42 +99,18 @@ def test_stream_ollama_example(tmp_path: Path) -> None:
     assert out.splitlines()[0] == "Our server is in west-2." and "cited: ['Our server moved to west-2.']" in out
 
 
+def _call_ping_then_answer(body: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    if body["messages"][-1]["role"] == "tool":
+        return {"role": "assistant", "content": "Yes, west-2 answers [M1]."}, "stop"
+    call = {"id": "call_1", "type": "function", "function": {"name": "ping", "arguments": "{}"}}
+    return {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
+
+
 @pytest.fixture()
 def fake_openai_tools() -> Iterator[tuple[str, list[Any]]]:
     """An OpenAI-protocol server that calls the tool once, then answers citing M1."""
-    seen: list[Any] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *a: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            seen.append(body)
-            if body["messages"][-1]["role"] == "tool":
-                message: dict[str, Any] = {"role": "assistant", "content": "Yes, west-2 answers [M1]."}
-                finish = "stop"
-            else:
-                call = {"id": "call_1", "type": "function", "function": {"name": "ping", "arguments": "{}"}}
-                message, finish = {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
-            data = json.dumps(
-                {"id": "c1", "object": "chat.completion", "created": 0, "model": body["model"],
-                 "choices": [{"index": 0, "finish_reason": finish, "message": message}]}
-            ).encode()  # fmt: skip
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with openai_server(_call_ping_then_answer) as served:
+        yield served
 
 
 def test_chat_with_tools_example(tmp_path: Path, fake_openai_tools: tuple[str, list[Any]]) -> None:
@@ -135,9 +118,10 @@ def test_chat_with_tools_example(tmp_path: Path, fake_openai_tools: tuple[str, l
     url, seen = fake_openai_tools
     out = run_example("chat_with_tools.py", {"OPENAI_BASE_URL": url, "OPENAI_API_KEY": "sk-x"}, tmp_path, "m")
     assert out.strip() == "Yes, west-2 answers. | cited: ['Our server moved to west-2.']"
-    assert len(seen) == 2 and seen[0]["messages"][0] == {"role": "system", "content": "You are Ops Bot."}
-    assert seen[1]["messages"][-1] == {"role": "tool", "content": "pong", "tool_call_id": "call_1"}
-    assert seen[0]["messages"][1] == seen[1]["messages"][1]  # the same memory block for the whole turn
+    bodies = [r["body"] for r in seen]
+    assert len(bodies) == 2 and bodies[0]["messages"][0] == {"role": "system", "content": "You are Ops Bot."}
+    assert bodies[1]["messages"][-1] == {"role": "tool", "content": "pong", "tool_call_id": "call_1"}
+    assert bodies[0]["messages"][1] == bodies[1]["messages"][1]  # the same memory block for the whole turn
 
 
 def test_examples_are_short() -> None:
