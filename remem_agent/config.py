@@ -47,6 +47,8 @@ class RememConfig:
     heuristic_weights: Mapping[str, float] | None = None
     # A scope every search may also read (team-wide facts, say); None: each search reads its own scope only.
     shared_scope: str | None = None
+    # Query embeddings kept for repeated questions (remem_agent/embedders/cache.py); 0 turns the cache off.
+    query_cache_size: int = 1024
 
     @classmethod
     def similarity_only(cls, **overrides: Any) -> RememConfig:

@@ -24,6 +24,7 @@ from remem_agent._time import Timestamp, to_epoch
 from remem_agent._time import now as wall_now
 from remem_agent.config import RememConfig
 from remem_agent.embedders.base import Embedder, check_vectors
+from remem_agent.embedders.cache import QueryCache
 from remem_agent.errors import LedgerIntegrityError, UnknownMemoryError, UnknownSearchError, UserInputError
 from remem_agent.index.base import IndexBackend
 from remem_agent.index.flat import FlatIndex
@@ -103,6 +104,8 @@ class ReMem:
             raise UserInputError("backend must have ingest(ids, vectors), candidates(query, k) and __len__")
         self.embedder = embedder
         self.config = config or RememConfig()
+        # Repeated questions (retries, re-asks, agents asking again) skip the query embedding.
+        self.query_cache = QueryCache(self.config.query_cache_size)
         self.utility: UtilityModel = utility or self.config.make_utility()
         # store_options go to the backend, e.g. {"pool_size": 16, "ef_search": 400} for PostgreSQL.
         self.store: Store = open_store(path, synchronous=synchronous, **dict(store_options or {}))
@@ -277,7 +280,7 @@ class ReMem:
         assert t_now is not None
         at = t_as_of if t_as_of is not None else t_now
 
-        qvec = check_vectors(self.embedder.embed([query]), 1, self.dim, source=self.embedder.name)[0]
+        qvec = self.query_cache.vector(self.embedder, query)
         self._sync_index()
         # gather (I/O) -> rank and select (pure) -> record (I/O)
         candidates = self.candidates(qvec, k=k, task=task, at=at, historical=t_as_of is not None, scope=scope)
