@@ -26,8 +26,8 @@ from remem_agent.gateway.auth import ApiKeys, Caller
 from remem_agent.gateway.config import GatewayConfig, GatewayConfigError, load_api_keys
 from remem_agent.gateway.limits import Gate, read_body
 from remem_agent.gateway.metrics import Metrics, gateway_metrics
-from remem_agent.gateway.protocol import ApiError, Protocol, error_of
-from remem_agent.gateway.service import ChatService
+from remem_agent.gateway.protocol import ApiError, Protocol, error_of, json_object
+from remem_agent.gateway.service import ChatCall, ChatService
 from remem_agent.gateway.upstream import ModelRouter, build_router
 from remem_agent.memory import ReMem
 
@@ -121,6 +121,25 @@ class Gateway:
     # -- request plumbing -----------------------------------------------------------------------------------
     async def read_body(self, request: Request) -> bytes:
         return await read_body(request, self.config.limits.max_body_bytes)
+
+    async def read_chat(
+        self,
+        request: Request,
+        caller: Caller,
+        parse: Callable[[Gateway, dict[str, Any], Request, Caller], ChatCall],
+        *,
+        stream_default: bool,
+    ) -> tuple[dict[str, Any], bool, ChatCall]:
+        """The part of a chat route both protocols share: the body, its stream flag, the call (scope
+        authorized by ``parse``) with a known model, and the scope noted for the access log."""
+        body = json_object(await self.read_body(request))
+        stream = body.get("stream", stream_default)
+        if not isinstance(stream, bool):
+            raise ApiError(400, "'stream' must be true or false", code="invalid_value")
+        call = parse(self, body, request, caller)
+        call.model = await self.service.check_model(body.get("model"))
+        request.state.scope = call.scope
+        return body, stream, call
 
     def authorize(self, caller: Caller, scope: str) -> None:
         if not caller.may(scope):

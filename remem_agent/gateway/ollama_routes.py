@@ -28,7 +28,7 @@ from remem_agent.adapters.base import ToolCall
 from remem_agent.agent.chat import ChatReply, ChatStream
 from remem_agent.errors import ModelError
 from remem_agent.gateway.auth import Caller, request_scope
-from remem_agent.gateway.protocol import ApiError, check_schema, count, error_of, json_object, number
+from remem_agent.gateway.protocol import ApiError, check_schema, count, error_of, number
 from remem_agent.gateway.service import ChatCall, ClosingStreamingResponse, Meta, StreamEnd
 
 if TYPE_CHECKING:
@@ -140,13 +140,8 @@ def _done(reply: ChatReply, meta: Meta, model: str, started: float) -> dict[str,
 
 
 async def chat(gw: Gateway, request: Request, caller: Caller) -> Response:
-    body = json_object(await gw.read_body(request))
-    stream = body.get("stream", True)
-    if not isinstance(stream, bool):
-        raise ApiError(400, "'stream' must be true or false", code="invalid_value")
-    call = parse_call(gw, body, request, caller)
-    model = call.model = await gw.service.check_model(body.get("model"))
-    request.state.scope = call.scope
+    _, stream, call = await gw.read_chat(request, caller, parse_call, stream_default=True)
+    model = call.model
     release = await gw.gate.acquire()
     handed = False  # a stream releases its slot after its last byte
     try:

@@ -34,7 +34,7 @@ from remem_agent.adapters.base import StreamChunk, Usage
 from remem_agent.agent.chat import ChatStream
 from remem_agent.errors import ModelError
 from remem_agent.gateway.auth import Caller, request_scope
-from remem_agent.gateway.protocol import ApiError, check_schema, count, error_of, json_object, number
+from remem_agent.gateway.protocol import ApiError, check_schema, count, error_of, number
 from remem_agent.gateway.service import ChatCall, ClosingStreamingResponse, Meta, StreamEnd
 
 if TYPE_CHECKING:
@@ -123,13 +123,8 @@ def _flag(value: str | None) -> bool | None:
 
 
 async def chat_completions(gw: Gateway, request: Request, caller: Caller) -> Response:
-    body = json_object(await gw.read_body(request))
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise ApiError(400, "'stream' must be true or false", code="invalid_value")
-    call = parse_call(gw, body, request, caller)  # the scope is authorized first
-    model = call.model = await gw.service.check_model(body.get("model"))
-    request.state.scope = call.scope
+    body, stream, call = await gw.read_chat(request, caller, parse_call, stream_default=False)
+    model = call.model
     release = await gw.gate.acquire()
     handed = False  # a stream releases its slot after its last byte
     try:
