@@ -25,6 +25,7 @@ from remem_agent._time import now as wall_now
 from remem_agent.config import RememConfig
 from remem_agent.embedders.base import Embedder, check_vectors
 from remem_agent.embedders.cache import QueryCache
+from remem_agent.embedders.compat import vectors_compatible
 from remem_agent.errors import LedgerIntegrityError, UnknownMemoryError, UnknownSearchError, UserInputError
 from remem_agent.index.base import IndexBackend
 from remem_agent.index.flat import FlatIndex
@@ -113,7 +114,7 @@ class ReMem:
         self.path: Path | str = getattr(self.store, "folder", None) or self.store.location
         stored_name = self.store.set_meta_default("embedder", embedder.name)
         stored_dim = int(self.store.set_meta_default("dim", str(embedder.dim)))
-        if stored_name != embedder.name or stored_dim != embedder.dim:
+        if not vectors_compatible(stored_name, stored_dim, embedder):  # same embedder, or one vector family
             self.store.close()
             raise UserInputError(
                 f"store {self.path} was built with embedder {stored_name!r} (dim {stored_dim}); "

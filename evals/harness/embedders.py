@@ -13,7 +13,7 @@ from remem_agent.embedders.base import Embedder, Vectors, check_vectors
 from remem_agent.embedders.hashing import DEFAULT_CONCEPT_GROUPS, ConceptHashEmbedder
 
 EMBEDDER_ENV = "REMEM_EVAL_EMBEDDER"
-"""Environment variable read by :func:`embedder_for`: ``hash`` (default) or ``minilm``."""
+"""Read by :func:`embedder_for`: ``hash`` (default), ``minilm``, ``onnx`` or ``sentence-transformers``."""
 
 
 class CachedEmbedder:
@@ -51,15 +51,16 @@ class CachedEmbedder:
 
 
 def make_embedder(name: str) -> CachedEmbedder:
-    """A cached embedder by name: ``hash`` (the default concept-hash embedder) or ``minilm``
-    (all-MiniLM-L6-v2 from the offline package; extra ``embeddings``)."""
-    if name == "hash":
-        return CachedEmbedder(ConceptHashEmbedder())
-    if name == "minilm":
-        from remem_agent.embedders.sentence_transformers import SentenceTransformerEmbedder
+    """A cached embedder by name: ``hash`` (the default concept-hash embedder), ``minilm`` (all-MiniLM-L6-v2:
+    on onnxruntime when the ``onnx`` extra is installed, else sentence-transformers), or one engine explicitly,
+    ``onnx`` or ``sentence-transformers`` (see remem_agent.embedders.registry)."""
+    from remem_agent.embedders.registry import make_embedder as by_name
+    from remem_agent.errors import UserInputError
 
-        return CachedEmbedder(SentenceTransformerEmbedder())
-    raise SystemExit(f"unknown embedder {name!r}; use hash or minilm")
+    try:
+        return CachedEmbedder(by_name(name))
+    except UserInputError as exc:
+        raise SystemExit(str(exc)) from exc
 
 
 _MINILM: CachedEmbedder | None = None
@@ -68,12 +69,13 @@ _MINILM: CachedEmbedder | None = None
 def embedder_for(world: World) -> Embedder:
     """The embedder a store replaying ``world`` uses.
 
-    The concept-hash embedder with the world's synonym lexicon, or, when ``REMEM_EVAL_EMBEDDER=minilm``
-    (``run_benchmark --embedder minilm``), one all-MiniLM-L6-v2 shared by the whole process and cached.
+    The concept-hash embedder with the world's synonym lexicon, or, when ``REMEM_EVAL_EMBEDDER`` names a real
+    embedder (``run_benchmark --embedder minilm``), one all-MiniLM-L6-v2 shared by the whole process and cached.
     """
     global _MINILM
-    if os.environ.get(EMBEDDER_ENV, "hash") == "minilm":
+    name = os.environ.get(EMBEDDER_ENV, "hash")
+    if name != "hash":
         if _MINILM is None:
-            _MINILM = make_embedder("minilm")
+            _MINILM = make_embedder(name)
         return _MINILM
     return ConceptHashEmbedder(concepts=[*DEFAULT_CONCEPT_GROUPS, *world.lexicon])

@@ -7,7 +7,15 @@ from typing import Any
 from remem_agent.embedders.base import Embedder, check_vectors
 from remem_agent.embedders.hashing import ConceptHashEmbedder
 
-__all__ = ["ConceptHashEmbedder", "Embedder", "OpenAIEmbedder", "SentenceTransformerEmbedder", "check_vectors"]
+__all__ = [
+    "ConceptHashEmbedder",
+    "Embedder",
+    "OnnxEmbedder",
+    "OpenAIEmbedder",
+    "SentenceTransformerEmbedder",
+    "check_vectors",
+    "make_embedder",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -15,6 +23,14 @@ def __getattr__(name: str) -> Any:
         from remem_agent.embedders.sentence_transformers import SentenceTransformerEmbedder
 
         return SentenceTransformerEmbedder
+    if name == "OnnxEmbedder":
+        from remem_agent.embedders.onnx import OnnxEmbedder
+
+        return OnnxEmbedder
+    if name == "make_embedder":
+        from remem_agent.embedders.registry import make_embedder
+
+        return make_embedder
     if name == "OpenAIEmbedder":
         from remem_agent.embedders.openai_compat import OpenAIEmbedder
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from remem_agent._extras import require
 from remem_agent.embedders.base import Vectors, check_texts, check_vectors
+from remem_agent.embedders.threads import check_threads
 from remem_agent.errors import ModelError, UserInputError
 
 PACKAGED_MODEL = "all-MiniLM-L6-v2"
@@ -50,10 +51,22 @@ class SentenceTransformerEmbedder:
 
     ``model`` is either ``"all-MiniLM-L6-v2"`` (the packaged copy) or a path to a local
     sentence-transformers folder. The model is loaded on first use of ``embed`` or ``dim``.
+
+    ``threads`` is torch's intra-op thread count, set with ``torch.set_num_threads`` when the model
+    loads (a process-wide setting: torch has no per-model pool). The default,
+    :func:`remem_agent.embedders.threads.default_threads` (``REMEM_EMBED_THREADS``, else 1), keeps one
+    query from waiting at OpenMP barriers for a core another process holds (issue 18: 216-316 ms
+    instead of ~18 ms with torch's 2-thread pool under one competing process). The ONNX embedder
+    (:class:`remem_agent.embedders.onnx.OnnxEmbedder`) gives the same vectors faster and without torch.
     """
 
     def __init__(
-        self, model: str | os.PathLike[str] = PACKAGED_MODEL, device: str = "cpu", batch_size: int = 64
+        self,
+        model: str | os.PathLike[str] = PACKAGED_MODEL,
+        device: str = "cpu",
+        batch_size: int = 64,
+        *,
+        threads: int | None = None,
     ) -> None:
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
             raise UserInputError(f"batch_size must be a positive integer, got {batch_size!r}")
@@ -75,6 +88,7 @@ class SentenceTransformerEmbedder:
             self._name = f"st:{self._folder.name}"
         self._device = device
         self._batch_size = batch_size
+        self.threads = check_threads(threads)
         self._model: Any = None
         self._dim: int | None = None
         self._lock = threading.Lock()
@@ -104,6 +118,8 @@ class SentenceTransformerEmbedder:
             if self._model is not None:
                 return self._model
             st = _import_sentence_transformers()
+            torch = require("torch", _EXTRA, feature="SentenceTransformerEmbedder")
+            torch.set_num_threads(self.threads)
             folder = self.model_path
             try:
                 model = st.SentenceTransformer(str(folder), device=self._device, local_files_only=True)

@@ -19,10 +19,12 @@ Inferred feedback (when the client never calls ``feedback``), the same rules as
   inference off. Pending recalls live in this server process only (one client session).
 
 Environment: ``REMEM_PATH`` (store folder, default ``~/.remem/default``, or a ``postgresql://`` URL
-for a store shared by several machines), ``REMEM_EMBEDDER`` (``hash``,
-the default, or ``sentence-transformers``), ``REMEM_ST_MODEL`` (model name or local folder for
-sentence-transformers), ``REMEM_AUTO_FEEDBACK`` (``0`` turns inference off), ``REMEM_SCOPE`` (the scope
-every tool reads and writes, e.g. ``user:alice``; default ``default``), ``REMEM_LOG_LEVEL``.
+for a store shared by several machines), ``REMEM_EMBEDDER`` (``hash``, the default; ``minilm``, the
+real all-MiniLM-L6-v2 on onnxruntime when the ``onnx`` extra is installed, else on sentence-transformers;
+``onnx``; or ``sentence-transformers``), ``REMEM_ST_MODEL`` (model name or local folder for
+sentence-transformers), ``REMEM_EMBED_THREADS`` (the embedder's threads, default 1),
+``REMEM_AUTO_FEEDBACK`` (``0`` turns inference off), ``REMEM_SCOPE`` (the scope every tool reads and
+writes, e.g. ``user:alice``; default ``default``), ``REMEM_LOG_LEVEL``.
 stdout carries the protocol; logs go to stderr.
 """
 
@@ -539,17 +541,13 @@ def _flag(value: str | None, default: bool) -> bool:
 
 
 def make_embedder(env: Mapping[str, str]) -> Embedder:
-    """The embedder named by ``REMEM_EMBEDDER`` (``hash`` default, or ``sentence-transformers``)."""
-    name = env.get("REMEM_EMBEDDER", "hash").strip().lower()
-    if name in ("", "hash", "concept-hash"):
-        from remem_agent.embedders.hashing import ConceptHashEmbedder
+    """The embedder named by ``REMEM_EMBEDDER`` (:mod:`remem_agent.embedders.registry`; ``hash`` by default)."""
+    from remem_agent.embedders.registry import canonical_name
+    from remem_agent.embedders.registry import make_embedder as by_name
 
-        return ConceptHashEmbedder()
-    if name in ("sentence-transformers", "sentence_transformers", "st"):
-        from remem_agent.embedders.sentence_transformers import PACKAGED_MODEL, SentenceTransformerEmbedder
-
-        return SentenceTransformerEmbedder(env.get("REMEM_ST_MODEL") or PACKAGED_MODEL)
-    raise UserInputError(f"REMEM_EMBEDDER must be 'hash' or 'sentence-transformers', got {name!r}")
+    name = env.get("REMEM_EMBEDDER", "hash")
+    model = env.get("REMEM_ST_MODEL") or None
+    return by_name(name, model=model if canonical_name(name) == "sentence-transformers" else None)
 
 
 def open_from_env(env: Mapping[str, str] | None = None) -> RememTools:
