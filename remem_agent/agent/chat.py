@@ -406,22 +406,15 @@ class Conversations:
         item = await self.pending.take(prev.answer_id)
         if item is None:  # already judged (explicit feedback, a correction by a new fact)
             return
-        assert verdict.success is not None
-        try:
-            receipt = await self.memory.afeedback(
-                item.search_id,
-                success=verdict.success,
-                cited_ids=list(item.cited_ids),
-                used_ids=list(item.used_ids),
-                weight=verdict.weight,
-                source=verdict.source,
-            )
-        except BaseException:
-            await self.pending.release(item)
-            raise
         conversation = cid.split("|", 1)[-1]
-        await self.write_outcome(
-            item, conversation, verdict, receipt, started=prev.started, heuristic=heuristic, judge=judge
+        await self.record_verdict(
+            item,
+            verdict,
+            used_ids=item.used_ids,
+            conversation=conversation,
+            started=prev.started,
+            heuristic=heuristic,
+            judge=judge,
         )
 
     async def _judge(self, prev: _Turn, next_user: str) -> Verdict | None:
@@ -448,6 +441,43 @@ class Conversations:
         if verdict not in ("helpful", "wrong"):
             return Verdict(success=None, source="judge", weight=0.0, reason=reason or "unclear")
         return Verdict(success=verdict == "helpful", source="judge", weight=1.0, reason=reason)
+
+    async def record_verdict(
+        self,
+        item: Waiting,
+        verdict: Verdict,
+        *,
+        used_ids: Sequence[str] = (),
+        answer: object | None = None,
+        conversation: str | None = None,
+        started: float | None = None,
+        heuristic: Mapping[str, Any] | None = None,
+        judge: Mapping[str, Any] | None = None,
+    ) -> FeedbackReceipt:
+        """Learn a claimed answer's verdict, then trace it: the one path every outcome takes.
+
+        Explicit feedback, an inferred correction, "moved on" and a settled conversation turn all come
+        here, so they credit alike. If the ledger refuses the feedback, the claim is released (the answer
+        may be judged again) and the error propagates; nothing is traced for it.
+        """
+        assert verdict.success is not None
+        try:
+            receipt = await self.memory.afeedback(
+                item.search_id,
+                success=verdict.success,
+                used_ids=list(used_ids),
+                cited_ids=list(item.cited_ids),
+                answer=answer,
+                weight=verdict.weight,
+                source=verdict.source,
+            )
+        except BaseException:
+            await self.pending.release(item)
+            raise
+        await self.write_outcome(
+            item, conversation, verdict, receipt, started=started, heuristic=heuristic, judge=judge
+        )
+        return receipt
 
     async def write_outcome(
         self,

@@ -561,21 +561,8 @@ class MemoryAgent:
         if item is None:
             raise UnknownSearchError(str(answer_id))
         used = sorted({*item.used_ids, *(used_ids or ())})
-        try:
-            receipt = await self.memory.afeedback(
-                item.search_id,
-                success=success,
-                used_ids=used,
-                cited_ids=list(item.cited_ids),
-                answer=item.value,
-                source="user",
-            )
-        except BaseException:
-            await self._pending.release(item)
-            raise
         verdict = Verdict(success=success, source="user", weight=1.0, reason=reason or "")
-        await self._conversations.write_outcome(item, None, verdict, receipt, started=None)
-        return receipt
+        return await self._conversations.record_verdict(item, verdict, used_ids=used, answer=item.value)
 
     async def remember(
         self,
@@ -606,28 +593,17 @@ class MemoryAgent:
             return
         for item, blamed in await self._pending.take_relying_on(info.supersedes):
             log.debug("inferred failure of %s: corrected %s", item.answer_id, blamed)
-            receipt = await self.memory.afeedback(
-                item.search_id, success=False, used_ids=blamed, cited_ids=list(item.cited_ids), source="inferred"
-            )
             reason = f"a new fact ({new_id}) superseded served memories {blamed}"
             verdict = Verdict(success=False, source="inferred", weight=1.0, reason=reason)
-            await self._conversations.write_outcome(item, None, verdict, receipt, started=None)
+            await self._conversations.record_verdict(item, verdict, used_ids=blamed)
 
     async def _infer_moved_on(self, thread: tuple[str, str | None]) -> None:
         """A new ask in the same task with no correction since: the previous answer was a weak success."""
         item = await self._pending.take_latest(thread)
         if item is None:
             return
-        receipt = await self.memory.afeedback(
-            item.search_id,
-            success=True,
-            cited_ids=list(item.cited_ids),
-            answer=item.value,
-            weight=WEAK_SUCCESS_WEIGHT,
-            source="inferred",
-        )
         verdict = Verdict(success=True, source="inferred", weight=WEAK_SUCCESS_WEIGHT, reason="the next ask moved on")
-        await self._conversations.write_outcome(item, None, verdict, receipt, started=None)
+        await self._conversations.record_verdict(item, verdict, answer=item.value)
 
 
 def _served_entry(h: Hit) -> dict[str, Any]:
