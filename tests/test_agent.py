@@ -173,6 +173,29 @@ async def test_inferred_failure_from_a_correction(mem: ReMem, tmp_path: Path) ->
     assert info.overall.blamed == 1 and info.credits[-1].success is False
 
 
+async def test_a_verdict_the_ledger_refuses_releases_the_claim(
+    mem: ReMem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An inferred correction whose feedback write fails leaves the answer judgeable (nothing credited)."""
+    east = mem.add("Our server is in east-1.", entity="server", attribute="region", timestamp=1)
+    agent = agent_for(mem, ScriptedChatModel([reply("east-1", ["M1"])]), tmp_path)
+    ans = await agent.ask("Where is our server?", task="ops", schema=SCHEMA, now=2)
+    real = mem.afeedback
+
+    async def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(mem, "afeedback", refuse)
+    with pytest.raises(OSError):
+        await agent.remember("Actually our server is in west-2.", entity="server", attribute="region", timestamp=3)
+    assert mem.inspect(east).overall.blamed == 0
+    monkeypatch.setattr(mem, "afeedback", real)
+    receipt = await agent.feedback(ans.answer_id, success=False, reason="wrong region")
+    assert receipt.blame.get(east, 0) > 0 and mem.inspect(east).overall.blamed == 1
+    outcomes = [r for r in load_traces(tmp_path / "trace.jsonl") if r.get("kind") == "outcome"]
+    assert [o["outcome"]["source"] for o in outcomes] == ["user"]  # the refused verdict was not traced
+
+
 async def test_inferred_weak_success_when_moving_on(mem: ReMem, tmp_path: Path) -> None:
     a = mem.add("Server in west-2.", timestamp=1)
     model = ScriptedChatModel([reply("west-2", ["M1"]), reply("west-2", ["M1"])])
