@@ -27,6 +27,7 @@ class Reply:
     content_type: str | None = None  # default: JSON for a dict body, text/plain for a str
     ndjson: list[dict[str, Any]] | None = None  # a streamed reply: these lines, chunked, one per chunk
     cut_after: int | None = None  # with ndjson: drop the connection after this many lines
+    sse: bool = False  # with ndjson: send the lines as server-sent events ("data: ...") ending in [DONE]
 
 
 @dataclass
@@ -137,7 +138,7 @@ class FakeOllama:
                 assert reply.ndjson is not None
                 try:
                     self.send_response(reply.status)
-                    self.send_header("Content-Type", "application/x-ndjson")
+                    self.send_header("Content-Type", "text/event-stream" if reply.sse else "application/x-ndjson")
                     self.send_header("Transfer-Encoding", "chunked")
                     self.end_headers()
                     for n, line in enumerate(reply.ndjson):
@@ -146,9 +147,11 @@ class FakeOllama:
                             self.wfile.flush()
                             self.connection.shutdown(socket.SHUT_RDWR)
                             return
-                        data = (json.dumps(line) + "\n").encode()
+                        data = (f"data: {json.dumps(line)}\n\n" if reply.sse else json.dumps(line) + "\n").encode()
                         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                         self.wfile.flush()
+                    if reply.sse:
+                        self.wfile.write(b"e\r\ndata: [DONE]\n\n\r\n")
                     self.wfile.write(b"0\r\n\r\n")
                 except (BrokenPipeError, ConnectionResetError):
                     pass

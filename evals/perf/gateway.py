@@ -44,10 +44,12 @@ import httpx
 from evals.harness.jsonio import write_json
 from evals.perf.measure import git_commit, git_dirty, latency_ms, loadavg, machine_facts
 from evals.perf.middleware import ATTRS, ENTITIES, corpus
+from evals.perf.rawhttp import RawConnection, RawHTTPError
 
 REPLY = "It is in west-2 [M1]."
 BENCH_KEY = "sk-bench-0123456789abcdef0123456789abcdef"  # both proxies authenticate every request
 Target = tuple[str, dict[str, str]]  # base URL, headers
+Timed = tuple[int, float, float | None]  # status, total s, first content chunk s (streams)
 PIECES = ["It ", "is ", "in ", "west-2 ", "[M1]."]
 MODEL = "fake"
 
@@ -162,22 +164,35 @@ def _question(rng: random.Random, n: int) -> list[dict[str, str]]:
     return [{"role": "user", "content": f"What is the {rng.choice(ATTRS)} of {rng.choice(ENTITIES)}? (request {n})"}]
 
 
-async def _call(
-    client: httpx.AsyncClient, base: str, body: dict[str, Any], headers: dict[str, str]
-) -> tuple[int, float, float | None]:
+def _endpoint(base: str) -> tuple[str, int, str]:
+    """(host, port, path prefix) of a ``http://host:port/prefix`` base URL."""
+    rest = base.removeprefix("http://")
+    hostport, _, prefix = rest.partition("/")
+    host, _, port = hostport.partition(":")
+    return host, int(port or 80), "/" + prefix if prefix else ""
+
+
+async def _call(conn: RawConnection, prefix: str, body: dict[str, Any], headers: dict[str, str]) -> Timed:
     """(status, total seconds, seconds to the first content chunk for a stream)."""
+    data = json.dumps(body).encode()
+    hdrs = {"content-type": "application/json", **headers}
     t0 = time.perf_counter()
     if not body.get("stream"):
-        r = await client.post(f"{base}/chat/completions", json=body, headers=headers)
-        return r.status_code, time.perf_counter() - t0, None
+        r = await conn.request("POST", f"{prefix}/chat/completions", data, hdrs)
+        return r.status, time.perf_counter() - t0, None
     first: float | None = None
-    async with client.stream("POST", f"{base}/chat/completions", json=body, headers=headers) as r:
-        async for line in r.aiter_lines():
-            if first is None and line.startswith("data: {"):
+    status, pieces = await conn.stream("POST", f"{prefix}/chat/completions", data, hdrs)
+    buf = b""
+    async for piece in pieces:
+        if first is not None:
+            continue
+        buf += piece
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            if first is None and line.startswith(b"data: {"):
                 choices = json.loads(line[6:]).get("choices")
                 if choices and choices[0].get("delta", {}).get("content"):
                     first = time.perf_counter() - t0
-        status = r.status_code
     return status, time.perf_counter() - t0, first
 
 
@@ -186,12 +201,14 @@ async def sequential(targets: dict[str, Target], n: int, stream: bool, seed: int
     totals: dict[str, list[float]] = {k: [] for k in targets}
     firsts: dict[str, list[float]] = {k: [] for k in targets}
     errors = dict.fromkeys(targets, 0)
-    async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
+    conns = {name: (RawConnection(*_endpoint(base)[:2]), _endpoint(base)[2]) for name, (base, _) in targets.items()}
+    try:
         for i in range(n + 20):
             msgs = _question(rng, i)
-            for name, (base, headers) in targets.items():
+            for name, (_, headers) in targets.items():
+                conn, prefix = conns[name]
                 body = {"model": MODEL, "messages": msgs, "stream": stream}
-                status, total, first = await _call(client, base, body, headers)
+                status, total, first = await _call(conn, prefix, body, headers)
                 if i < 20:  # warm-up
                     continue
                 if status != 200:
@@ -200,6 +217,9 @@ async def sequential(targets: dict[str, Target], n: int, stream: bool, seed: int
                 totals[name].append(total * 1e9)
                 if first is not None:
                     firsts[name].append(first * 1e9)
+    finally:
+        for conn, _ in conns.values():
+            await conn.close()
     out: dict[str, Any] = {}
     for name in targets:
         out[name] = {"total": latency_ms(totals[name]), "errors": errors[name]}
@@ -209,30 +229,35 @@ async def sequential(targets: dict[str, Target], n: int, stream: bool, seed: int
 
 
 async def load(target: Target, concurrency: int, seconds: float, seed: int) -> dict[str, Any]:
+    """``concurrency`` clients, each on its own keep-alive connection, sending back to back for ``seconds``."""
     base, headers = target
+    host, port, prefix = _endpoint(base)
     rng = random.Random(seed)
     lat: list[float] = []
     statuses: dict[str, int] = {}
     deadline = time.perf_counter() + seconds
     counter = [0]
 
-    async def worker(client: httpx.AsyncClient) -> None:
-        while time.perf_counter() < deadline:
-            counter[0] += 1
-            body = {"model": MODEL, "messages": _question(rng, counter[0])}
-            try:
-                status, total, _ = await _call(client, base, body, headers)
-            except httpx.HTTPError as exc:
-                statuses[type(exc).__name__] = statuses.get(type(exc).__name__, 0) + 1
-                continue
-            statuses[str(status)] = statuses.get(str(status), 0) + 1
-            if status == 200:
-                lat.append(total * 1e9)
+    async def worker() -> None:
+        conn = RawConnection(host, port)
+        try:
+            while time.perf_counter() < deadline:
+                counter[0] += 1
+                body = {"model": MODEL, "messages": _question(rng, counter[0])}
+                try:
+                    status, total, _ = await _call(conn, prefix, body, headers)
+                except (RawHTTPError, OSError) as exc:
+                    statuses[type(exc).__name__] = statuses.get(type(exc).__name__, 0) + 1
+                    await conn.close()
+                    continue
+                statuses[str(status)] = statuses.get(str(status), 0) + 1
+                if status == 200:
+                    lat.append(total * 1e9)
+        finally:
+            await conn.close()
 
-    limits = httpx.Limits(max_connections=concurrency * 2, max_keepalive_connections=concurrency * 2)
     t0 = time.perf_counter()
-    async with httpx.AsyncClient(trust_env=False, timeout=60, limits=limits) as client:
-        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
     wall = time.perf_counter() - t0
     ok = statuses.get("200", 0)
     return {

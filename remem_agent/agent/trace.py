@@ -31,6 +31,7 @@ API keys and authorization headers never appear: secrets are redacted before wri
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 import threading
@@ -264,6 +265,7 @@ class TraceRecord:
             "latency_ms": dict(self.latency_ms),
         }
 
+
 _SECRET_KEYS = re.compile(r"(authorization|api[_-]?key|x-api-key|password|secret|bearer)", re.IGNORECASE)
 _SECRET_VALUES = [
     re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"),  # OpenAI and most OpenAI-compatible services
@@ -273,6 +275,14 @@ _SECRET_VALUES = [
     re.compile(r"\bAKIA[0-9A-Z]{16}\b"),  # AWS access key id
     re.compile(r"\bAIza[0-9A-Za-z_\-]{30,}"),  # Google API key
 ]
+# Every pattern above in one alternation: a string it does not match is matched by none of them (each
+# alternative is a pattern itself), so the patterns only run, in order, on strings that may hold a secret.
+_ANY_SECRET_VALUE = re.compile(
+    "|".join(
+        f"(?i:{p.pattern.removeprefix('(?i)')})" if p.flags & re.IGNORECASE else f"(?:{p.pattern})"
+        for p in _SECRET_VALUES
+    )
+)
 
 
 @runtime_checkable
@@ -293,11 +303,18 @@ def redact(obj: Any, secrets: tuple[str, ...] = ()) -> Any:
         s = obj
         for secret in secrets:
             if secret:  # as is, and as it reads inside JSON text (a model's raw reply, an echoed body)
-                s = s.replace(secret, "[REDACTED]").replace(json.dumps(secret, ensure_ascii=False)[1:-1], "[REDACTED]")
-        for pat in _SECRET_VALUES:
-            s = pat.sub("[REDACTED]", s)
+                s = s.replace(secret, "[REDACTED]").replace(_json_escaped(secret), "[REDACTED]")
+        if _ANY_SECRET_VALUE.search(s):  # one scan; most strings hold none, then no pattern runs
+            for pat in _SECRET_VALUES:
+                s = pat.sub("[REDACTED]", s)
         return s
     return obj
+
+
+@functools.lru_cache(maxsize=256)
+def _json_escaped(secret: str) -> str:
+    """``secret`` as it reads inside a JSON string (computed once per secret, not once per traced string)."""
+    return json.dumps(secret, ensure_ascii=False)[1:-1]
 
 
 class TraceWriter:
@@ -316,7 +333,7 @@ class TraceWriter:
     def write_sync(self, record: Mapping[str, Any]) -> None:
         line = json.dumps(redact(record, self._secrets), ensure_ascii=False, default=str)
         for secret in self._secrets:  # also as it appears once JSON-escaped (a key echoed inside a JSON string)
-            line = line.replace(json.dumps(secret, ensure_ascii=False)[1:-1], "[REDACTED]")
+            line = line.replace(_json_escaped(secret), "[REDACTED]")
         with self._lock, self.path.open("a", encoding="utf-8") as f:
             f.write(line + "\n")
             f.flush()

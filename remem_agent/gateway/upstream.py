@@ -11,8 +11,10 @@ the adapter sees the request:
   Ollama ``format``, a llama.cpp grammar in process);
 * ``TIMING_KEY``: a :class:`Timing` the router fills (upstream time, first chunk, errors) for the metrics.
 
-Upstream HTTP goes through one pooled ``httpx.AsyncClient`` per gateway (bounded connections, connect and
-read timeouts); the upstream API key is read from the environment here and handed only to the SDK client.
+Upstream HTTP goes through one pooled client per gateway (bounded connections, connect and read timeouts):
+chat calls to an OpenAI-compatible upstream through an aiohttp session (:mod:`.openai_http`, the cheapest
+per request), model listing and the Ollama adapter through ``httpx``. The upstream API key is read from the
+environment here and handed only to those clients.
 """
 
 from __future__ import annotations
@@ -206,11 +208,14 @@ def build_router(config: GatewayConfig, local: ChatModel | None = None) -> Model
         from remem_agent._extras import require
 
         openai = require("openai", "openai", feature="remem serve --upstream-kind openai")
-        from remem_agent.adapters.openai_chat import OpenAIChat
+        from remem_agent.gateway.openai_http import OpenAIUpstream, UpstreamSession
 
         key = os.environ.get(config.upstream_api_key_env) or "sk-no-key"
         sdk = openai.AsyncOpenAI(
             api_key=key, base_url=base, timeout=config.upstream_timeout_s, max_retries=0, http_client=client
+        )
+        session = UpstreamSession(
+            base, key, timeout_s=config.upstream_timeout_s, max_connections=config.limits.max_concurrency * 2
         )
 
         async def discover_openai() -> list[str]:
@@ -218,12 +223,13 @@ def build_router(config: GatewayConfig, local: ChatModel | None = None) -> Model
             return [m.id for m in page.data]
 
         async def close_openai() -> None:
+            await session.aclose()
             await sdk.close()
             await client.aclose()
 
         return ModelRouter(
             kind="openai",
-            factory=lambda name: OpenAIChat(name, client=sdk),
+            factory=lambda name: OpenAIUpstream(name, client=sdk, session=session),
             default=config.models[0] if config.models else "default",
             names=config.models,
             discover=discover_openai,

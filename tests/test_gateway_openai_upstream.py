@@ -1,0 +1,202 @@
+"""The gateway in front of an OpenAI-protocol upstream (``--upstream-kind openai``, the aiohttp path of
+``remem_agent/gateway/openai_http.py``): what reaches the upstream, and every fault of a misbehaving one.
+
+The upstream is the scripted loopback server of tests/_ollama_server.py answering ``/v1/chat/completions``
+with OpenAI-shaped bodies and server-sent events; the gateway runs on a real uvicorn server.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from _gateway import running
+from _ollama_server import FakeOllama, Reply, error
+
+from remem_agent import ReMem
+from remem_agent.gateway import GatewayConfig, create_app
+
+MODEL = "fake-gpt"
+USER = [{"role": "user", "content": "Where is our server hosted these days?"}]
+UPSTREAM_KEY = "sk-upstream-secret-0123456789abcdef"
+
+
+def completion(content: str = "It is in west-2 [M1].", **message: Any) -> Reply:
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": MODEL,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": content, **message}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 6},
+    }
+    return Reply(200, body)
+
+
+def sse(pieces: list[str], *, cut_after: int | None = None) -> Reply:
+    def event(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "model": MODEL,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+
+    lines = [event({"role": "assistant", "content": ""})] + [event({"content": p}) for p in pieces]
+    return Reply(ndjson=[*lines, event({}, "stop")], sse=True, cut_after=cut_after)
+
+
+@pytest.fixture()
+def fake() -> Iterator[FakeOllama]:
+    with FakeOllama(paths=("/v1/chat/completions",)) as server:
+        server.default = completion()
+        yield server
+
+
+@pytest.fixture()
+def mem(tmp_path: Path) -> Iterator[ReMem]:
+    m = ReMem(tmp_path / "store")
+    m.add("Our server moved to west-2.", entity="server", attribute="region")
+    yield m
+    m.close()
+
+
+@contextmanager
+def serving(fake: FakeOllama, mem: ReMem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[httpx.Client]:
+    monkeypatch.setenv("REMEM_TEST_UPSTREAM_KEY", UPSTREAM_KEY)
+    config = GatewayConfig(
+        upstream=f"{fake.url}/v1",
+        upstream_kind="openai",
+        upstream_api_key_env="REMEM_TEST_UPSTREAM_KEY",
+        models=(MODEL,),
+        trace=str(tmp_path / "trace.jsonl"),
+        retry_attempts=2,
+        retry_max_wait_s=0.2,
+        upstream_timeout_s=1.0,
+    )
+    with running(create_app(config, memory=mem)) as base, httpx.Client(base_url=base, trust_env=False, timeout=30) as c:
+        yield c
+
+
+def _nothing_credited(mem: ReMem) -> None:
+    (m,) = mem.list()
+    assert mem.inspect(m.id).credits == () and mem.verify().ok
+
+
+def test_what_reaches_the_upstream(
+    fake: FakeOllama, mem: ReMem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with serving(fake, mem, tmp_path, monkeypatch) as c:
+        r = c.post(
+            "/v1/chat/completions", json={"model": MODEL, "messages": USER, "top_p": 0.5, "logit_bias": {"1": 2}}
+        )
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "It is in west-2 [M1]."
+        assert r.headers["x-remem-served"]
+        sent = fake.requests[-1]
+        assert sent.headers["authorization"] == f"Bearer {UPSTREAM_KEY}"
+        body = sent.body
+        assert body["model"] == MODEL and body["top_p"] == 0.5 and body["logit_bias"] == {"1": 2}  # unknown fields
+        assert isinstance(body["temperature"], float) and "stream" not in body
+        assert "Long-term memory" in body["messages"][0]["content"] and "west-2" in body["messages"][0]["content"]
+        assert not any(k.startswith("__remem") for k in body)  # the gateway's private keys stay in the gateway
+        assert UPSTREAM_KEY not in r.text and UPSTREAM_KEY not in (tmp_path / "trace.jsonl").read_text()
+
+
+def test_a_tool_call_and_a_stream_come_back(
+    fake: FakeOllama, mem: ReMem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    call = {"id": "call_1", "type": "function", "function": {"name": "ping", "arguments": '{"region": "west-2"}'}}
+    fake.push(completion("", tool_calls=[call]), sse(["It is ", "in west-2 ", "[M1]."]))
+    tools = [{"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}}]
+    with serving(fake, mem, tmp_path, monkeypatch) as c:
+        r = c.post("/v1/chat/completions", json={"model": MODEL, "messages": USER, "tools": tools})
+        assert r.status_code == 200, r.text
+        choice = r.json()["choices"][0]
+        assert (
+            choice["finish_reason"] == "tool_calls" and choice["message"]["tool_calls"][0]["function"]["name"] == "ping"
+        )
+        assert fake.requests[-1].body["tools"][0]["function"]["name"] == "ping"
+        with c.stream("POST", "/v1/chat/completions", json={"model": MODEL, "messages": USER, "stream": True}) as s:
+            events = [ln[6:] for ln in s.iter_lines() if ln.startswith("data: ")]
+        assert events[-1] == "[DONE]" and fake.requests[-1].body["stream"] is True
+        text = "".join(
+            ev["choices"][0]["delta"].get("content") or "" for ev in map(json.loads, events[:-1]) if ev.get("choices")
+        )
+        assert text == "It is in west-2 [M1]."
+
+
+def test_a_429_is_retried_then_served(
+    fake: FakeOllama, mem: ReMem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake.push(Reply(429, {"error": {"message": "slow down"}}, headers={"Retry-After": "0"}))
+    with serving(fake, mem, tmp_path, monkeypatch) as c:
+        r = c.post("/v1/chat/completions", json={"model": MODEL, "messages": USER})
+        assert r.status_code == 200 and len(fake.requests) == 2
+        assert 'remem_gateway_upstream_errors_total{kind="429"} 1' in c.get("/metrics").text
+
+
+@pytest.mark.parametrize(
+    ("replies", "status", "code"),
+    [
+        ([error(429, "slow down"), error(429, "slow down")], 429, "upstream_rate_limited"),
+        ([error(500, "boom"), error(503, "down")], 502, "upstream_error"),
+        ([Reply(200, "<html>not an API</html>")], 502, "upstream_error"),
+        ([Reply(200, {"choices": []})], 502, "upstream_error"),
+        ([Reply(delay=2.5), Reply(delay=2.5)], 504, "upstream_timeout"),
+        ([error(400, "bad option")], 400, "upstream_rejected"),
+    ],
+    ids=["429", "5xx", "garbage", "no-choices", "hang", "4xx"],
+)
+def test_upstream_failures_are_clean_errors(
+    fake: FakeOllama,
+    mem: ReMem,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    replies: list[Reply],
+    status: int,
+    code: str,
+) -> None:
+    fake.push(*replies)
+    with serving(fake, mem, tmp_path, monkeypatch) as c:
+        r = c.post("/v1/chat/completions", json={"model": MODEL, "messages": USER})
+        assert r.status_code == status and r.json()["error"]["code"] == code, r.text
+        assert fake.url not in r.text and UPSTREAM_KEY not in r.text
+        if status == 429:
+            assert r.headers["retry-after"].isdigit()
+        ok = c.post("/v1/chat/completions", json={"model": MODEL, "messages": USER})
+        assert ok.status_code == 200  # the gateway keeps serving
+    _nothing_credited(mem)
+
+
+def test_a_cut_stream_is_retried_before_its_first_byte_and_an_error_event_after(
+    fake: FakeOllama, mem: ReMem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pieces = ["It is ", "in west-2 ", "[M1]."]
+    fake.push(sse(pieces, cut_after=0), sse(pieces, cut_after=3))  # role chunk + 2 pieces, then the cut
+    with serving(fake, mem, tmp_path, monkeypatch) as c:
+        with c.stream("POST", "/v1/chat/completions", json={"model": MODEL, "messages": USER, "stream": True}) as s:
+            events = [json.loads(ln[6:]) for ln in s.iter_lines() if ln.startswith("data: {")]
+        assert s.status_code == 200 and len(fake.requests) == 2
+        text = "".join(ev["choices"][0]["delta"].get("content") or "" for ev in events if ev.get("choices"))
+        assert text == "It is in west-2 " and "error" in events[-1]
+        assert "remem_gateway_in_flight 0" in c.get("/metrics").text
+    _nothing_credited(mem)
+
+
+def test_a_server_without_json_schema_gets_json_object(
+    fake: FakeOllama, mem: ReMem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schema = {"type": "object", "properties": {"region": {"type": "string"}}, "required": ["region"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "where", "schema": schema}}
+    fake.push(error(400, "response_format json_schema is not supported"), completion('{"region": "west-2"}'))
+    with serving(fake, mem, tmp_path, monkeypatch) as c:
+        r = c.post("/v1/chat/completions", json={"model": MODEL, "messages": USER, "response_format": fmt})
+        assert r.status_code == 200, r.text
+        first, second = (q.body["response_format"] for q in fake.requests)
+        assert first["type"] == "json_schema" and second == {"type": "json_object", "schema": schema}
