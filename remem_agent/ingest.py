@@ -27,7 +27,9 @@ from remem_agent.tokens import count_tokens
 from remem_agent.types import DEFAULT_SCOPE, ROLES, Memory, Role, State
 
 _TASK_RE = re.compile(r"^[^\s*][^\n]{0,127}$")
-_FIELDS = frozenset({"text", "entity", "attribute", "role", "task", "timestamp", "confidence", "scope"})
+_FIELDS = frozenset(
+    {"text", "entity", "attribute", "role", "task", "timestamp", "confidence", "scope", "speaker", "session"}
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class MemoryInput:
     timestamp: Timestamp | None = None
     confidence: float = 1.0
     scope: str | None = None  # None: the caller's default scope (``add_many(..., scope=)``, else "default")
+    speaker: str | None = None  # who said it (a conversation turn); stored, hashed, never changed
+    session: str | None = None  # the conversation session it came from (an id or a date)
 
 
 class FactExtractor(Protocol):
@@ -61,6 +65,7 @@ def new_id(prefix: str) -> str:
 MAX_INT = 2**31 - 1
 MAX_TEXT_CHARS = 1_000_000
 MAX_KEY_CHARS = 1_000
+MAX_LABEL_CHARS = 256  # speaker and session: names and ids, not text
 
 
 def _check_storable(text: str, what: str) -> None:
@@ -101,6 +106,24 @@ def check_key(value: object, what: str) -> str | None:
         raise UserInputError(f"{what} is too long: {len(value)} characters (at most {MAX_KEY_CHARS})")
     _check_storable(value, what)
     return normalise_key(value)
+
+
+def check_label(value: object, what: str) -> str | None:
+    """``speaker`` / ``session``: None, or one non-empty line of at most ``MAX_LABEL_CHARS`` characters
+    (stripped). Control characters are refused because the label is rendered into prompts."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise UserInputError(f"{what} must be a string or None, got {type(value).__name__}")
+    if len(value) > MAX_LABEL_CHARS:
+        raise UserInputError(f"{what} is too long: {len(value)} characters (at most {MAX_LABEL_CHARS})")
+    _check_storable(value, what)
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value if ch not in " \t"):
+        raise UserInputError(f"{what} must be a single line without control characters, got {value!r:.80}")
+    value = value.strip()
+    if not value:
+        raise UserInputError(f"{what} must not be empty (use None for none)")
+    return value
 
 
 def check_task(task: object) -> str | None:
@@ -196,6 +219,8 @@ class CleanFact:
     confidence: float
     explicit_time: bool = False  # the caller passed ``timestamp`` (not defaulted to "now")
     scope: str = DEFAULT_SCOPE
+    speaker: str | None = None
+    session: str | None = None
 
 
 _SCOPE = re.compile(r"[A-Za-z0-9_.:@/=+-]{1,128}")
@@ -248,6 +273,8 @@ def validate_fact(item: MemoryInput | Mapping[str, Any] | str, pos: int = 0, *, 
         confidence=confidence,
         explicit_time=item.timestamp is not None,
         scope=own or scope or DEFAULT_SCOPE,
+        speaker=check_label(item.speaker, "speaker"),
+        session=check_label(item.session, "session"),
     )
 
 
@@ -323,6 +350,8 @@ def insert_fact(tx: LedgerTx, c: CleanFact, vec: np.ndarray, warn: list[str], st
         token_cost=count_tokens(c.text),
         confidence=c.confidence,
         scope=c.scope,
+        speaker=c.speaker,
+        session=c.session,
     )
     tx.insert_memory(mem, vec, reason="added", at=c.t)
     if not current:

@@ -85,6 +85,8 @@ class Memory:
     token_cost: int
     confidence: float
     scope: str = "default"  # who the memory belongs to (see ``DEFAULT_SCOPE``; a search reads only its own)
+    speaker: str | None = None  # who said it, for a conversation turn (schema 5; immutable)
+    session: str | None = None  # which conversation session it came from (schema 5; immutable)
 
     @property
     def key(self) -> tuple[str, str] | None:

@@ -513,7 +513,17 @@ def test_edits_of_hashed_rows_are_caught_by_verify(pg_url: str, statements: list
     assert any(problem in p for p in report.problems), report.problems
 
 
+_DOWNGRADE_5_TO_4 = [  # what migration 5 (speaker, session, the lexical column) added
+    "DROP INDEX memories_lexemes",
+    "ALTER TABLE memories DROP COLUMN lexemes, DROP COLUMN speaker, DROP COLUMN session",
+    "CREATE OR REPLACE FUNCTION remem_immutable_memory() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "IF NEW.id IS DISTINCT FROM OLD.id OR NEW.original_text IS DISTINCT FROM OLD.original_text "
+    "OR NEW.embedding IS DISTINCT FROM OLD.embedding THEN "
+    "RAISE EXCEPTION 'id, original_text and embedding are immutable'; END IF; RETURN NEW; END $$",
+    "DELETE FROM schema_migrations WHERE version = 5",
+]
 _DOWNGRADE_4_TO_3 = [  # what migration 4 (scopes) added
+    *_DOWNGRADE_5_TO_4,
     "DROP TRIGGER memories_scope_fixed ON memories",
     "DROP TRIGGER searches_scope_fixed ON searches",
     "DROP FUNCTION remem_scope_fixed()",

@@ -45,6 +45,8 @@ TABLES: dict[str, tuple[str, ...]] = {
         "embedding",
         "content_hash",
         "scope",
+        "speaker",
+        "session",
     ),
     "events": ("seq", "memory_id", "at", "kind", "from_state", "to_state", "reason", "evidence", "updates", "hash"),
     "searches": (

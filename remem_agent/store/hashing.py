@@ -6,11 +6,11 @@ in a text column would still verify. Each row now carries a SHA-256 of its field
 write that creates the row, in the same transaction; ``verify()`` recomputes them.
 
 * ``memories.content_hash`` covers the fields that never change: id, original_text, entity, attribute,
-  role, tasks, created_at, valid_from. The mutable ones (text after compression, token_cost,
-  confidence, valid_to, superseded_by, state) are not hashed on the row: every event records in
-  ``events.updates`` the values it set (the ``add`` event all of them), and ``verify()`` checks that
-  replaying the events gives the row's current values. So legitimate lifecycle changes keep verifying
-  and an edit of served text or validity does not.
+  role, tasks, created_at, valid_from, and (schema 5, only when set) speaker and session. The mutable
+  ones (text after compression, token_cost, confidence, valid_to, superseded_by, state) are not hashed
+  on the row: every event records in ``events.updates`` the values it set (the ``add`` event all of
+  them), and ``verify()`` checks that replaying the events gives the row's current values. So
+  legitimate lifecycle changes keep verifying and an edit of served text or validity does not.
 * ``events.hash`` covers memory_id, at, kind, from_state, to_state, reason, evidence and updates.
 * ``searches.hash`` covers what a search recorded; ``searches.feedback_hash`` the feedback set once later.
 * ``credits.hash`` covers a credit row; ``attributes.hash`` a learned-attribute row (rewritten with
@@ -35,6 +35,7 @@ class LedgerTx(Protocol):
     def run(self, sql: str, args: Sequence[Any] = ()) -> Any: ...
 
     def update_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+
 
 # The mutable columns of a memory, as recorded in events.updates.
 MUTABLE = ("text", "token_cost", "confidence", "valid_to", "superseded_by")
@@ -89,8 +90,16 @@ def memory_hash(
     tasks: Any,
     created_at: float,
     valid_from: float,
+    speaker: str | None = None,
+    session: str | None = None,
 ) -> str:
-    return digest("memory", memory_id, original_text, entity, attribute, role, _json(tasks), created_at, valid_from)
+    """The hash of a memory's immutable fields. ``speaker`` and ``session`` (schema 5) are hashed only
+    when set, as one trailing mapping of the set ones, so every hash written before they existed (and
+    every memory without them) keeps its value."""
+    fields: list[Any] = [memory_id, original_text, entity, attribute, role, _json(tasks), created_at, valid_from]
+    if speaker is not None or session is not None:
+        fields.append({k: v for k, v in (("speaker", speaker), ("session", session)) if v is not None})
+    return digest("memory", *fields)
 
 
 def event_hash(
@@ -145,7 +154,11 @@ def attribute_hash(
     return digest("attribute", attribute, changes, confirmations, counter, int(single_valued), decided_at)
 
 
-MEMORY_HASH_COLS = "id, original_text, entity, attribute, role, tasks, created_at, valid_from"
+# The columns memory_hash takes, in order. Migration 3's backfill runs before schema 5 added speaker and
+# session, so it reads the first eight only (its rows have neither).
+MEMORY_HASH_COLS_V3 = "id, original_text, entity, attribute, role, tasks, created_at, valid_from"
+MEMORY_HASH_COLS = MEMORY_HASH_COLS_V3 + ", speaker, session"
+MEMORY_HASH_WIDTH = MEMORY_HASH_COLS.count(",") + 1
 EVENT_HASH_COLS = "memory_id, at, kind, from_state, to_state, reason, evidence, updates"
 SEARCH_HASH_COLS = "search_id, at, query, task, as_of, now, token_budget, served"
 CREDIT_HASH_COLS = "search_id, memory_id, task, at, success, cited, used, credit, blame"
@@ -166,7 +179,7 @@ def backfill_hashes(tx: LedgerTx) -> None:
     memory gets the row's current mutable values as its ``updates`` (true: nothing but events changes
     a row); from then on an edit of those columns is detected.
     """
-    rows = tx.run(f"SELECT {MEMORY_HASH_COLS} FROM memories WHERE content_hash IS NULL").fetchall()
+    rows = tx.run(f"SELECT {MEMORY_HASH_COLS_V3} FROM memories WHERE content_hash IS NULL").fetchall()
     tx.update_many("UPDATE memories SET content_hash = ? WHERE id = ?", [(memory_hash(*r), r[0]) for r in rows])
 
     current = {

@@ -176,6 +176,33 @@ MIGRATIONS: list[tuple[int, str]] = [
             BEGIN SELECT RAISE(ABORT, 'a search''s scope is immutable'); END;
         """,
     ),
+    (
+        5,
+        """
+        -- Conversations and the lexical channel (issue 17). A memory may name who said it and in which
+        -- session (both immutable, hashed only when set, so every older hash stays valid).
+        ALTER TABLE memories ADD COLUMN speaker TEXT;
+        ALTER TABLE memories ADD COLUMN session TEXT;
+        CREATE TRIGGER memories_conversation_fixed BEFORE UPDATE OF speaker, session ON memories
+            BEGIN SELECT RAISE(ABORT, 'a memory''s speaker and session are immutable'); END;
+
+        -- Full-text index of the served text: FTS5 with external content (content = memories,
+        -- rowid = memories.seq), so the text is stored once and bm25() reads the index alone. Kept in
+        -- the same transaction as every write by triggers: an insert indexes the row, an update of
+        -- text replaces its entry (rows are never deleted). 'rebuild' indexes the existing rows.
+        CREATE VIRTUAL TABLE memories_fts USING fts5(
+            text, content = 'memories', content_rowid = 'seq', tokenize = 'porter unicode61 remove_diacritics 2'
+        );
+        INSERT INTO memories_fts (memories_fts) VALUES ('rebuild');
+        CREATE TRIGGER memories_fts_insert AFTER INSERT ON memories
+            BEGIN INSERT INTO memories_fts (rowid, text) VALUES (NEW.seq, NEW.text); END;
+        CREATE TRIGGER memories_fts_update AFTER UPDATE OF text ON memories
+            BEGIN
+                INSERT INTO memories_fts (memories_fts, rowid, text) VALUES ('delete', OLD.seq, OLD.text);
+                INSERT INTO memories_fts (rowid, text) VALUES (NEW.seq, NEW.text);
+            END;
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -204,6 +204,33 @@ MIGRATIONS: list[tuple[int, str]] = [
             FOR EACH ROW EXECUTE FUNCTION remem_scope_fixed();
         """,
     ),
+    (
+        5,
+        """
+        -- Conversations and the lexical channel: see the SQLite migration 5 (store/migrations.py).
+        -- The lexemes are a stored generated column, so PostgreSQL itself keeps them equal to the text
+        -- in every statement that writes a row (and the ALTER computes them for existing rows). Only
+        -- the first 100,000 characters are indexed: a tsvector holds at most 1 MB, and a longer text
+        -- of many distinct words would otherwise make its insert fail.
+        ALTER TABLE memories
+            ADD COLUMN speaker text,
+            ADD COLUMN session text,
+            ADD COLUMN lexemes tsvector
+                GENERATED ALWAYS AS (to_tsvector('english'::regconfig, left(text, 100000))) STORED;
+        CREATE INDEX memories_lexemes ON memories USING gin (lexemes);
+        CREATE OR REPLACE FUNCTION remem_immutable_memory() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.id IS DISTINCT FROM OLD.id OR NEW.original_text IS DISTINCT FROM OLD.original_text
+               OR NEW.embedding IS DISTINCT FROM OLD.embedding THEN
+                RAISE EXCEPTION 'id, original_text and embedding are immutable';
+            END IF;
+            IF NEW.speaker IS DISTINCT FROM OLD.speaker OR NEW.session IS DISTINCT FROM OLD.session THEN
+                RAISE EXCEPTION 'a memory''s speaker and session are immutable';
+            END IF;
+            RETURN NEW;
+        END $$;
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

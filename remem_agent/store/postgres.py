@@ -45,6 +45,7 @@ from remem_agent.errors import (
     StoreError,
     UserInputError,
 )
+from remem_agent.store import lexical
 from remem_agent.store.base import StoreCommon, backoff_retry
 from remem_agent.store.hashing import BACKFILLS
 from remem_agent.store.pg_migrations import LATEST, MIGRATIONS
@@ -184,6 +185,48 @@ class PostgresTx(LedgerTx):
 
     def load_vector(self, value: Any) -> NDArray[np.float32]:
         return np.asarray(value, dtype=np.float32)
+
+    def _lexical_query(
+        self, terms: list[str], where: list[str], args: list[Any], limit: int
+    ) -> list[tuple[str, float]]:
+        """``ts_rank_cd`` with normalisation 1 (divided by 1 + log of the text's length, as BM25 damps
+        long texts) over the GIN-indexed ``lexemes``; the query goes through the same configuration."""
+        cond = "".join(f" AND {w}" for w in where)
+        rows = self.run(
+            f"SELECT m.id, ts_rank_cd(m.lexemes, q, 1) AS score FROM memories m, "
+            f"to_tsquery('{lexical.PG_CONFIG}'::regconfig, ?) AS q WHERE m.lexemes @@ q{cond} "
+            "ORDER BY score DESC, m.seq LIMIT ?",
+            (lexical.pg_tsquery(terms), *args, limit),
+        ).fetchall()
+        return [(str(mid), float(score)) for mid, score in rows]
+
+    def lexical_index_problems(self) -> list[str]:
+        """``lexemes`` is still the generated column of migration 5, its GIN index exists, and every row's
+        value equals ``to_tsvector`` of its current text (a generated column holds one value per row, so
+        "exactly once" is the row itself)."""
+        problems: list[str] = []
+        col = self.run(
+            "SELECT attgenerated, pg_get_expr(d.adbin, d.adrelid) FROM pg_attribute a "
+            "LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
+            "WHERE a.attrelid = 'memories'::regclass AND a.attname = 'lexemes' AND NOT a.attisdropped"
+        ).fetchone()
+        if col is None:
+            return ["the full-text column memories.lexemes is missing: lexical search cannot run"]
+        if col[0] != "s":
+            problems.append("memories.lexemes is no longer a generated column: writes do not keep it equal to the text")
+        if (
+            self.run(
+                "SELECT 1 FROM pg_indexes WHERE tablename = 'memories' AND indexname = 'memories_lexemes' "
+                "AND schemaname = current_schema()"
+            ).fetchone()
+            is None
+        ):
+            problems.append("the GIN index memories_lexemes is missing: lexical search scans every row")
+        for (mid,) in self.run(
+            f"SELECT id FROM memories WHERE lexemes IS DISTINCT FROM {lexical.PG_LEXEMES} ORDER BY seq"
+        ).fetchall():
+            problems.append(f"{mid}: its full-text lexemes do not match its current text")
+        return problems
 
     def after_import(self) -> None:
         """Rows were copied with their sequence numbers: move the identity sequences past them."""

@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 
 from remem_agent.errors import StoreError, UnknownMemoryError
 from remem_agent.learning.lifecycle import LifecycleEvent, next_state
-from remem_agent.store import hashing
+from remem_agent.store import hashing, lexical
 from remem_agent.types import (
     ALL_TASKS,
     DEFAULT_SCOPE,
@@ -33,7 +33,7 @@ from remem_agent.types import (
 
 MEM_COLS = (
     "id, text, original_text, entity, attribute, role, tasks, created_at, valid_from, valid_to, "
-    "superseded_by, state, token_cost, confidence, scope"
+    "superseded_by, state, token_cost, confidence, scope, speaker, session"
 )
 STAT_COLS = "retrieved, shown, credited, wasted, blamed, credit_sum, blame_sum, last_retrieved_at, last_credited_at"
 EVENT_COLS = "seq, memory_id, at, kind, from_state, to_state, reason, evidence"
@@ -65,6 +65,8 @@ def row_to_memory(r: Sequence[Any]) -> Memory:
         token_cost=r[12],
         confidence=r[13],
         scope=r[14],
+        speaker=r[15],
+        session=r[16],
     )
 
 
@@ -124,6 +126,42 @@ class LedgerTx:
     def after_import(self) -> None:
         """Called after ``import_rows`` filled every table (a backend may advance its id sequences)."""
 
+    # -- the lexical channel (schema 5; each backend its own full-text index, see store/lexical.py) ----
+    def lexical_candidates(
+        self, query: str, *, limit: int, scopes: frozenset[str] | None, current_only: bool = False
+    ) -> list[tuple[str, float]]:
+        """Memory ids whose text matches words of ``query``, with a lexical relevance score (higher =
+        better), best first (ties in insertion order), at most ``limit``, only in ``scopes`` (None = all).
+
+        No state or validity filter unless ``current_only``: then INVALIDATED and ARCHIVED memories are
+        left out in SQL (only for present-tense searches; an ``as_of`` search must see retired facts).
+        The caller applies ``ranking.pipeline.is_eligible`` as on the dense path either way. A query
+        with no searchable word (``lexical.query_terms``) returns []. Scores compare within one
+        backend only.
+        """
+        terms = lexical.query_terms(query)
+        if not terms or limit <= 0 or (scopes is not None and not scopes):
+            return []
+        where: list[str] = []
+        args: list[Any] = []
+        if scopes is not None:
+            ordered = sorted(scopes)
+            where.append(f"m.scope IN ({_marks(len(ordered))})")
+            args += ordered
+        if current_only:
+            where.append("m.state NOT IN ('INVALIDATED', 'ARCHIVED')")
+        return self._lexical_query(terms, where, args, int(limit))
+
+    def _lexical_query(
+        self, terms: list[str], where: list[str], args: list[Any], limit: int
+    ) -> list[tuple[str, float]]:
+        """The backend's full-text query: ``where`` are extra conditions on ``memories m``."""
+        raise NotImplementedError
+
+    def lexical_index_problems(self) -> list[str]:
+        """Every memory indexed exactly once, with its current text (``verify()``); problems as text."""
+        raise NotImplementedError
+
     # -- memories -------------------------------------------------------------------------------
     def memories(self, ids: Sequence[str]) -> dict[str, Memory]:
         out: dict[str, Memory] = {}
@@ -164,12 +202,21 @@ class LedgerTx:
         state = next_state(None, LifecycleEvent.ADD, memory_id=m.id)
         tasks = json.dumps(list(m.tasks))
         content_hash = hashing.memory_hash(
-            m.id, m.original_text, m.entity, m.attribute, m.role, list(m.tasks), m.created_at, m.valid_from
+            m.id,
+            m.original_text,
+            m.entity,
+            m.attribute,
+            m.role,
+            list(m.tasks),
+            m.created_at,
+            m.valid_from,
+            m.speaker,
+            m.session,
         )  # the task list itself: the JSON round trip of a list of strings is the identity
         self.run(
             "INSERT INTO memories (id, text, original_text, entity, attribute, role, tasks, created_at, "
-            "valid_from, valid_to, superseded_by, state, token_cost, confidence, embedding, content_hash, scope) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "valid_from, valid_to, superseded_by, state, token_cost, confidence, embedding, content_hash, scope, "
+            "speaker, session) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 m.id,
                 m.text,
@@ -188,6 +235,8 @@ class LedgerTx:
                 self.dump_vector(embedding),
                 content_hash,
                 m.scope,
+                m.speaker,
+                m.session,
             ),
         )
         initial = {

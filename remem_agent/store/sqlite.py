@@ -44,6 +44,7 @@ from remem_agent.errors import (
     StoreError,
     UserInputError,
 )
+from remem_agent.store import lexical
 from remem_agent.store.base import StoreCommon, backoff_retry
 from remem_agent.store.hashing import BACKFILLS
 from remem_agent.store.migrations import LATEST, MIGRATIONS
@@ -54,7 +55,7 @@ T = TypeVar("T")
 
 LEDGER_FILE = "ledger.db"
 MARKER_FILE = "store.json"  # written once the ledger's schema has committed (see the module doc)
-TABLES = ("meta", "memories", "events", "searches", "credits", "stats", "attributes")
+TABLES = ("meta", "memories", "events", "searches", "credits", "stats", "attributes", "memories_fts")
 TRIGGERS = (
     "events_append_only_u",
     "events_append_only_d",
@@ -64,7 +65,11 @@ TRIGGERS = (
     "memories_embedding_fixed",
     "memories_scope_fixed",
     "searches_scope_fixed",
+    "memories_conversation_fixed",
 )
+# The triggers that keep the full-text index equal to the served text (schema 5): without them a write
+# would leave the lexical channel stale, which verify() reports.
+FTS_TRIGGERS = ("memories_fts_insert", "memories_fts_update")
 
 
 def recovery_hint(path: Path) -> str:
@@ -155,6 +160,62 @@ class SQLiteTx(LedgerTx):
                 "`remem verify STORE` lists every damaged row",
                 "restore the store folder from a backup",
             ) from exc
+
+    def _lexical_query(
+        self, terms: list[str], where: list[str], args: list[Any], limit: int
+    ) -> list[tuple[str, float]]:
+        """FTS5 ``bm25()`` (lower is better, so negated). CROSS JOIN keeps the full-text match the outer
+        loop: the planner must not walk a large scope's rows and probe the index once per row."""
+        cond = "".join(f" AND {w}" for w in where)
+        rows = self.c.execute(
+            "SELECT m.id, bm25(memories_fts) AS score FROM memories_fts CROSS JOIN memories m "
+            f"ON m.seq = memories_fts.rowid WHERE memories_fts MATCH ?{cond} ORDER BY score, m.seq LIMIT ?",
+            (lexical.fts5_match(terms), *args, limit),
+        )
+        return [(str(mid), -float(score)) for mid, score in rows]
+
+    def lexical_index_problems(self) -> list[str]:
+        """The FTS5 index holds every memory once, no other row, and exactly the tokens of its current text.
+
+        Read-only: FTS5's own ``integrity-check`` is an INSERT (it would take the write lock), so the
+        index is compared instead with a fresh one built in the connection's TEMP schema from
+        ``memories.text`` with the same tokenizer, term by term and position by position (fts5vocab).
+        """
+        c = self.c
+        if c.execute("SELECT 1 FROM sqlite_master WHERE name = 'memories_fts'").fetchone() is None:
+            return ["the full-text index memories_fts is missing: lexical search cannot run"]
+        problems: list[str] = []
+        missing = c.execute(
+            "SELECT id FROM memories WHERE seq NOT IN (SELECT id FROM memories_fts_docsize) ORDER BY seq"
+        ).fetchall()
+        problems += [f"{mid}: memory is not in the full-text index" for (mid,) in missing]
+        extra = c.execute(
+            "SELECT id FROM memories_fts_docsize WHERE id NOT IN (SELECT seq FROM memories) ORDER BY id"
+        ).fetchall()
+        problems += [f"full-text index entry {seq} belongs to no memory" for (seq,) in extra]
+        for name in ("remem_fts_have", "remem_fts_want", "remem_fts_expected"):  # left by an interrupted check
+            c.execute(f"DROP TABLE IF EXISTS temp.{name}")
+        c.execute(
+            f"CREATE VIRTUAL TABLE temp.remem_fts_expected USING fts5(text, tokenize = '{lexical.SQLITE_TOKENIZE}')"
+        )
+        try:
+            c.execute("INSERT INTO temp.remem_fts_expected (rowid, text) SELECT seq, text FROM main.memories")
+            c.execute("CREATE VIRTUAL TABLE temp.remem_fts_have USING fts5vocab(main, memories_fts, instance)")
+            c.execute("CREATE VIRTUAL TABLE temp.remem_fts_want USING fts5vocab(temp, remem_fts_expected, instance)")
+            differ = c.execute(
+                "SELECT doc FROM (SELECT term, doc, offset FROM temp.remem_fts_have EXCEPT "
+                "SELECT term, doc, offset FROM temp.remem_fts_want) UNION "
+                "SELECT doc FROM (SELECT term, doc, offset FROM temp.remem_fts_want EXCEPT "
+                "SELECT term, doc, offset FROM temp.remem_fts_have)"
+            ).fetchall()
+        finally:
+            for name in ("remem_fts_have", "remem_fts_want", "remem_fts_expected"):
+                c.execute(f"DROP TABLE IF EXISTS temp.{name}")
+        ids = dict(c.execute("SELECT seq, id FROM memories").fetchall()) if differ else {}
+        for (seq,) in sorted(differ):
+            if seq in ids:
+                problems.append(f"{ids[seq]}: its full-text index entry does not match its current text")
+        return problems
 
     def forget_row(self, memory_id: str) -> None:
         if self._cache is not None:
@@ -397,7 +458,42 @@ class SQLiteStore(StoreCommon):
         if problems:
             problems.append(f"the ledger file is damaged; {recovery_hint(self.path)}")
         problems += [f"trigger {t} is missing: append-only rules are not enforced" for t in TRIGGERS if t not in names]
+        problems += [
+            f"trigger {t} is missing: the full-text index is not kept up to date with the memories"
+            for t in FTS_TRIGGERS
+            if t not in names
+        ]
+        problems += self._fts_integrity_problems()
         return problems
+
+    def _fts_integrity_problems(self) -> list[str]:
+        """FTS5's own check of the full-text index against the memories (its structure, and that each
+        row's entry holds exactly its text's tokens once: a doubled entry shows only here).
+
+        It is an INSERT command, so it takes the write lock for a moment (nothing is written); a
+        read-only ledger file skips it (``verify_ledger``'s read-only comparison still runs).
+        """
+        with self._lock:
+            if self._conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'memories_fts'").fetchone() is None:
+                return []  # reported by the lexical index check (and refused at open)
+            try:
+                self._retry(
+                    lambda: self._conn.execute(
+                        "INSERT INTO memories_fts (memories_fts, rank) VALUES ('integrity-check', 1)"
+                    )
+                )
+            except StoreBusyError as exc:
+                return [f"the full-text index check could not take the write lock ({exc})"]
+            except sqlite3.OperationalError as exc:
+                if "readonly" in str(exc).lower() or "read-only" in str(exc).lower():
+                    return []
+                return [f"the full-text index check could not run ({exc})"]
+            except sqlite3.DatabaseError as exc:
+                return [
+                    f"the full-text index memories_fts is damaged (FTS5 integrity-check: {exc}); rebuild it from the "
+                    f"memories with: sqlite3 {self.path} \"INSERT INTO memories_fts (memories_fts) VALUES ('rebuild')\""
+                ]
+        return []
 
     def verify(self, dim: int | None = None) -> list[str]:
         """As ``StoreCommon.verify``, but a ledger too damaged to read is reported, not raised."""

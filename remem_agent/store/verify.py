@@ -19,6 +19,9 @@ just failing. The invariants:
    mutable columns (text, token_cost, confidence, valid_to, superseded_by) equal what replaying its
    events' recorded updates gives. So an edit of served text, original_text, validity or evidence shows.
 9. A store with memories records its embedder and dimension in ``meta``.
+10. The lexical index (schema 5) holds every memory exactly once, with its current text: SQLite's FTS5
+    index equals one rebuilt from ``memories.text`` (rows, terms and positions); PostgreSQL's ``lexemes``
+    column equals ``to_tsvector`` of the text and is still a generated column with its GIN index.
 
 Each check runs on its own: one that cannot run (a damaged row, a NULL where the schema forbids it)
 becomes a problem naming the check, and the others still run. ``verify()`` reports, it never raises.
@@ -51,6 +54,7 @@ def verify_ledger(tx: LedgerTx, dim: int | None, problems: list[str] | None = No
         ("credits per search", _check_credits),
         ("content hashes", _check_hashes),
         ("meta", _check_meta),
+        ("lexical index", _check_lexical),
     ]
     for name, check in checks:
         found: list[str] = []
@@ -228,13 +232,17 @@ def _check_hashes(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
     bad: list[str] = []
     rows = c(f"SELECT {hashing.MEMORY_HASH_COLS}, content_hash, {', '.join(hashing.MUTABLE)} FROM memories").fetchall()
     current: dict[str, tuple[object, ...]] = {}
+    w = hashing.MEMORY_HASH_WIDTH
     for r in rows:
-        mid, stored = r[0], r[8]
-        current[mid] = tuple(r[9:])
+        mid, stored = r[0], r[w]
+        current[mid] = tuple(r[w + 1 :])
         if stored is None:
             bad.append(f"{mid}: memory has no content hash")
-        elif stored != hashing.memory_hash(*r[:8]):
-            bad.append(f"{mid}: memory content (original_text, key, role, tasks, created_at or valid_from) {edited}")
+        elif stored != hashing.memory_hash(*r[:w]):
+            bad.append(
+                f"{mid}: memory content (original_text, key, role, tasks, created_at, valid_from, speaker or "
+                f"session) {edited}"
+            )
     _report(problems, bad, "memories with a bad hash")
 
     bad = []
@@ -297,3 +305,8 @@ def _check_meta(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
     for key in ("embedder", "dim"):
         if tx.get_meta(key) is None:
             problems.append(f"meta has no {key!r} although the store holds memories (the row was deleted)")
+
+
+def _check_lexical(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
+    """10. every memory in the full-text index exactly once, with its current text (per backend)."""
+    _report(problems, tx.lexical_index_problems(), "memories with a bad full-text index entry")

@@ -1,0 +1,76 @@
+"""The ledger's lexical channel (schema 5): how a query becomes full-text search terms, per backend.
+
+Why a tokenizer of our own in front of the database's: user text never reaches FTS5's ``MATCH`` or
+PostgreSQL's ``to_tsquery`` syntax. A question is split into words (letters and digits only, so no
+quote, operator, parenthesis or column filter survives), stopwords and one-letter words are dropped
+(they match most memories and only cost time), and the rest are quoted and OR-ed: a question's words
+must not all be required, since a memory that answers it rarely repeats every one of them. A query
+with no such word returns no candidates.
+
+The index itself is the database's: SQLite FTS5 with the ``porter unicode61`` tokenizer (English
+stemming, case and diacritics folded) over ``memories.text``, PostgreSQL a ``tsvector`` of the
+``english`` configuration (the same stemmer family and a stopword list) with a GIN index. Scores are
+comparable within one backend only (FTS5 ``bm25()``, PostgreSQL ``ts_rank_cd``); fusion uses ranks.
+"""
+
+from __future__ import annotations
+
+import re
+
+# The index definitions of migration 5 (migrations.py / pg_migrations.py must say the same; a test checks).
+SQLITE_TOKENIZE = "porter unicode61 remove_diacritics 2"
+PG_CONFIG = "english"
+PG_MAX_CHARS = 100_000  # PostgreSQL indexes this many leading characters (a tsvector holds at most 1 MB)
+PG_LEXEMES = f"to_tsvector('{PG_CONFIG}'::regconfig, left(text, {PG_MAX_CHARS}))"
+
+MAX_TERMS = 32  # a longer query keeps its first 32 distinct words: enough to find, bounded to run
+MAX_TERM_CHARS = 64  # longer "words" (hashes, base64) are not words a question asks about
+
+_WORD = re.compile(r"[^\W_]+")
+
+# A small English stopword list (function words that carry no topic). PostgreSQL's 'english'
+# configuration drops its own list as well; FTS5 has none, so without this "what did I say" would
+# match nearly every turn of a conversation.
+STOPWORDS = frozenset(
+    """
+    a about above after again against all am an and any are as at be because been before being below between
+    both but by can could did do does doing down during each few for from further had has have having he her
+    here hers herself him himself his how i if in into is it its itself just me more most my myself no nor not
+    now of off on once only or other our ours ourselves out over own same she should so some such than that the
+    their theirs them themselves then there these they this those through to too under until up very was we were
+    what when where which while who whom why will with would you your yours yourself yourselves
+    """.split()
+)
+
+
+def query_terms(query: str) -> list[str]:
+    """The distinct search words of ``query``, in order: lower-cased letter/digit runs, no stopwords,
+    no single letters (a single digit stays: "5 years"), at most ``MAX_TERMS``."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for match in _WORD.finditer(query):
+        word = match.group().casefold()
+        if len(word) > MAX_TERM_CHARS or word in STOPWORDS or (len(word) == 1 and not word.isdigit()):
+            continue
+        if not _WORD.fullmatch(word):  # casefold can yield characters that are not letters (rare)
+            continue
+        if word not in seen:
+            seen.add(word)
+            out.append(word)
+            if len(out) == MAX_TERMS:
+                break
+    return out
+
+
+def fts5_match(terms: list[str]) -> str:
+    """An FTS5 MATCH expression: each term a quoted string (a phrase of its tokens), OR-ed.
+
+    Terms hold only letters and digits, so the quotes need no escaping; doubling any '"' anyway keeps
+    this safe if that ever changes.
+    """
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+def pg_tsquery(terms: list[str]) -> str:
+    """A ``to_tsquery`` text: each term a quoted lexeme (normalised by the configuration), OR-ed."""
+    return " | ".join("'" + t.replace("'", "''").replace("\\", "\\\\") + "'" for t in terms)
