@@ -109,7 +109,8 @@ def cache_hit_rate(seeds: int) -> dict[str, Any]:
     from evals.harness.systems import load_systems
 
     counts = {"hits": 0, "misses": 0, "stores": 0}
-    inner = runner.temp_store
+    # runner.run opens its stores through the module-level temp_store: wrap it for the duration, restore it after.
+    inner = vars(runner)["temp_store"]
 
     @contextlib.contextmanager
     def counting(*args: Any, **kwargs: Any) -> Iterator[Any]:
@@ -122,7 +123,7 @@ def cache_hit_rate(seeds: int) -> dict[str, Any]:
 
     system = load_systems()["C"]
     per_family: dict[str, float] = {}
-    runner.temp_store = counting  # type: ignore[assignment]
+    vars(runner)["temp_store"] = counting
     try:
         for family in CORE_FAMILIES:
             before = dict(counts)
@@ -131,7 +132,7 @@ def cache_hit_rate(seeds: int) -> dict[str, Any]:
             h, m = counts["hits"] - before["hits"], counts["misses"] - before["misses"]
             per_family[family] = round(h / (h + m), 4) if h + m else 0.0
     finally:
-        runner.temp_store = inner  # type: ignore[assignment]
+        vars(runner)["temp_store"] = inner
     total = counts["hits"] + counts["misses"]
     return {
         "system": "C",
