@@ -49,9 +49,9 @@ def _worker(engine: str, threads: int, queries: list[str], texts: list[str]) -> 
     emb.embed(queries[:5])
     samples = []
     for q in queries:
-        t0 = time.perf_counter_ns()
+        t_ns = time.perf_counter_ns()
         emb.embed([q])
-        samples.append(time.perf_counter_ns() - t0)
+        samples.append(time.perf_counter_ns() - t_ns)
     t0 = time.perf_counter()
     emb.embed(texts)
     per_s = len(texts) / (time.perf_counter() - t0)
