@@ -88,6 +88,17 @@ def worker_remem(engine: str, texts: list[str], queries: list[str], k: int, batc
             mem.query_cache.vector(emb, q)
         warm_ns, warm = _timed(lambda q: mem.search(q, k=k).ids, queries)
         served_same = sum(a == b for a, b in zip(e2e, warm, strict=True)) / len(queries)
+        # Where the non-embedding time goes: the index scan for a search's pool, and one ledger read of it.
+        pool = max(mem.config.min_pool, k * mem.config.pool_factor)
+        vecs = {q: mem.query_cache.vector(emb, q) for q in queries}
+        scan_ns, pools = _timed(lambda q: mem.index.candidates(vecs[q], pool)[0], queries)
+
+        def read(ids: list[str]) -> int:
+            with mem.store.read() as tx:
+                return len(tx.memories(ids))
+
+        by_query = dict(zip(queries, pools, strict=True))
+        read_ns, _ = _timed(lambda q: read(by_query[q]), queries)
         return {
             "embedder": emb.name,
             "threads": emb.threads,
@@ -97,6 +108,8 @@ def worker_remem(engine: str, texts: list[str], queries: list[str], k: int, batc
             "search_e2e": latency_ms(e2e_ns),
             "search_no_embedding": latency_ms(warm_ns),
             "search_no_embedding_same_ids_as_e2e": served_same,
+            "index_scan": {"pool": pool, **latency_ms(scan_ns)},
+            "ledger_read_of_pool": latency_ms(read_ns),
             "memories": mem.stats().memories,
         }
 
