@@ -190,3 +190,16 @@ def test_fit_predict_compare_end_to_end(tmp_path: Path) -> None:
         cr.main(["compare", "--predicted", str(pred_path), "--summary", str(summary), "--out", str(cmp_path)])
     with pytest.raises(UserInputError, match="complete 'params'"):
         cr.params_of({"params": {"lapse": 0.1}})
+
+
+def test_predict_reports_every_system_against_the_baseline() -> None:
+    p = CalibratedParams(lapse=0.1, entity_distraction=0.1, position=2.0, guess=0.3, false_cite_p=0.8)
+    res = cr.predict(p, families=("contradiction",), seeds=(0,), n_tasks=20, systems=("A", "C", "C_support"))
+    cell = res["cells"]["contradiction/0"]
+    fam = res["by_family"]["contradiction"]
+    assert set(cell) == {"A", "C", "C_support"}
+    assert fam["C_support_minus_A"]["mean"] == pytest.approx(cell["C_support"] - cell["A"])
+    assert fam["C_minus_A"]["mean"] == pytest.approx(cell["C"] - cell["A"])
+    assert set(res["by_family"]["pooled"]) == {"C_minus_A", "C_support_minus_A"}
+    with pytest.raises(UserInputError, match="baseline"):
+        cr.predict(p, families=("contradiction",), seeds=(0,), n_tasks=20, systems=("A",))

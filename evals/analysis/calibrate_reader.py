@@ -587,16 +587,18 @@ def _cell(family: str, seed: int, n_tasks: int, systems: Sequence[str], p: Calib
     return {s: run(world, specs[s], reader).success for s in systems}
 
 
-def _summarise(cells: Mapping[tuple[str, int], Mapping[str, float]], families: Sequence[str]) -> dict[str, Any]:
+def _summarise(
+    cells: Mapping[tuple[str, int], Mapping[str, float]], families: Sequence[str], systems: Sequence[str] = ("A", "C")
+) -> dict[str, Any]:
+    """Per family: each system's success and each other system's paired difference to ``systems[0]``."""
+    base, others = systems[0], systems[1:]
     out: dict[str, Any] = {}
     for fam in families:
-        ds = [(c["A"], c["C"]) for (f, _), c in sorted(cells.items()) if f == fam]
-        out[fam] = {
-            "success_A": estimate([a for a, _ in ds]).to_dict(),
-            "success_C": estimate([c for _, c in ds]).to_dict(),
-            "C_minus_A": estimate([c - a for a, c in ds]).to_dict(),
+        cs = [c for (f, _), c in sorted(cells.items()) if f == fam]
+        out[fam] = {f"success_{s}": estimate([c[s] for c in cs]).to_dict() for s in systems} | {
+            f"{s}_minus_{base}": estimate([c[s] - c[base] for c in cs]).to_dict() for s in others
         }
-    out["pooled"] = {"C_minus_A": estimate([c["C"] - c["A"] for c in cells.values()]).to_dict()}
+    out["pooled"] = {f"{s}_minus_{base}": estimate([c[s] - c[base] for c in cells.values()]).to_dict() for s in others}
     return out
 
 
@@ -607,26 +609,34 @@ def predict(
     seeds: Sequence[int] = tuple(range(10)),
     n_tasks: int = 60,
     draws: Sequence[CalibratedParams] = (),
+    systems: Sequence[str] = ("A", "C"),
 ) -> dict[str, Any]:
-    """Synthetic protocol with the calibrated reader: A and C per (family, seed); C − A per family and pooled."""
-    cells = {(f, s): _cell(f, s, n_tasks, ("A", "C"), p) for f in families for s in seeds}
+    """Synthetic protocol with the calibrated reader per (family, seed); X − A per family and pooled.
+
+    ``systems[0]`` is the baseline (A); the comparison with a real study reads ``C_minus_A``.
+    """
+    if len(systems) < 2:
+        raise UserInputError("predict needs a baseline and at least one other system")
+    cells = {(f, s): _cell(f, s, n_tasks, systems, p) for f in families for s in seeds}
     res: dict[str, Any] = {
         "families": list(families),
         "seeds": list(seeds),
         "n_tasks": n_tasks,
-        "systems": ["A", "C"],
+        "systems": list(systems),
         "params": asdict(p),
         "cells": {f"{f}/{s}": c for (f, s), c in sorted(cells.items())},
-        "by_family": _summarise(cells, families),
+        "by_family": _summarise(cells, families, systems),
     }
     if draws:
         per_draw = []
         for q in draws:
-            dc = {(f, s): _cell(f, s, n_tasks, ("A", "C"), q) for f in families for s in seeds}
-            per_draw.append(_summarise(dc, families))
+            dc = {(f, s): _cell(f, s, n_tasks, systems, q) for f in families for s in seeds}
+            per_draw.append(_summarise(dc, families, systems))
+        diffs = [f"{s}_minus_{systems[0]}" for s in systems[1:]]
         res["param_draws"] = {"n": len(draws)} | {
             k: _draw_summary([d[k]["C_minus_A"]["mean"] for d in per_draw], res["by_family"][k]["C_minus_A"])
             for k in (*families, "pooled")
+            if "C_minus_A" in diffs
         }
     return res
 
@@ -754,6 +764,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--families", default=",".join(STUDY_FAMILIES))
     p.add_argument("--seeds", default="0-9")
     p.add_argument("--tasks", type=int, default=60)
+    p.add_argument("--systems", default="A,C", help="baseline first (evals/harness/systems.yaml names)")
     p.add_argument("--param-draws", type=int, default=0, help="also rerun with N parameter draws (Laplace)")
     p.add_argument("--commit", default=None, help="record this commit (a clean export of it, not a checkout)")
     c = sub.add_parser("compare", help="predicted vs measured C − A from a real study's summary.json")
@@ -785,12 +796,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             seeds=_ints(a.seeds),
             n_tasks=a.tasks,
             draws=draw_params(fj, a.param_draws),
+            systems=[x for x in a.systems.split(",") if x],
         )
         res["fit"] = a.fit
         res["code"] = code_state() if a.commit is None else {"commit": a.commit, "dirty": False}
         write_json(a.out, res)
         for k, v in res["by_family"].items():
-            print(f"  predicted C − A {k:<14}{_fmt(v['C_minus_A'])} pp")
+            for name, est in v.items():
+                if "_minus_" in name:
+                    print(f"  predicted {name.replace('_minus_', ' − ')} {k:<14}{_fmt(est)} pp")
         print(f"wrote {a.out}")
     else:
         res = compare(_read_json(a.predicted), _read_json(a.summary))
