@@ -18,13 +18,16 @@ _blas_controller: Any = None
 
 
 def _matvec(mat: NDArray[np.float32], q: NDArray[np.float32], threads: int | None) -> NDArray[np.float32]:
-    """``mat @ q`` with BLAS limited to ``threads`` (needs the optional ``threadpoolctl``).
+    """``mat @ q`` with BLAS limited to ``threads`` (through ``threadpoolctl``; unlimited without it).
 
     One query is a memory-bound matrix-vector product. Two OpenBLAS threads make it faster on an idle
     box (100k x 256: 2.1 ms vs 3.1 ms) but, when other processes hold the cores, it waits a whole
     scheduler slice for a descheduled worker: matvec p95 went from 0.17 ms to 8 ms at 10k rows on a
-    loaded 2-core box, and idle workers spin, doubling the CPU a search costs. ``blas_threads=1``
-    (or ``OPENBLAS_NUM_THREADS=1``) trades the idle-box p50 for stable tails.
+    loaded 2-core box, and idle workers spin, doubling the CPU a search costs. Shared with several busy
+    processes (issue 18), two threads were far slower than one at 10k x 384. So ``FlatIndex``
+    limits BLAS to one thread by default; ``blas_threads=None`` leaves BLAS as it is (the idle-box p50).
+    Each row's dot product is computed whole by one thread either way, so the scores, and what is served,
+    do not depend on the setting (tests/test_flat_index.py).
     """
     global _blas_controller
     if threads is None:
@@ -50,7 +53,7 @@ class FlatIndex:
     store costs no more than the whole store and never needs the pool widened.
     """
 
-    def __init__(self, dim: int, capacity: int = 1024, *, blas_threads: int | None = None) -> None:
+    def __init__(self, dim: int, capacity: int = 1024, *, blas_threads: int | None = 1) -> None:
         self.dim = int(dim)
         self.blas_threads = blas_threads
         self._mat = np.zeros((max(16, capacity), self.dim), dtype=np.float32)
