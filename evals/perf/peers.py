@@ -15,9 +15,12 @@ embedding alone, and search without the embedding (remem: the query vectors are 
 mem0: its embedder is replaced by a lookup of the same precomputed vectors). ``ratios`` divide mem0's
 numbers by remem's (search) and remem's by mem0's (add/s), so > 1 means remem is faster.
 
+``--pause-study`` stops the background study (``evals.run_llm_agent``) while each system runs, at most
+nine minutes per system (then it resumes and the measurement goes on; the JSON says so).
+
 Usage::
 
-    python -m evals.perf.peers --mem0-python /tmp/mem0-venv/bin/python [--out results/perf_peers.json]
+    python -m evals.perf.peers --pause-study --mem0-python /tmp/mem0-venv/bin/python [--out results/perf_peers.json]
     python -m evals.perf.peers --n 300 --queries 20 --systems remem-onnx --out /tmp/peers.json   # smoke
 
 The data is ``evals.perf.core.make_world`` (the core benchmark's varied synthetic facts) as plain texts.
@@ -31,6 +34,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -40,6 +44,46 @@ from evals.perf.measure import REPO_ROOT, git_commit, git_dirty, latency_ms, loa
 
 SYSTEMS = ("remem-onnx", "remem-st", "mem0")
 WARMUP = 10
+STUDY = "evals.run_llm_agent"  # the background study --pause-study stops while a system is measured
+PAUSE_CAP_S = 540.0  # never keep it stopped longer than this: it resumes and the measurement goes on
+
+
+class StudyPause:
+    """SIGSTOP the background study's processes for one system's measurement, SIGCONT after (always).
+
+    A timer resumes them after ``cap`` seconds even if the measurement is still running; ``paused_s`` and
+    ``capped`` say how the measurement went. Without ``enabled`` nothing is signalled.
+    """
+
+    def __init__(self, enabled: bool, cap: float = PAUSE_CAP_S) -> None:
+        self.enabled, self.cap = enabled, cap
+        self.paused_s, self.capped = 0.0, False
+        self._timer: threading.Timer | None = None
+        self._t0 = 0.0
+
+    def _signal(self, sig: str) -> None:
+        subprocess.run(["pkill", f"-{sig}", "-f", STUDY], check=False, capture_output=True)
+
+    def _resume(self, capped: bool = False) -> None:
+        if self._t0:
+            self._signal("CONT")
+            self.paused_s += time.perf_counter() - self._t0
+            self.capped = self.capped or capped
+            self._t0 = 0.0
+
+    def __enter__(self) -> StudyPause:
+        if self.enabled:
+            self._t0 = time.perf_counter()
+            self._signal("STOP")
+            self._timer = threading.Timer(self.cap, self._resume, kwargs={"capped": True})
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._resume()
 
 
 def _timed(fn: Callable[[str], Any], queries: Sequence[str]) -> tuple[list[int], list[Any]]:
@@ -208,6 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--mem0-python", default=None, help="python of a venv with mem0ai (mem0 is skipped without)")
     ap.add_argument("--timeout", type=float, default=1800.0)
+    ap.add_argument("--pause-study", action="store_true", help=f"SIGSTOP {STUDY} while each system runs")
     ap.add_argument("--out", default="results/perf_peers.json")
     ap.add_argument("--worker", choices=SYSTEMS, help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
@@ -241,13 +286,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             cmd = [python, "-m", "evals.perf.peers", "--worker", name, "--data", str(data), "--result", str(result)]
             cmd += ["--k", str(args.k), "--batch", str(args.batch)]
             print(f"[peers] {name} ...", file=sys.stderr, flush=True)
-            proc = subprocess.run(cmd, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=args.timeout)
+            with StudyPause(args.pause_study) as pause:
+                proc = subprocess.run(cmd, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=args.timeout)
             if proc.returncode != 0:
                 systems[name] = {"error": proc.stderr.strip().splitlines()[-5:]}
             else:
                 systems[name] = json.loads(result.read_text())
                 if name == "mem0":
                     systems[name]["python"] = python
+            systems[name]["study_paused"] = {"seconds": round(pause.paused_s, 1), "capped": pause.capped}
+            systems[name]["loadavg_after"] = loadavg()
             print(f"[peers] {name}: {json.dumps(systems[name])[:400]}", file=sys.stderr, flush=True)
     load["end"] = loadavg()
     result_doc = {
