@@ -513,7 +513,12 @@ def test_edits_of_hashed_rows_are_caught_by_verify(pg_url: str, statements: list
     assert any(problem in p for p in report.problems), report.problems
 
 
+_DOWNGRADE_6_TO_5 = [  # what migration 6 (the shared pending outcomes) added
+    "DROP TABLE pending_outcomes",
+    "DELETE FROM schema_migrations WHERE version = 6",
+]
 _DOWNGRADE_5_TO_4 = [  # what migration 5 (speaker, session, the lexical column) added
+    *_DOWNGRADE_6_TO_5,
     "DROP INDEX memories_lexemes",
     "ALTER TABLE memories DROP COLUMN lexemes, DROP COLUMN speaker, DROP COLUMN session",
     "CREATE OR REPLACE FUNCTION remem_immutable_memory() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "

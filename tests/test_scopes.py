@@ -130,7 +130,8 @@ def test_random_operations_in_several_scopes_never_leak(store_location: StoreLoc
     prop()
 
 
-_SQLITE_5_TO_4 = [  # migration 5 undone (the lexical index, speaker and session): see test_lexical_store.py
+_SQLITE_5_TO_4 = [  # migrations 6 and 5 undone (pending outcomes; the lexical index, speaker and session)
+    "DROP TABLE pending_outcomes",
     "DROP TRIGGER memories_fts_insert",
     "DROP TRIGGER memories_fts_update",
     "DROP TRIGGER memories_conversation_fixed",

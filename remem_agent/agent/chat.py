@@ -62,7 +62,7 @@ from remem_agent.agent.conversation import (
     strip_citations,
     tool_arguments,
 )
-from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, PendingOutcomes, Waiting
+from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, PendingStore, Waiting
 from remem_agent.agent.ports import AgentMemory
 from remem_agent.agent.prompt import citation_aliases, render_memories
 from remem_agent.agent.telemetry import AttributeValue, NoTelemetry, Span, Telemetry
@@ -171,7 +171,7 @@ class Conversations:
         *,
         memory: AgentMemory,
         model: ChatModel,
-        pending: PendingOutcomes[Any],
+        pending: PendingStore,
         tracer: Callable[[], TraceWriter | None],
         run_id: str,
         retry: RetryPolicy,
@@ -247,8 +247,10 @@ class Conversations:
                 self._turns.move_to_end(cid)
                 return prev, False
             deferred = None
-            if prev is not None:
-                deferred = await self.settle_from_next_turn(prev, cid, user, defer_moved_on=self.capture is not None)
+            if prev is not None or self.pending.shared:  # shared: another process may have answered the last turn
+                deferred = await self.settle_from_next_turn(
+                    prev, cid, user, defer_moved_on=self.capture is not None, turn=_turn_key(key)
+                )
             query = recall_query(opts.messages)
             res = await self.memory.asearch(
                 query,
@@ -342,6 +344,7 @@ class Conversations:
                     value=None,
                     used_ids=tuple(turn.used),
                     scope=opts.scope,
+                    turn=_turn_key(turn.key),
                 ),
                 ("conv", f"{opts.scope}|{opts.conversation_id}"),
             )
@@ -365,7 +368,7 @@ class Conversations:
         )
 
     async def settle_from_next_turn(
-        self, prev: _Turn, cid: str, next_user: str, *, defer_moved_on: bool = False
+        self, prev: _Turn | None, cid: str, next_user: str, *, defer_moved_on: bool = False, turn: str = ""
     ) -> Callable[[], Awaitable[None]] | None:
         """The next user turn arrived: judge the previous answer (unless a verdict already came).
 
@@ -373,8 +376,18 @@ class Conversations:
         as a callable for the capture worker to run once it has read this turn: a fact the user stated in
         it may supersede what the answer used, which makes the answer a failure instead.
         """
-        if not prev.answered or not prev.result.items:
+        if self.pending.shared:
+            # The conversation's last waiting answer, whichever process gave it (this one's own ``prev`` may be
+            # an older turn, or missing); none when it was judged already or belongs to this very turn (a retry).
+            latest = await self.pending.latest(("conv", cid))
+            if latest is None or latest.turn == turn:
+                return None
+            answer_id = latest.answer_id
+        elif prev is None or not prev.answered or not prev.result.items:
             return None
+        else:
+            answer_id = prev.answer_id
+        own = prev if prev is not None and prev.answer_id == answer_id else None  # what the judge reads
         correction = looks_like_correction(next_user)
         heuristic = Verdict(
             success=not correction,
@@ -382,12 +395,12 @@ class Conversations:
             weight=1.0 if correction else WEAK_SUCCESS_WEIGHT,
             reason="the next user turn reads as a correction" if correction else "the user moved on",
         )
-        judged = await self._judge(prev, next_user) if self.judge is not None else None
+        judged = await self._judge(own, next_user) if self.judge is not None and own is not None else None
         verdict = judged if judged is not None and judged.success is not None else heuristic
         judge = judged.to_dict() if judged else None
 
         async def settle() -> None:
-            await self._settle(prev, cid, verdict, heuristic=heuristic.to_dict(), judge=judge)
+            await self._settle(answer_id, own, cid, verdict, heuristic=heuristic.to_dict(), judge=judge)
 
         if defer_moved_on and verdict is heuristic and not correction:
             return settle
@@ -396,14 +409,15 @@ class Conversations:
 
     async def _settle(
         self,
-        prev: _Turn,
+        answer_id: str,
+        prev: _Turn | None,
         cid: str,
         verdict: Verdict,
         *,
         heuristic: Mapping[str, Any] | None,
         judge: Mapping[str, Any] | None,
     ) -> None:
-        item = await self.pending.take(prev.answer_id)
+        item = await self.pending.take(answer_id)
         if item is None:  # already judged (explicit feedback, a correction by a new fact)
             return
         conversation = cid.split("|", 1)[-1]
@@ -412,7 +426,7 @@ class Conversations:
             verdict,
             used_ids=item.used_ids,
             conversation=conversation,
-            started=prev.started,
+            started=prev.started if prev is not None else None,
             heuristic=heuristic,
             judge=judge,
         )
@@ -569,6 +583,11 @@ class Conversations:
                 "latency_ms": dict(latency),
             }
         )
+
+
+def _turn_key(key: tuple[int, str]) -> str:
+    """A turn's key (index of its user message, hash of its text) as the pending store keeps it."""
+    return f"{key[0]}:{key[1]}"
 
 
 def _ms(t0: float, t1: float | None = None) -> float:

@@ -30,7 +30,7 @@ from remem_agent.adapters.retry import RetryPolicy
 from remem_agent.agent.call import Enforced, Sampling, call_and_enforce
 from remem_agent.agent.capture import AsyncFactExtractor, FactCapture
 from remem_agent.agent.chat import ChatOptions, ChatReply, ChatStream, Conversations, Verdict, run_chat, stream_chat
-from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, PendingOutcomes, Waiting
+from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, PendingOutcomes, PendingStore, Waiting
 from remem_agent.agent.ports import AgentMemory
 from remem_agent.agent.prompt import build_messages, check_answer_schema, citation_aliases, with_citations
 from remem_agent.agent.scoring import Outcome, Scorer, exact_match
@@ -128,6 +128,7 @@ class MemoryAgent:
         telemetry: Telemetry | None = None,
         capture: AsyncFactExtractor | None = None,
         capture_queue: int = 64,
+        pending: PendingStore | None = None,
     ) -> None:
         """``trace``: a path, a ``TraceWriter``, ``False`` (off) or ``None`` (:func:`default_trace_path`).
 
@@ -138,6 +139,9 @@ class MemoryAgent:
         ``capture`` (off by default): an extractor (e.g. ``LLMFactExtractor(model)``) that turns each new
         user turn of ``chat`` into memories in the background (:mod:`.capture`; at most ``capture_queue``
         turns wait, more are dropped and counted). Close the agent (``aclose`` / ``async with``) to stop it.
+        ``pending``: where answers wait for their outcome; default this process's memory. Pass
+        ``LedgerPendingOutcomes(memory.store)`` when several processes serve one store, so an answer given by
+        one is settled by whichever sees its outcome (:mod:`.outcomes`).
         """
         if not isinstance(model, ChatModel):
             raise UserInputError("model must implement the ChatModel protocol (name, adapter, capabilities, complete)")
@@ -174,7 +178,7 @@ class MemoryAgent:
         self.strip_citations = strip_citations
         self._sem = asyncio.Semaphore(max_concurrency)
         # Threads of waiting answers: ("task", task class) for ask, ("conv", conversation id) for chat.
-        self._pending: PendingOutcomes[tuple[str, str | None]] = PendingOutcomes()
+        self._pending: PendingStore = pending if pending is not None else PendingOutcomes()
         self.capture = (
             FactCapture(
                 capture,

@@ -10,6 +10,12 @@ An answer given without ground truth waits here until its verdict arrives:
 
 Each answer gets at most one verdict: whichever arrives first claims it (under one lock), so a
 correction and a "moved on" racing for the same answer never both count.
+
+Two stores hold the waiting answers, behind one :class:`PendingStore` protocol: :class:`PendingOutcomes`
+here (in this process's memory: the default of a ``MemoryAgent``, gone with the process) and
+:class:`~remem_agent.agent.shared_outcomes.LedgerPendingOutcomes` (rows of the ledger that every process
+serving the store claims alike: what ``remem serve`` uses, so ``--workers N`` and several gateways on one
+PostgreSQL store learn as one).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Collection, Hashable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 WEAK_SUCCESS_WEIGHT = 0.3  # an inferred "moved on without correcting" success counts this much
 MAX_PENDING = 10_000  # oldest waiting answers are forgotten beyond this (their outcome never arrives)
@@ -35,13 +41,44 @@ class Waiting:
     value: object  # the answer's value (a schema answer's dict): value use is credited from it
     used_ids: tuple[str, ...] = ()  # served memories whose values a free-text reply repeated
     scope: str = "default"  # the scope the answer was given in: only a caller of that scope may judge it
+    turn: str = ""  # which user turn of its thread the answer belongs to (a retry of that turn is no next turn)
 
 
 K = TypeVar("K", bound=Hashable)
+Thread = tuple[str, str | None]  # ("task", "<scope>|<task class>") for ask, ("conv", "<scope>|<id>") for chat
+
+
+class PendingStore(Protocol):
+    """Where waiting answers wait; every method claims under the store's own exclusion (see the module doc)."""
+
+    @property
+    def shared(self) -> bool:
+        """True when other processes add and claim the same answers (the next turn may come from any)."""
+        ...
+
+    async def add(self, item: Waiting, thread: Thread) -> None: ...
+
+    async def take(self, answer_id: str, *, scope: str | None = None) -> Waiting | None: ...
+
+    async def release(self, item: Waiting) -> None: ...
+
+    async def take_latest(self, thread: Thread) -> Waiting | None: ...
+
+    async def latest(self, thread: Thread) -> Waiting | None:
+        """The thread's newest answer if it is still waiting (not claimed)."""
+        ...
+
+    async def take_relying_on(self, memory_ids: Collection[str]) -> list[tuple[Waiting, list[str]]]: ...
+
+    async def scope_of(self, answer_id: str) -> str | None:
+        """The scope a waiting (or judged) answer was given in; None if this store never held it."""
+        ...
 
 
 class PendingOutcomes(Generic[K]):
     """Waiting answers, oldest first, and the latest one per thread key (a task, or a conversation)."""
+
+    shared = False  # one process's memory
 
     def __init__(self, max_pending: int = MAX_PENDING) -> None:
         self._waiting: OrderedDict[str, Waiting] = OrderedDict()
@@ -76,6 +113,17 @@ class PendingOutcomes(Generic[K]):
         async with self._lock:
             answer_id = self._latest.pop(thread, None)
             return self._claim(answer_id) if answer_id else None
+
+    async def latest(self, thread: K) -> Waiting | None:
+        async with self._lock:
+            answer_id = self._latest.get(thread)
+            if answer_id is None or answer_id in self._claimed:
+                return None
+            return self._waiting.get(answer_id)
+
+    async def scope_of(self, answer_id: str) -> str | None:
+        item = self._waiting.get(answer_id)
+        return item.scope if item is not None else None
 
     async def take_relying_on(self, memory_ids: Collection[str]) -> list[tuple[Waiting, list[str]]]:
         """Claim every waiting answer that cited or used one of ``memory_ids``, with those ids.

@@ -186,9 +186,9 @@ def serve(config: GatewayConfig) -> None:
     log.info("remem gateway on http://%s:%d (store %s)", config.host, config.port, config.store)
     common: dict[str, Any] = {"host": config.host, "port": config.port, "access_log": False, "log_level": "info"}
     if config.workers > 1:
-        log.warning(
-            "%d workers share the port: each keeps its own waiting answers and conversations, so feedback by "
-            "answer_id and next-turn outcomes only count when they reach the worker that answered (see README)",
+        log.info(
+            "%d workers share the port and the store; waiting answers live in the ledger, so feedback and "
+            "next-turn outcomes count whichever worker they reach",
             config.workers,
         )
         os.environ[ENV_CONFIG] = config.to_env()

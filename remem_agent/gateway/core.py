@@ -20,6 +20,7 @@ from starlette.responses import Response
 from remem_agent.adapters.base import ChatModel
 from remem_agent.adapters.retry import RetryPolicy
 from remem_agent.agent import MemoryAgent
+from remem_agent.agent.shared_outcomes import LedgerPendingOutcomes
 from remem_agent.agent.telemetry import Telemetry
 from remem_agent.agent.trace import TraceWriter
 from remem_agent.gateway.auth import ApiKeys, Caller
@@ -75,6 +76,9 @@ class Gateway:
         self.router: ModelRouter = build_router(config, local=model)
         upstream_key = os.environ.get(config.upstream_api_key_env) if config.upstream else None
         self.secrets = tuple(s for s in (upstream_key, *self.keys.secrets()) if s)
+        # Waiting answers live in the ledger: the next turn of a conversation, or its feedback, may reach
+        # another worker or another gateway on the same store, which must be able to settle it (once).
+        self.pending = LedgerPendingOutcomes(self.memory.store, claimant=f"gateway-{os.getpid()}")
         self.agent = MemoryAgent(
             self.memory,
             self.router,
@@ -93,12 +97,13 @@ class Gateway:
             seed=None,
             strip_citations=config.strip_citations,
             telemetry=telemetry if telemetry is not None else _telemetry(config),
+            pending=self.pending,
         )
         self.metrics: Metrics = gateway_metrics()
         self.gate = Gate(config.limits)
         self.metrics.gauge("remem_gateway_in_flight", "Requests holding a concurrency slot.", lambda: self.gate.active)
         self.metrics.gauge("remem_gateway_queued", "Requests waiting for a slot.", lambda: self.gate.waiting)
-        self.service = ChatService(self.agent, self.router, self.metrics, config.limits)
+        self.service = ChatService(self.agent, self.router, self.metrics, config.limits, self.pending)
 
     def _trace(self) -> TraceWriter | Literal[False]:
         cfg = self.config.trace

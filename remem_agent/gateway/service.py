@@ -8,6 +8,9 @@ Conversation identity: the ``x-remem-conversation`` header, else the agent's own
 conversation's first system and user message (:func:`~remem_agent.agent.conversation.conversation_key`).
 Either way it is the scope's own conversation (the library keys conversation state by scope), so two users
 whose chats open with the same words never settle each other's answers.
+
+Waiting answers are ledger rows (:class:`~remem_agent.agent.shared_outcomes.LedgerPendingOutcomes`): feedback
+for an answer, and the next turn of its conversation, may arrive at any worker or gateway on the store.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from remem_agent.adapters.base import StreamChunk
 from remem_agent.agent import MemoryAgent
 from remem_agent.agent.chat import ChatReply, ChatStream
 from remem_agent.agent.conversation import conversation_key, parse_messages
+from remem_agent.agent.outcomes import PendingStore
 from remem_agent.errors import UnknownSearchError
 from remem_agent.gateway.auth import LIBRARY_SCOPES, Caller, scoped
 from remem_agent.gateway.config import Limits
@@ -36,7 +40,7 @@ from remem_agent.gateway.protocol import ApiError, schema_valid
 from remem_agent.gateway.upstream import MODEL_KEY, SCHEMA_KEY, SCHEMA_NAME_KEY, TIMING_KEY, ModelRouter, Timing
 from remem_agent.types import FeedbackReceipt
 
-MAX_ANSWERS = 100_000  # answer -> scope entries kept for feedback authorization (least recent dropped)
+MAX_ANSWERS = 100_000  # answer -> scope entries this process remembers (least recent dropped)
 _CONVERSATION = re.compile(r"^[A-Za-z0-9._:@+-]{1,128}$")
 
 
@@ -91,9 +95,12 @@ class Meta:
 
 
 class ChatService:
-    def __init__(self, agent: MemoryAgent, router: ModelRouter, metrics: Metrics, limits: Limits) -> None:
+    def __init__(
+        self, agent: MemoryAgent, router: ModelRouter, metrics: Metrics, limits: Limits, pending: PendingStore
+    ) -> None:
         self.agent, self.router, self.metrics, self.limits = agent, router, metrics, limits
-        self._answers: OrderedDict[str, str] = OrderedDict()
+        self.pending = pending  # the agent's waiting answers: feedback is authorized against their scope
+        self._answers: OrderedDict[str, str] = OrderedDict()  # answers given here (also those serving nothing)
 
     # -- preparation --------------------------------------------------------------------------------------
     async def check_model(self, name: object) -> str:
@@ -226,9 +233,11 @@ class ChatService:
             raise ApiError(400, "'reason' must be a string", code="invalid_value")
         if used_ids is not None and not (isinstance(used_ids, list) and all(isinstance(u, str) for u in used_ids)):
             raise ApiError(400, "'used_ids' must be a list of memory ids", code="invalid_value")
-        scope = self._answers.get(answer_id)
+        scope = self._answers.get(answer_id) or await self.pending.scope_of(answer_id)  # given here, or elsewhere
         if scope is None:
-            raise UnknownSearchError(f"unknown answer {answer_id!r} (not served by this gateway process, or judged)")
+            raise UnknownSearchError(
+                f"unknown answer {answer_id!r} (not given by a gateway on this store, or it served no memory)"
+            )
         if not caller.may(scope):
             raise ApiError(
                 403,

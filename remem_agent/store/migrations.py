@@ -203,6 +203,32 @@ MIGRATIONS: list[tuple[int, str]] = [
             END;
         """,
     ),
+    (
+        6,
+        """
+        -- Answers waiting for their outcome (store/pending.py), shared by every process serving the store:
+        -- the next turn of a conversation, or its feedback, may reach another process than the one that
+        -- answered. A row is claimed once (claimed_at set under WHERE claimed_at IS NULL) by whichever verdict
+        -- comes first, and released again only if the ledger refused that verdict. Rows are never deleted.
+        CREATE TABLE pending_outcomes (
+            seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+            answer_id  TEXT NOT NULL UNIQUE,
+            scope      TEXT NOT NULL,
+            thread     TEXT NOT NULL,
+            turn       TEXT NOT NULL,
+            search_id  TEXT NOT NULL,
+            served_ids TEXT NOT NULL,
+            cited_ids  TEXT NOT NULL,
+            used_ids   TEXT NOT NULL,
+            value      TEXT,
+            created_at REAL NOT NULL,
+            claimed_at REAL,
+            claimed_by TEXT
+        );
+        CREATE INDEX pending_outcomes_thread ON pending_outcomes (thread, seq);
+        CREATE INDEX pending_outcomes_waiting ON pending_outcomes (seq) WHERE claimed_at IS NULL;
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

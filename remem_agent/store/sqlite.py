@@ -55,7 +55,17 @@ T = TypeVar("T")
 
 LEDGER_FILE = "ledger.db"
 MARKER_FILE = "store.json"  # written once the ledger's schema has committed (see the module doc)
-TABLES = ("meta", "memories", "events", "searches", "credits", "stats", "attributes", "memories_fts")
+TABLES = (
+    "meta",
+    "memories",
+    "events",
+    "searches",
+    "credits",
+    "stats",
+    "attributes",
+    "memories_fts",
+    "pending_outcomes",
+)
 TRIGGERS = (
     "events_append_only_u",
     "events_append_only_d",

@@ -22,6 +22,7 @@ just failing. The invariants:
 10. The lexical index (schema 5) holds every memory exactly once, with its current text: SQLite's FTS5
     index equals one rebuilt from ``memories.text`` (rows, terms and positions); PostgreSQL's ``lexemes``
     column equals ``to_tsvector`` of the text and is still a generated column with its GIN index.
+11. Every answer waiting for its outcome (schema 6, ``pending.py``) points at a search of its own scope.
 
 Each check runs on its own: one that cannot run (a damaged row, a NULL where the schema forbids it)
 becomes a problem naming the check, and the others still run. ``verify()`` reports, it never raises.
@@ -36,7 +37,7 @@ import numpy as np
 
 from remem_agent.errors import InvalidTransition
 from remem_agent.learning.lifecycle import LifecycleEvent, next_state
-from remem_agent.store import hashing
+from remem_agent.store import hashing, pending
 from remem_agent.store.sql import LedgerTx, from_json
 from remem_agent.types import ALL_TASKS, State
 
@@ -55,6 +56,7 @@ def verify_ledger(tx: LedgerTx, dim: int | None, problems: list[str] | None = No
         ("content hashes", _check_hashes),
         ("meta", _check_meta),
         ("lexical index", _check_lexical),
+        ("pending outcomes", _check_pending),
     ]
     for name, check in checks:
         found: list[str] = []
@@ -310,3 +312,8 @@ def _check_meta(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
 def _check_lexical(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
     """10. every memory in the full-text index exactly once, with its current text (per backend)."""
     _report(problems, tx.lexical_index_problems(), "memories with a bad full-text index entry")
+
+
+def _check_pending(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
+    # 11. every waiting answer points at a search of its own scope
+    problems += pending.problems(tx, _LIMIT)

@@ -1,0 +1,114 @@
+"""Waiting answers in the ledger: :class:`LedgerPendingOutcomes`, the :class:`~.outcomes.PendingStore` that
+several processes on one store share (``remem serve --workers N``, two gateways on one PostgreSQL ledger).
+
+Every method is one short transaction of :mod:`remem_agent.store.pending` run in a worker thread, so a claim
+made by one process is seen by every other at once, and of two racing claims exactly one wins. Answers live
+as long as the ledger (a restart keeps them); see that module for what a crash between a claim and its
+feedback loses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Collection
+from typing import TypeVar
+
+from remem_agent.agent.outcomes import Thread, Waiting
+from remem_agent.store import pending
+from remem_agent.store.base import Store
+from remem_agent.store.pending import PendingRecord
+from remem_agent.store.sql import LedgerTx
+
+T = TypeVar("T")
+
+
+def thread_key(thread: Thread) -> str:
+    kind, name = thread
+    return f"{kind}:{name}"
+
+
+def _waiting(rec: PendingRecord) -> Waiting:
+    return Waiting(
+        answer_id=rec.answer_id,
+        search_id=rec.search_id,
+        served_ids=rec.served_ids,
+        cited_ids=rec.cited_ids,
+        value=rec.value,
+        used_ids=rec.used_ids,
+        scope=rec.scope,
+        turn=rec.turn,
+    )
+
+
+class LedgerPendingOutcomes:
+    """Waiting answers as ledger rows, claimed atomically by whichever process judges them first."""
+
+    shared = True
+
+    def __init__(self, store: Store, *, claimant: str = "remem") -> None:
+        self._store = store
+        self._claimant = claimant  # who claimed, kept in the row (e.g. "gateway-<pid>") for the audit
+
+    async def _write(self, fn: Callable[[LedgerTx], T]) -> T:
+        return await asyncio.to_thread(self._store.transact, fn)
+
+    async def _read(self, fn: Callable[[LedgerTx], T]) -> T:
+        def run() -> T:
+            with self._store.read() as tx:
+                return fn(tx)
+
+        return await asyncio.to_thread(run)
+
+    async def add(self, item: Waiting, thread: Thread) -> None:
+        rec = PendingRecord(
+            answer_id=item.answer_id,
+            scope=item.scope,
+            thread=thread_key(thread),
+            turn=item.turn,
+            search_id=item.search_id,
+            served_ids=item.served_ids,
+            cited_ids=item.cited_ids,
+            used_ids=item.used_ids,
+            value=item.value,
+            created_at=time.time(),
+        )
+        await self._write(lambda tx: pending.put(tx, rec))
+
+    async def take(self, answer_id: str, *, scope: str | None = None) -> Waiting | None:
+        rec = await self._write(lambda tx: pending.claim(tx, answer_id, scope=scope, by=self._claimant, at=time.time()))
+        return _waiting(rec) if rec is not None else None
+
+    async def release(self, item: Waiting) -> None:
+        await self._write(lambda tx: pending.release(tx, item.answer_id))
+
+    async def take_latest(self, thread: Thread) -> Waiting | None:
+        key = thread_key(thread)
+        rec = await self._write(lambda tx: pending.claim_latest(tx, key, by=self._claimant, at=time.time()))
+        return _waiting(rec) if rec is not None else None
+
+    async def latest(self, thread: Thread) -> Waiting | None:
+        key = thread_key(thread)
+        rec = await self._read(lambda tx: pending.latest(tx, key))
+        return _waiting(rec) if rec is not None else None
+
+    async def take_relying_on(self, memory_ids: Collection[str]) -> list[tuple[Waiting, list[str]]]:
+        """Claim every waiting answer that cited or used one of ``memory_ids`` (see ``PendingOutcomes``)."""
+        wanted = set(memory_ids)
+        if not wanted:
+            return []
+
+        def claim_all(tx: LedgerTx) -> list[tuple[PendingRecord, list[str]]]:
+            out = []
+            for rec in pending.waiting(tx):
+                hit = sorted(wanted & (set(rec.cited_ids) | set(rec.used_ids)))
+                if hit:
+                    got = pending.claim(tx, rec.answer_id, scope=None, by=self._claimant, at=time.time())
+                    if got is not None:
+                        out.append((got, hit))
+            return out
+
+        return [(_waiting(rec), hit) for rec, hit in await self._write(claim_all)]
+
+    async def scope_of(self, answer_id: str) -> str | None:
+        return await self._read(lambda tx: pending.scope_of(tx, answer_id))

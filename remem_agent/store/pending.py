@@ -1,0 +1,157 @@
+"""Answers waiting for their outcome, kept in the ledger (table ``pending_outcomes``, schema version 6).
+
+An answer given without ground truth waits until its verdict arrives: an explicit feedback, the next turn
+of its conversation, a new fact that corrects what it relied on. In one process that state can live in
+memory (:class:`~remem_agent.agent.outcomes.PendingOutcomes`); when several processes serve one store
+(``remem serve --workers N``, two gateways on one PostgreSQL ledger) the next turn may reach a process that
+never saw the answer, so the waiting answer is a ledger row that any process can claim.
+
+The rules, in SQL both backends run alike:
+
+* **one claim**: a verdict first claims its row, ``UPDATE ... WHERE claimed_at IS NULL RETURNING``, in its
+  own write transaction; of two processes racing for one answer exactly one gets the row back, the other
+  nothing (PostgreSQL re-checks the ``WHERE`` after waiting for the row lock; SQLite has one writer at a
+  time). The search's own ``feedback IS NULL`` guard (``LedgerTx.record_feedback``) stays underneath.
+* **the latest of a thread**: a thread is a conversation (``conv:<id>``) or an ``ask`` task class
+  (``task:<class>``) inside one scope; the next turn claims the thread's newest row, and only while it
+  is unclaimed (an answer already judged by feedback is not judged again, and an older one is not
+  reached past it), as the in-process store does.
+* **release**: a claim whose feedback the ledger refused is released (``claimed_at`` back to NULL), so the
+  answer can be judged again.
+
+What a crash loses: a claim and its feedback are two transactions, so a process that dies between them
+leaves the answer claimed and uncredited (never credited twice). Rows are never deleted; corrections by a
+new fact look at the newest :data:`WAITING_LIMIT` unclaimed rows, as the in-process store keeps at most
+that many. ``remem migrate`` does not copy this table: a migrated store starts with no waiting answers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from remem_agent.store.sql import LedgerTx, from_json
+
+WAITING_LIMIT = 10_000  # unclaimed rows a correction by a new fact looks through (the newest)
+
+_COLS = "answer_id, scope, thread, turn, search_id, served_ids, cited_ids, used_ids, value, created_at"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PendingRecord:
+    """One waiting answer, as the ledger holds it."""
+
+    answer_id: str
+    scope: str
+    thread: str  # "conv:<scope>|<conversation id>" or "task:<scope>|<task class>"
+    turn: str  # which user turn of the thread the answer belongs to ("" when turns do not apply)
+    search_id: str
+    served_ids: tuple[str, ...]
+    cited_ids: tuple[str, ...]
+    used_ids: tuple[str, ...]
+    value: Any  # the answer's value (JSON) for value-use credit; None for a chat reply
+    created_at: float
+
+
+def _record(r: Any) -> PendingRecord:
+    return PendingRecord(
+        answer_id=str(r[0]),
+        scope=str(r[1]),
+        thread=str(r[2]),
+        turn=str(r[3]),
+        search_id=str(r[4]),
+        served_ids=tuple(from_json(r[5])),
+        cited_ids=tuple(from_json(r[6])),
+        used_ids=tuple(from_json(r[7])),
+        value=from_json(r[8]) if r[8] is not None else None,
+        created_at=float(r[9]),
+    )
+
+
+def put(tx: LedgerTx, rec: PendingRecord) -> None:
+    """Add a waiting answer, or update the citations and value use of one still waiting (a tool loop's
+    later reply of the same turn); a claimed row is left as it is."""
+    tx.run(
+        f"INSERT INTO pending_outcomes ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?) "
+        "ON CONFLICT (answer_id) DO UPDATE SET cited_ids = excluded.cited_ids, used_ids = excluded.used_ids, "
+        "value = excluded.value WHERE pending_outcomes.claimed_at IS NULL",
+        (
+            rec.answer_id,
+            rec.scope,
+            rec.thread,
+            rec.turn,
+            rec.search_id,
+            json.dumps(list(rec.served_ids)),
+            json.dumps(list(rec.cited_ids)),
+            json.dumps(list(rec.used_ids)),
+            None if rec.value is None else json.dumps(rec.value, sort_keys=True, default=str),
+            rec.created_at,
+        ),
+    )
+
+
+def claim(tx: LedgerTx, answer_id: str, *, scope: str | None, by: str, at: float) -> PendingRecord | None:
+    """Claim one waiting answer (of ``scope``, when given); None if unknown, claimed, or of another scope."""
+    where = "answer_id = ? AND claimed_at IS NULL" + (" AND scope = ?" if scope is not None else "")
+    args: tuple[Any, ...] = (at, by, answer_id) + ((scope,) if scope is not None else ())
+    r = tx.run(
+        f"UPDATE pending_outcomes SET claimed_at = ?, claimed_by = ? WHERE {where} RETURNING {_COLS}", args
+    ).fetchone()
+    return _record(r) if r is not None else None
+
+
+def latest(tx: LedgerTx, thread: str) -> PendingRecord | None:
+    """The thread's newest answer if it is still waiting; None otherwise."""
+    r = tx.run(
+        f"SELECT {_COLS}, claimed_at FROM pending_outcomes WHERE thread = ? ORDER BY seq DESC LIMIT 1", (thread,)
+    ).fetchone()
+    return _record(r) if r is not None and r[-1] is None else None
+
+
+def claim_latest(tx: LedgerTx, thread: str, *, by: str, at: float) -> PendingRecord | None:
+    """Claim the thread's newest answer if it is still waiting."""
+    r = tx.run(
+        "UPDATE pending_outcomes SET claimed_at = ?, claimed_by = ? WHERE claimed_at IS NULL AND seq = "
+        f"(SELECT MAX(seq) FROM pending_outcomes WHERE thread = ?) RETURNING {_COLS}",
+        (at, by, thread),
+    ).fetchone()
+    return _record(r) if r is not None else None
+
+
+def release(tx: LedgerTx, answer_id: str) -> None:
+    """Undo a claim whose verdict could not be recorded."""
+    tx.run("UPDATE pending_outcomes SET claimed_at = NULL, claimed_by = NULL WHERE answer_id = ?", (answer_id,))
+
+
+def waiting(tx: LedgerTx, *, limit: int = WAITING_LIMIT) -> list[PendingRecord]:
+    """The newest ``limit`` unclaimed answers, newest first."""
+    rows = tx.run(
+        f"SELECT {_COLS} FROM pending_outcomes WHERE claimed_at IS NULL ORDER BY seq DESC LIMIT ?", (limit,)
+    ).fetchall()
+    return [_record(r) for r in rows]
+
+
+def scope_of(tx: LedgerTx, answer_id: str) -> str | None:
+    """The scope an answer was given in (waiting or judged); None if the ledger never held it."""
+    r = tx.run("SELECT scope FROM pending_outcomes WHERE answer_id = ?", (answer_id,)).fetchone()
+    return str(r[0]) if r is not None else None
+
+
+def problems(tx: LedgerTx, limit: int = 50) -> list[str]:
+    """Waiting answers that point at no search, or at a search of another scope (for ``verify``)."""
+    rows = tx.run(
+        "SELECT p.answer_id, p.search_id, p.scope, s.scope FROM pending_outcomes p "
+        "LEFT JOIN searches s ON s.search_id = p.search_id "
+        "WHERE s.search_id IS NULL OR s.scope <> p.scope ORDER BY p.seq LIMIT ?",
+        (limit,),
+    ).fetchall()
+    out = []
+    for answer_id, search_id, scope, search_scope in rows:
+        if search_scope is None:
+            out.append(f"pending answer {answer_id} points at search {search_id}, which the ledger does not hold")
+        else:
+            out.append(
+                f"pending answer {answer_id} (scope {scope!r}) points at search {search_id} of scope {search_scope!r}"
+            )
+    return out
