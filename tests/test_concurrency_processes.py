@@ -227,6 +227,14 @@ def _check_ledger(folder: Path, searches: list[dict[str, Any]], adds: list[dict[
 
         for a in adds:
             assert mem.get(a["id"]).original_text == a["text"]
+        # The lexical index (schema 5) kept up with every concurrent write: verify() compared it entry by
+        # entry, and each added fact is found by its own words.
+        with mem.store.read() as tx:
+            assert tx.lexical_index_problems() == []
+            everything = tx.max_seq()
+            for a in adds:
+                found = {mid for mid, _ in tx.lexical_candidates(a["text"], limit=everything, scopes=None)}
+                assert a["id"] in found, f"{a['id']} ({a['text']!r}) is missing from the lexical index"
         assert len({a["id"] for a in adds}) == len(adds), "two distinct facts got the same id"
         memories = mem.list()
         assert len(memories) == len(adds) + n_seeds

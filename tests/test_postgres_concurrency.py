@@ -91,6 +91,8 @@ def test_four_processes_feedback_on_shared_rows_loses_no_update(pg_url: str, tmp
     with ReMem(pg_url) as mem:
         report = mem.verify()
         assert report.ok, "verify() failed:\n" + "\n".join(report.problems)
+        with mem.store.read() as tx:  # lexical entries equal the texts, compressed by retention or not
+            assert tx.lexical_index_problems() == []
         st = mem.stats()
         assert st.searches == st.feedbacks == len(cycles)
         differing = {}
@@ -153,6 +155,10 @@ def test_four_processes_superseding_the_same_keys_leave_one_current_fact(pg_url:
         assert report.ok, report.problems
         facts = mem.list(role="state")
         assert len(facts) == WORKERS * 30
+        with mem.store.read() as tx:  # the lexical column followed every concurrent insert and supersession
+            assert tx.lexical_index_problems() == []
+            found = {mid for mid, _ in tx.lexical_candidates("Which region?", limit=1000, scopes=None)}
+            assert found == {m.id for m in facts}
         for k in range(5):
             key = [m for m in facts if m.entity == f"svc{k}"]
             current = [m for m in key if m.state is not State.INVALIDATED]

@@ -10,7 +10,10 @@ with no such word returns no candidates.
 The index itself is the database's: SQLite FTS5 with the ``porter unicode61`` tokenizer (English
 stemming, case and diacritics folded) over ``memories.text``, PostgreSQL a ``tsvector`` of the
 ``english`` configuration (the same stemmer family and a stopword list) with a GIN index. Scores are
-comparable within one backend only (FTS5 ``bm25()``, PostgreSQL ``ts_rank_cd``); fusion uses ranks.
+comparable within one backend only (FTS5 ``bm25()``; PostgreSQL idf-weighted ``ts_rank``, see
+``PostgresTx._lexical_query``); fusion uses ranks. Why 'english' and not 'simple' on PostgreSQL:
+stemming finds "camped" for "camping"; on the LoCoMo dev conversations 'simple' ranks 2 pp lower at
+evidence recall@5 (results/lexical_channel_locomo.json, ``python -m evals.bench.lexical_channel``).
 """
 
 from __future__ import annotations
