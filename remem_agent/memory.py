@@ -11,9 +11,9 @@ import asyncio
 import builtins
 import json
 import logging
-import re
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,6 +23,7 @@ from numpy.typing import NDArray
 from remem_agent._time import Timestamp, to_epoch
 from remem_agent._time import now as wall_now
 from remem_agent.config import RememConfig
+from remem_agent.conversation import Turn, parse_conversation
 from remem_agent.embedders.base import Embedder, check_vectors
 from remem_agent.embedders.cache import QueryCache
 from remem_agent.embedders.compat import vectors_compatible
@@ -46,6 +47,7 @@ from remem_agent.ingest import (
 from remem_agent.learning.credit import Replay, leave_one_out, values_used
 from remem_agent.learning.feedback import FeedbackPlan, apply_feedback, repeat_receipt
 from remem_agent.ranking.features import FEATURE_NAMES
+from remem_agent.ranking.fusion import fuse
 from remem_agent.ranking.pipeline import Candidates, EvidenceNeeds, is_eligible, rank_and_select
 from remem_agent.ranking.utility import UtilityModel
 from remem_agent.store.base import Store, VectorSearch
@@ -222,31 +224,54 @@ class ReMem:
 
     def add_conversation(
         self,
-        transcript: str | Sequence[Mapping[str, str]],
+        transcript: str | Sequence[Mapping[str, Any]] | Mapping[str, Any],
         extractor: FactExtractor | None = None,
         *,
         task: str | Sequence[str] | None = None,
         timestamp: Timestamp | None = None,
+        scope: str | None = None,
+        turns: bool | None = None,
     ) -> list[str]:
-        """Store a conversation: facts from ``extractor``, else each sentence as a ``note``."""
-        if isinstance(transcript, str):
-            text = check_text(transcript, "transcript")
-        elif isinstance(transcript, Sequence):
-            lines = []
-            for turn in transcript:
-                if not isinstance(turn, Mapping) or not isinstance(turn.get("content"), str):
-                    raise UserInputError("transcript turns must be mappings with a string 'content'")
-                who = turn.get("role") or turn.get("speaker") or "user"
-                lines.append(f"{who}: {turn['content']}")
-            text = check_text("\n".join(lines), "transcript")
-        else:
-            raise UserInputError("transcript must be a string or a list of {role, content} turns")
+        """Store a conversation's turns (speaker and session as fields), and with ``extractor`` its facts.
+
+        ``transcript`` is OpenAI messages, LoCoMo's conversation, a LongMemEval entry, a list of turns or a
+        string (remem_agent/conversation.py lists the shapes). Each turn becomes a ``note`` "speaker: text"
+        stamped with its own or its session's time (else ``timestamp``). With ``extractor``, each session's
+        transcript is given to it and the facts it returns are stored too, stamped with the session's last
+        turn when they carry no time: keyed ``state`` facts then supersede what they replace. ``turns``
+        (default: True without an extractor, False with one) says whether the turns themselves are stored.
+
+        Everything is validated and extracted before the one write: a bad turn raises ``BadTurnError`` (a
+        ``UserInputError``) and nothing is stored. Returns the ids in order: turns first, then facts.
+        """
+        parsed = parse_conversation(transcript, timestamp=timestamp)
+        keep_turns = extractor is None if turns is None else bool(turns)
+        items: list[MemoryInput] = []
+        if keep_turns:
+            items += [
+                MemoryInput(
+                    f"{t.speaker}: {t.text}",
+                    role="note",
+                    task=task,
+                    timestamp=t.at,
+                    speaker=t.speaker,
+                    session=t.session,
+                )
+                for t in parsed
+            ]
         if extractor is not None:
-            facts = list(extractor.extract(text))
-        else:
-            sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", text) if s.strip()]
-            facts = [MemoryInput(s, role="note", task=task, timestamp=timestamp) for s in sentences]
-        return self.add_many(facts)
+            sessions: dict[str | None, list[Turn]] = {}
+            for t in parsed:
+                sessions.setdefault(t.session, []).append(t)
+            for session, group in sessions.items():
+                text = check_text("\n".join(f"{t.speaker}: {t.text}" for t in group), "transcript")
+                last = max((t.at for t in group if t.at is not None), default=None)
+                for fact in extractor.extract(text):
+                    if not isinstance(fact, MemoryInput):
+                        raise UserInputError(f"the extractor returned {type(fact).__name__}, not a MemoryInput")
+                    stamp = fact.timestamp if fact.timestamp is not None else last
+                    items.append(replace(fact, timestamp=stamp, task=fact.task or task, session=session))
+        return self.add_many(items, scope=scope)
 
     # -- search ---------------------------------------------------------------------------------
     def search(
@@ -284,7 +309,9 @@ class ReMem:
         qvec = self.query_cache.vector(self.embedder, query)
         self._sync_index()
         # gather (I/O) -> rank and select (pure) -> record (I/O)
-        candidates = self.candidates(qvec, k=k, task=task, at=at, historical=t_as_of is not None, scope=scope)
+        candidates = self.candidates(
+            qvec, k=k, task=task, at=at, historical=t_as_of is not None, scope=scope, query=query
+        )
         ranking = rank_and_select(
             candidates,
             config=self.config,
@@ -328,40 +355,64 @@ class ReMem:
         task: str | None = None,
         historical: bool = False,
         scope: str = DEFAULT_SCOPE,
+        query: str | None = None,
     ) -> Candidates:
         """Search's gather stage: the pool eligible at ``at`` and the ledger's evidence about it, in one read.
 
         Public for harnesses and baselines that must rank exactly the pool a search ranks (``evals/``).
 
-        The pool is over-fetched (``k * pool_factor``, at least ``min_pool``) and widened when filtering
-        leaves too few; each widening is a new index lookup and read (rare: most searches read once).
+        With ``RememConfig.retrieval`` "hybrid" (default) the dense index's candidates and the ledger's
+        lexical candidates for ``query`` are fused into one pool (remem_agent/ranking/fusion.py); "dense" or
+        "lexical" use one channel. Without ``query`` (callers that only have a vector) the pool is dense.
+        Both channels pass the same eligibility test (:func:`is_eligible`: scopes, state, validity, ``as_of``).
+
+        The dense pool is over-fetched (``k * pool_factor``, at least ``min_pool``) and widened when filtering
+        leaves too few; each widening is a new index lookup and read (rare: most searches read once). The
+        lexical channel fetches ``lexical_pool`` (default: the same size) once, in the same read.
         """
         size = len(self.index)
         want = max(self.config.min_pool, k * self.config.pool_factor)
         pool = min(size, want)
         needs = EvidenceNeeds.of(self.config)
         scopes = self.readable_scopes(scope)
+        mode = self.config.retrieval if query is not None else "dense"
+        lex_limit = self.config.lexical_pool or want
         while True:
-            if self._flat is not None:
-                ids, sims = self._flat.candidates(qvec, pool, groups=scopes)
-            else:  # a caller's backend or the ledger's own index: filtered by scope below, widening if needed
-                ids, sims = self.index.candidates(qvec, pool)
+            ids: Sequence[str] = []
+            sims: Sequence[float] | NDArray[np.float32] = []
+            if mode != "lexical":
+                if self._flat is not None:
+                    ids, sims = self._flat.candidates(qvec, pool, groups=scopes)
+                else:  # a caller's backend or the ledger's own index: filtered by scope below, widening if needed
+                    ids, sims = self.index.candidates(qvec, pool)
             with self.store.read() as tx:
-                rows = tx.memories(ids)
-                keep = [(m, float(s)) for mid, s in zip(ids, sims, strict=True) if (m := rows.get(mid)) is not None]
-                keep = [(m, s) for m, s in keep if is_eligible(m, at, historical=historical, scopes=scopes)]
-                if len(keep) < min(want, k * 2) and pool < size:
+                lexical: list[tuple[str, float]] = []
+                if mode != "dense" and query is not None:
+                    lexical = tx.lexical_candidates(query, limit=lex_limit, scopes=scopes, current_only=not historical)
+                wanted = list(dict.fromkeys([*ids, *(mid for mid, _ in lexical)]))
+                rows = tx.memories(wanted)
+                eligible = {
+                    mid: m
+                    for mid in wanted
+                    if (m := rows.get(mid)) is not None and is_eligible(m, at, historical=historical, scopes=scopes)
+                }
+                dense = [(mid, float(s)) for mid, s in zip(ids, sims, strict=True) if mid in eligible]
+                if mode != "lexical" and len(dense) < min(want, k * 2) and pool < size:
                     pool = min(size, pool * 4)
                     continue
-                keep = keep[:want]
-                cands = [m for m, _ in keep]
-                if not cands:
+                dense = dense[:want]
+                lex = [(mid, float(s)) for mid, s in lexical if mid in eligible]
+                fused = fuse(dense, lex, self._cosines(qvec, dense, lex), config=self.config)
+                if not fused.ids:
                     return Candidates(memories=(), similarities=np.zeros(0, dtype=np.float64))
+                cands = [eligible[mid] for mid in fused.ids]
                 tasks = (ALL_TASKS, task) if task else (ALL_TASKS,)
                 keyed = [(m.scope, *m.key) for m in cands if m.key is not None and m.role == "state"]
                 return Candidates(
                     memories=cands,
-                    similarities=np.array([s for _, s in keep], dtype=np.float64),
+                    similarities=fused.similarity,
+                    lexical=fused.lexical if mode != "dense" else None,
+                    retrieval=fused.retrieval if mode != "dense" else None,
                     stats=tx.stats([m.id for m in cands], tasks) if needs.stats else {},
                     keys=tx.key_summary(keyed) if keyed and needs.keys else {},
                     changing_attributes=frozenset(
@@ -370,6 +421,24 @@ class ReMem:
                     if keyed and needs.attributes
                     else frozenset(),
                 )
+
+    def _cosines(
+        self, qvec: NDArray[np.float32], dense: Sequence[tuple[str, float]], lexical: Sequence[tuple[str, float]]
+    ) -> dict[str, float]:
+        """Every pooled id's cosine: the dense channel's own, the flat index's for lexical-only candidates.
+
+        A caller's backend or pgvector cannot score a given id, so a lexical-only candidate there gets the
+        dense pool's lowest cosine: it was not in the dense top list, so its true cosine is at most that.
+        """
+        out = dict(dense)
+        missing = [mid for mid, _ in lexical if mid not in out]
+        if missing:
+            if self._flat is not None:
+                out.update(self._flat.similarities(qvec, missing))
+            else:
+                floor = min(out.values(), default=0.0)
+                out.update((mid, floor) for mid in missing)
+        return out
 
     # -- feedback -------------------------------------------------------------------------------
     def feedback(

@@ -221,9 +221,13 @@ def test_list_and_stats(mem: ReMem) -> None:
 
 
 def test_add_conversation_without_extractor_stores_notes(mem: ReMem) -> None:
-    ids = mem.add_conversation([{"role": "user", "content": "I use vim. My laptop is a ThinkPad!"}])
+    """One note per turn, speaker-attributed (tests/test_conversation.py has the shapes)."""
+    ids = mem.add_conversation(
+        [{"role": "user", "content": "I use vim. My laptop is a ThinkPad!"}, {"role": "assistant", "content": "Ok."}]
+    )
     assert len(ids) == 2
     assert {mem.get(i).role for i in ids} == {"note"}
+    assert [mem.get(i).speaker for i in ids] == ["user", "assistant"]
 
 
 @pytest.mark.parametrize(

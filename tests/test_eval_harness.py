@@ -39,7 +39,18 @@ def test_public_view_carries_no_truth() -> None:
     w = make_world("contradiction", 0)
     f = next(f for f in w.facts() if f.value)
     pub = f.public()
-    assert set(vars(pub)) == {"text", "entity", "attribute", "role", "task", "timestamp", "confidence", "scope"}
+    assert set(vars(pub)) == {
+        "text",
+        "entity",
+        "attribute",
+        "role",
+        "task",
+        "timestamp",
+        "confidence",
+        "scope",
+        "speaker",
+        "session",
+    }
     assert pub.scope is None  # MemoryInput.scope: the world never names one (the default scope)
     t = next(w.tasks())
     assert set(t.public()) == {"tid", "t", "task_class", "query", "as_of"}
@@ -159,7 +170,9 @@ def test_study_controls_frequency_prune_label_noise_and_loo() -> None:
     c = runner_mod.run(world, SYSTEMS["C"], reader)
     pruned = runner_mod.run(world, SYSTEMS["C_freqprune"], reader)
     assert pruned.pruned > 0 and pruned.states.get("ARCHIVED", 0) > 0.4 * sum(pruned.states.values())
-    assert c.states.get("ARCHIVED", 0) == 0
+    # adaptive retention archives almost nothing (serving unjudged candidates past the floor exposes a few
+    # more useless memories, which it may then archive); frequency pruning archives ~half
+    assert c.states.get("ARCHIVED", 0) <= 0.02 * sum(c.states.values())
     assert (pruned.critical_success or 0) < (c.critical_success or 0)  # pruning by frequency hurts rare needs
     loo = runner_mod.run(world, SYSTEMS["C_loo_full"], reader)
     amb = runner_mod.run(world, SYSTEMS["C_loo_ambiguous"], reader)

@@ -265,8 +265,13 @@ def test_utility_is_selectable_by_config(store_location: StoreLocation) -> None:
     assert ReMem(store_location("b"), config=RememConfig(utility="heuristic")).utility.name == "heuristic"
 
 
-def test_default_floor_stops_serving_a_learned_lookalike(store_location: StoreLocation) -> None:
-    mem = ReMem(store_location("store"), config=RememConfig(retention=RetentionPolicy(enabled=False)))
+@pytest.mark.parametrize("retrieval", ["dense", "hybrid"])
+def test_default_floor_stops_serving_a_learned_lookalike(store_location: StoreLocation, retrieval: str) -> None:
+    """Dense: 8 useless exposures floor the look-alike. Hybrid: it is also the best *lexical* match ("release",
+    "production"), so its retrieval score is higher and the same evidence only ranks it below the helpful
+    fact; it needs more exposures before its score falls under the (evidence-scaled) floor."""
+    cfg = RememConfig(retention=RetentionPolicy(enabled=False), retrieval=retrieval)  # type: ignore[arg-type]
+    mem = ReMem(store_location("store"), config=cfg)
     q = "How do I ship the release to production?"
     lookalike = mem.add(
         "Release day notes: the production release channel has a new bot avatar.", role="note", timestamp=1
@@ -274,9 +279,16 @@ def test_default_floor_stops_serving_a_learned_lookalike(store_location: StoreLo
     helpful = mem.add(
         "Before shipping, run the database migration script, then tag the build.", role="note", timestamp=1
     )
-    assert lookalike in mem.search(q, k=2, task="deploy", now=5).ids
+    cold = mem.search(q, k=2, task="deploy", now=5)
+    assert lookalike in cold.ids
     rounds(mem, q, 8, helpful=helpful, task="deploy", k=2)
-    assert mem.search(q, k=2, task="deploy", now=50).ids == [helpful]  # the look-alike is not worth context
+    warm = mem.search(q, k=2, task="deploy", now=50)
+    if retrieval == "dense":
+        assert warm.ids == [helpful]  # the look-alike is not worth context
+    else:
+        assert warm.ids[0] == helpful
+        rounds(mem, q, 40, helpful=helpful, task="deploy", k=2)
+        assert mem.search(q, k=2, task="deploy", now=90).ids == [helpful]
 
 
 def test_one_feedback_that_learns_the_schema_and_retires_another_used_fact(store_location: StoreLocation) -> None:

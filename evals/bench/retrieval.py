@@ -7,92 +7,49 @@ embed with :func:`evals.harness.embedders.make_embedder`, rank with the systems 
 
 from __future__ import annotations
 
-import contextlib
-import re
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from evals.harness.jsonio import write_json
 from evals.harness.systems import System, load_systems
+from remem_agent.config import RememConfig
+from remem_agent.conversation import parse_when
 
 KS = (1, 5, 10)
 BM25_NAME = "BM25"
-_MONTHS = {
-    m: i + 1
-    for i, names in enumerate(
-        [
-            ("jan", "january"),
-            ("feb", "february"),
-            ("mar", "march"),
-            ("apr", "april"),
-            ("may",),
-            ("jun", "june"),
-            ("jul", "july"),
-            ("aug", "august"),
-            ("sep", "sept", "september"),
-            ("oct", "october"),
-            ("nov", "november"),
-            ("dec", "december"),
-        ]
-    )
-    for m in names
-}
-_YMD_RE = re.compile(r"(\d{4})\s*[/\-.]\s*(\d{1,2})\s*[/\-.]\s*(\d{1,2})")
-_DMY_RE = re.compile(r"(\d{1,2})(?:st|nd|rd|th)?\s+([A-Za-z]{3,9})\.?,?\s+(\d{4})")
-_MDY_RE = re.compile(r"([A-Za-z]{3,9})\.?\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})")
-_TIME_RE = re.compile(r"(?<![\d/\-])(\d{1,2}):(\d{2})(?::(\d{2}))?\s*([ap]\.?m\.?)?", re.IGNORECASE)
 
 
 # -- dates ---------------------------------------------------------------------------------------------
 def parse_date(value: object) -> datetime | None:
-    """Parse the benchmarks' free-text dates to an aware UTC datetime; None when no date is found.
+    """The benchmarks' free-text dates as an aware UTC datetime (None when no date is found): the library's
+    own transcript date reader (:func:`remem_agent.conversation.parse_when`), which ``add_conversation`` uses."""
+    return parse_when(value)
 
-    Handles "2023/05/20 (Sat) 02:21" (LongMemEval), "1:56 pm on 8 May, 2023" (LoCoMo), "May 8, 2023",
-    ISO-8601 and epoch seconds. A missing time of day is midnight.
-    """
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return datetime.fromtimestamp(float(value), tz=UTC)
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if not isinstance(value, str) or not value.strip():
-        return None
-    s = value.strip()
-    with contextlib.suppress(ValueError):
-        dt = datetime.fromisoformat(s.replace("Z", "+00:00"))
-        return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
-    date: tuple[int, int, int] | None = None
-    rest = s
-    if m := _YMD_RE.search(s):
-        date = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
-        rest = s[: m.start()] + " " + s[m.end() :]
-    elif (m := _DMY_RE.search(s)) and m.group(2).lower() in _MONTHS:
-        date = (int(m.group(3)), _MONTHS[m.group(2).lower()], int(m.group(1)))
-        rest = s[: m.start()] + " " + s[m.end() :]
-    elif (m := _MDY_RE.search(s)) and m.group(1).lower() in _MONTHS:
-        date = (int(m.group(3)), _MONTHS[m.group(1).lower()], int(m.group(2)))
-        rest = s[: m.start()] + " " + s[m.end() :]
-    if date is None:
-        return None
-    hour = minute = second = 0
-    if t := _TIME_RE.search(rest):
-        hour, minute, second = int(t.group(1)), int(t.group(2)), int(t.group(3) or 0)
-        if ampm := t.group(4):
-            pm = ampm.lower().startswith("p")
-            hour = (hour % 12) + (12 if pm else 0)
-        if not (0 <= hour < 24 and 0 <= minute < 60 and 0 <= second < 60):
-            hour = minute = second = 0
-    try:
-        return datetime(date[0], date[1], date[2], hour, minute, second, tzinfo=UTC)
-    except ValueError:
-        return None
+
+def library_systems() -> dict[str, System]:
+    """``ReMem.search`` as a user gets it (the default RememConfig, no learning in a cold run) per retrieval
+    channel, and plain cosine (``RememConfig.similarity_only`` on the dense channel) for reference."""
+    base = RememConfig()
+    configs = {
+        "ReMem": base,
+        "ReMem-dense": replace(base, retrieval="dense"),
+        "ReMem-lexical": replace(base, retrieval="lexical"),
+        "cosine": RememConfig.similarity_only(retrieval="dense"),
+    }
+    return {
+        name: System(name=name, description=f"library config {name}", config=cfg, keys=False, as_of=False, learn=False)
+        for name, cfg in configs.items()
+    }
 
 
 def select_systems(spec: str) -> list[tuple[str, System | None]]:
-    """Names from ``--systems`` -> (name, System) pairs; ``BM25`` maps to None (the lexical baseline)."""
-    known = load_systems()
+    """Names from ``--systems`` -> (name, System) pairs; ``BM25`` maps to None (the lexical baseline).
+
+    Names are those of evals/harness/systems.yaml and of :func:`library_systems`.
+    """
+    known = {**load_systems(), **library_systems()}
     out: list[tuple[str, System | None]] = []
     for name in [s.strip() for s in spec.split(",") if s.strip()]:
         if name.upper() == BM25_NAME:

@@ -282,11 +282,15 @@ def one_blas_thread() -> contextlib.AbstractContextManager[object]:
     return limits
 
 
-def _pool(mem: ReMem, qvec: NDArray[np.float32], k: int, at: float) -> tuple[list[str], list[int], NDArray[np.float32]]:
-    """A's candidate pool for a present-time search (``ReMem.candidates``, the same over-fetch, eligibility
-    filter and widening): (ids, token costs, similarities)."""
-    pool = mem.candidates(qvec, k=k, at=at)
-    return [m.id for m in pool.memories], [m.token_cost for m in pool.memories], pool.similarities.astype(np.float32)
+def _pool(
+    mem: ReMem, qvec: NDArray[np.float32], query: str, k: int, at: float
+) -> tuple[list[str], list[int], NDArray[np.float32]]:
+    """A's candidate pool for a present-time search (``ReMem.candidates``, the same channels, over-fetch,
+    eligibility filter and widening): (ids, token costs, A's retrieval scores). The scores are the fused
+    ones in hybrid mode (the cosine in dense mode), so with a zero learning rate the reranker ranks as A does."""
+    pool = mem.candidates(qvec, k=k, at=at, query=query)
+    base = pool.retrieval if pool.retrieval is not None else pool.similarities
+    return [m.id for m in pool.memories], [m.token_cost for m in pool.memories], base.astype(np.float32)
 
 
 def _answer_tasks(replay: WorldReplay, rr: RMMReranker, reader: ReaderParams, k: int, serve: Serve) -> list[TaskRow]:
@@ -301,7 +305,7 @@ def _answer_tasks(replay: WorldReplay, rr: RMMReranker, reader: ReaderParams, k:
         vec_of.update(zip(new_ids, mat, strict=True))
         ts = time.perf_counter()
         qvec = check_vectors(mem.embedder.embed([task.query]), 1, mem.dim, source=mem.embedder.name)[0]
-        cand, cost, sims = _pool(mem, qvec, k, task.t)
+        cand, cost, sims = _pool(mem, qvec, task.query, k, task.t)
         chosen: list[int] = []
         if cand:
             M = np.stack([vec_of[m] for m in cand])

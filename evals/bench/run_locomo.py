@@ -1,7 +1,7 @@
 """LoCoMo retrieval benchmark (no LLM): evidence recall of each system over long two-person conversations.
 
-    python -m evals.bench.run_locomo --data locomo10.json [--systems A,B,C,BM25] [--embedder hash|minilm]
-        [--out results/locomo]
+    python -m evals.bench.run_locomo --data locomo10.json [--systems ReMem,ReMem-dense,ReMem-lexical,BM25]
+        [--embedder hash|minilm] [--transfer ReMem] [--out results/locomo]
 
 Input is the LoCoMo JSON (locomo10.json; CC BY-NC, never committed here): a list of samples with
 ``sample_id``, ``conversation`` (``speaker_a``, ``speaker_b``, ``session_<n>`` lists of turns
@@ -18,6 +18,18 @@ left without evidence is counted and excluded. Metric: evidence recall@k, the fr
 evidence turns among the top k, for k = 1, 5, 10, per category and over categories 1-4. ``BM25`` is
 plain Okapi BM25 (evals/bench/bm25.py, k1=1.5, b=0.75). No feedback is sent, so nothing is learned; system
 C's retrieval-history features do see the sample's earlier searches, as they would in use.
+
+Systems: those of evals/harness/systems.yaml, ``BM25``, and the library's own configurations
+(evals/bench/retrieval.py ``library_systems``): ``ReMem`` (the default RememConfig, hybrid retrieval),
+``ReMem-dense``, ``ReMem-lexical`` and ``cosine`` (``RememConfig.similarity_only`` on the dense channel).
+The turns go in through ``ReMem.add_conversation`` (speaker and session kept as fields).
+
+``--transfer SYSTEM`` adds the learning-transfer measurement (issue 17): per sample two stores of SYSTEM;
+in the learning store each even-index question (by its index in the sample's qa list) is searched (k=10,
+task "locomo") and given feedback ``success`` = an evidence turn was served, ``used_ids`` = the served
+evidence turns; the cold store gets the same searches without feedback. Then the odd-index questions are
+searched in both, and recall@k of the pairs is compared: the paired mean difference with its 95% t-interval,
+the Wilcoxon signed-rank and sign tests (evals/harness/stats.py).
 """
 
 from __future__ import annotations
@@ -35,9 +47,11 @@ from evals.bench.bm25 import BM25
 from evals.bench.retrieval import KS, parse_date, select_systems, write_outputs
 from evals.harness.embedders import CachedEmbedder, make_embedder
 from evals.harness.replay import temp_store
-from evals.harness.stats import estimate
+from evals.harness.stats import estimate, paired, sign_test, wilcoxon_signed_rank
 from evals.harness.systems import System
-from remem_agent.ingest import MemoryInput
+from remem_agent.memory import ReMem
+
+TASK = "locomo"
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 SCORED = (1, 2, 3, 4)
@@ -86,7 +100,16 @@ def sample_turns(sample: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str
                 counts["duplicate_dia_ids"] += 1
             seen.add(dia)
             speaker = str(turn.get("speaker") or "speaker").strip()
-            turns.append({"dia": dia, "text": f"{speaker}: {text.strip()}", "t": when + timedelta(seconds=ti)})
+            turns.append(
+                {
+                    "dia": dia,
+                    "speaker": speaker,
+                    "session": key,
+                    "raw": text.strip(),
+                    "text": f"{speaker}: {text.strip()}",
+                    "t": when + timedelta(seconds=ti),
+                }
+            )
     return turns, counts
 
 
@@ -137,13 +160,75 @@ def rank_sample(
         return [[{turns[i]["dia"]} for i in bm.top_k(q["question"], kmax)] for q in questions]
     out = []
     with temp_store(system.config, embedder, prefix="remem_bench_") as mem:
-        mids = mem.add_many([MemoryInput(t["text"], role="note", timestamp=t["t"]) for t in turns])
-        dias: dict[str, set[str]] = {}
-        for t, mid in zip(turns, mids, strict=True):
-            dias.setdefault(mid, set()).add(t["dia"])
+        dias = store_turns(mem, turns)
         for q in questions:
             res = mem.search(q["question"], k=kmax, now=now)
             out.append([dias.get(h.id, set()) for h in res.items])
+    return out
+
+
+def store_turns(mem: ReMem, turns: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """Every turn as a note through ``add_conversation``; memory id -> the dia ids it stands for."""
+    mids = mem.add_conversation(
+        [
+            {"speaker": t["speaker"], "text": t["text"].split(": ", 1)[1], "timestamp": t["t"], "session": t["session"]}
+            for t in turns
+        ]
+    )
+    dias: dict[str, set[str]] = {}
+    for t, mid in zip(turns, mids, strict=True):
+        dias.setdefault(mid, set()).add(t["dia"])
+    return dias
+
+
+def transfer_sample(
+    system: System, embedder: Any, turns: list[dict[str, Any]], questions: list[dict[str, Any]], now: datetime
+) -> list[dict[str, Any]]:
+    """Feedback on the even-index questions, then the odd ones' recall in that store and in a cold twin."""
+    kmax = max(KS)
+    train = [q for q in questions if q["index"] % 2 == 0]
+    test = [q for q in questions if q["index"] % 2 == 1]
+    tops: dict[str, list[list[set[str]]]] = {}
+    for arm in ("cold", "learned"):
+        with temp_store(system.config, embedder, prefix="remem_bench_") as mem:
+            dias = store_turns(mem, turns)
+            for q in train:
+                res = mem.search(q["question"], k=kmax, now=now, task=TASK)
+                if arm == "learned":
+                    used = [h.id for h in res.items if dias.get(h.id, set()) & set(q["evidence"])]
+                    mem.feedback(res.search_id, success=bool(used), used_ids=used)
+            tops[arm] = []
+            for q in test:
+                res = mem.search(q["question"], k=kmax, now=now, task=TASK)
+                tops[arm].append([dias.get(h.id, set()) for h in res.items])
+    return [
+        {
+            "qa_index": q["index"],
+            "category": q["category"],
+            "cold": recall_at(c, q["evidence"]),
+            "learned": recall_at(lt, q["evidence"]),
+        }
+        for q, c, lt in zip(test, tops["cold"], tops["learned"], strict=True)
+    ]
+
+
+def transfer_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per metric and group: cold and learned means, the paired difference and the two paired tests."""
+    out: dict[str, Any] = {}
+    for group in ["overall", *(CATEGORIES[c] for c in SCORED)]:
+        sel = [r for r in rows if group == "overall" or CATEGORIES[r["category"]] == group]
+        cell: dict[str, Any] = {"questions": len(sel)}
+        for m in metric_names():
+            cold = [r["cold"][m] for r in sel]
+            learned = [r["learned"][m] for r in sel]
+            cell[m] = {
+                "cold": estimate(cold).to_dict(),
+                "learned": estimate(learned).to_dict(),
+                "learned_minus_cold": paired(cold, learned).to_dict(),
+                "wilcoxon": wilcoxon_signed_rank(cold, learned).to_dict(),
+                "sign_test": sign_test(cold, learned).to_dict(),
+            }
+        out[group] = cell
     return out
 
 
@@ -167,10 +252,14 @@ def aggregate(rows: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
 
 
 def run(
-    samples: list[dict[str, Any]], systems: list[tuple[str, System | None]], embedder: CachedEmbedder
+    samples: list[dict[str, Any]],
+    systems: list[tuple[str, System | None]],
+    embedder: CachedEmbedder,
+    transfer: System | None = None,
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
     rows: list[dict[str, Any]] = []
+    transfer_rows: list[dict[str, Any]] = []
     totals: dict[str, int] = {}
     seconds = {n: 0.0 for n, _ in systems}
     for si, sample in enumerate(samples):
@@ -200,6 +289,10 @@ def run(
                     "top": [sorted(s) for s in top],
                 }
         rows += per_q
+        if transfer is not None:
+            transfer_rows += [
+                {"sample_id": sid, **r} for r in transfer_sample(transfer, embedder, turns, questions, now)
+            ]
     names = [n for n, _ in systems]
     meta = {
         "samples": len(samples),
@@ -211,7 +304,15 @@ def run(
         "seconds": round(time.perf_counter() - t0, 2),
         "system_seconds": {n: round(s, 2) for n, s in seconds.items()},
     }
-    return {"meta": meta, "metrics": aggregate(rows, names), "questions": rows}
+    result: dict[str, Any] = {"meta": meta, "metrics": aggregate(rows, names), "questions": rows}
+    if transfer is not None:
+        result["transfer"] = {
+            "system": transfer.name,
+            "task": TASK,
+            "summary": transfer_summary(transfer_rows),
+            "questions": transfer_rows,
+        }
+    return result
 
 
 def _fmt(cell: dict[str, Any]) -> str:
@@ -242,13 +343,37 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append("")
     lines.append("Mean served per question: " + ", ".join(f"{n} {agg[n]['overall']['mean_served']:.1f}" for n in names))
     lines.append("")
+    if "transfer" in result:
+        tr = result["transfer"]
+        lines += [
+            f"## Learning transfer ({tr['system']}): feedback on even-index questions, recall on the odd ones",
+            "",
+            "| category | questions | metric | cold | after feedback | paired difference | Wilcoxon p | sign p |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for g, cell in tr["summary"].items():
+            for m in metric_names():
+                c = cell[m]
+                d = c["learned_minus_cold"]
+                cold, learned = 100 * c["cold"]["mean"], 100 * c["learned"]["mean"]
+                lines.append(
+                    f"| {g} | {cell['questions']} | {m} | {cold:.1f} | {learned:.1f} | "
+                    f"{100 * d['mean']:+.1f} ± {100 * d['ci95']:.1f} | {c['wilcoxon']['p']:.2g} | "
+                    f"{c['sign_test']['p']:.2g} |"
+                )
+        lines.append("")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True, help="locomo10.json")
-    ap.add_argument("--systems", default="A,B,C,BM25", help="names from evals/harness/systems.yaml, or BM25")
+    ap.add_argument(
+        "--systems",
+        default="ReMem,ReMem-dense,ReMem-lexical,cosine,BM25",
+        help="names from evals/harness/systems.yaml or evals/bench/retrieval.py library_systems, or BM25",
+    )
+    ap.add_argument("--transfer", help="also measure learning transfer with this system (e.g. ReMem)")
     ap.add_argument("--embedder", choices=("hash", "minilm"), default="hash")
     ap.add_argument("--out", default="results/locomo")
     ap.add_argument("--name", help="output file stem (default: the data file's stem)")
@@ -262,7 +387,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     systems = select_systems(args.systems)
     embedder = make_embedder(args.embedder)
-    result = run(samples, systems, embedder)
+    transfer = None
+    if args.transfer:
+        ((_, transfer),) = select_systems(args.transfer)
+        if transfer is None:
+            raise SystemExit("--transfer needs a ReMem system, not BM25")
+    result = run(samples, systems, embedder, transfer)
     stem = args.name or Path(args.data).stem
     result["meta"] = {"name": f"{stem}_{args.embedder}", "data": str(args.data), **result["meta"]}
     write_outputs(result, markdown(result), Path(args.out) / f"{stem}_{args.embedder}", quiet=args.quiet)

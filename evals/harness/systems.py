@@ -41,6 +41,7 @@ def _preset(name: str) -> RememConfig:
             features=FeatureConfig(groups=("static",)),
             retention=RetentionPolicy(enabled=False),
             staleness=StalenessPolicy(outcome_invalidation=False),
+            static_prior="always",  # the reference's static score: the prior at full weight, no outcomes
         )
     if name == "default":
         return RememConfig()

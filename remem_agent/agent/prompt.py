@@ -94,8 +94,27 @@ def with_citations(schema: Mapping[str, Any], cite_keys: Sequence[str]) -> dict[
     return out
 
 
-def render_memories(hits: Sequence[Hit], labels: Sequence[str] | None = None) -> str:
-    """One line per memory: ``[label] (valid from DATE) "quoted text"``; labels default to the aliases."""
+# A question about time ("when did ...", "what year ...", "how long ago ..."): the answer is the memory's own
+# time (when it was said or became true), so the rendered context gives it to the minute, with the weekday.
+_TEMPORAL = re.compile(
+    r"\b(when|what (?:year|month|day|date|time)|which (?:year|month|day|date)|how long (?:ago|since|before|after)"
+    r"|how many (?:days|weeks|months|years)|since when|until when|what weekday|date of)\b",
+    re.IGNORECASE,
+)
+
+
+def is_temporal_question(question: str) -> bool:
+    """True for a question whose answer is a time (LoCoMo's temporal category: "When did Caroline go ...")."""
+    return bool(_TEMPORAL.search(question))
+
+
+def render_memories(hits: Sequence[Hit], labels: Sequence[str] | None = None, *, temporal: bool = False) -> str:
+    """One line per memory: ``[label] (valid from DATE) "quoted text"``; labels default to the aliases.
+
+    With ``temporal`` (a question about time, :func:`is_temporal_question`) each memory carries its full time,
+    ``(at Monday 2023-05-08 13:56 UTC)``: a conversation turn's time is when it was said, which is what a
+    "when did ..." question asks, and a date alone would lose the weekday and the order within a day.
+    """
     if not hits:
         return "(no memories)"
     labels = list(citation_aliases([h.id for h in hits])) if labels is None else list(labels)
@@ -103,14 +122,14 @@ def render_memories(hits: Sequence[Hit], labels: Sequence[str] | None = None) ->
         raise ValueError("one label per memory")
     lines = []
     for label, h in zip(labels, hits, strict=True):
-        when = f" (valid from {_iso(h.valid_from)})"
+        when = f" (at {_iso(h.valid_from, full=True)})" if temporal else f" (valid from {_iso(h.valid_from)})"
         lines.append(f"[{label}]{when} {json.dumps(h.text, ensure_ascii=False)}")
     return "\n".join(lines)
 
 
-def _iso(t: float) -> str:
+def _iso(t: float, *, full: bool = False) -> str:
     try:
-        return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%d")
+        return datetime.fromtimestamp(t, tz=UTC).strftime("%A %Y-%m-%d %H:%M UTC" if full else "%Y-%m-%d")
     except (OverflowError, OSError, ValueError):  # a row stored before times were bounded: show it, do not fail
         return f"epoch {t:.0f}"
 
@@ -124,7 +143,8 @@ def build_messages(
     labels: Sequence[str] | None = None,
 ) -> list[Message]:
     system = (system_prompt or SYSTEM_PROMPT).replace("{schema}", json.dumps(schema, separators=(",", ":")))
-    user = f"Memories:\n{render_memories(hits, labels)}\n\nQuestion: {question}"
+    block = render_memories(hits, labels, temporal=is_temporal_question(question))
+    user = f"Memories:\n{block}\n\nQuestion: {question}"
     return [Message("system", system), Message("user", user)]
 
 

@@ -60,6 +60,7 @@ class FlatIndex:
         self._group = np.zeros(max(16, capacity), dtype=np.int32)
         self._codes: dict[str, int] = {}
         self._ids: list[str] = []
+        self._row: dict[str, int] = {}
         self._n = 0
 
     def __len__(self) -> int:
@@ -85,8 +86,21 @@ class FlatIndex:
         self._mat[self._n : need] = vecs
         if groups is not None:
             self._group[self._n : need] = [self._codes.setdefault(g, len(self._codes)) for g in groups]
+        self._row.update((mid, self._n + j) for j, mid in enumerate(ids))
         self._ids.extend(ids)
         self._n = need
+
+    def similarities(self, query: NDArray[np.float32], ids: Sequence[str]) -> dict[str, float]:
+        """The inner product of ``query`` with each of ``ids`` this index holds (for a fused pool's lexical-only
+        candidates, whose cosine the top-k scan did not return)."""
+        rows = [(mid, r) for mid in ids if (r := self._row.get(mid)) is not None]
+        if not rows:
+            return {}
+        q = np.asarray(query, dtype=np.float32).reshape(-1)
+        if q.shape[0] != self.dim:
+            raise EmbeddingError(f"query has dimension {q.shape[0]}, index has {self.dim}")
+        vals = self._mat[[r for _, r in rows]] @ q
+        return {mid: float(v) for (mid, _), v in zip(rows, vals, strict=True)}
 
     def candidates(
         self, query: NDArray[np.float32], k: int, *, groups: Collection[str] | None = None

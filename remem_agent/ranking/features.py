@@ -2,7 +2,8 @@
 
 Four groups, each switchable so ablations can turn an information source off (reference §3):
 
-* static: similarity, gap to the best similarity, backend rank, recency, confidence, token cost
+* static: similarity (cosine), gap to the best retrieval score, rank in the pool, recency, confidence, token
+  cost, the lexical channel's score and the fused retrieval score (``RememConfig.retrieval``)
 * history: retrieval count and recency (the "frequency" strawman: frequent is not useful)
 * outcome: Beta-posterior contribution rate overall and for this task class, waste rate, blame rate,
   posterior std, and how much evidence there is
@@ -22,12 +23,28 @@ from remem_agent.types import ALL_TASKS, Memory, TaskStats
 GROUPS = ("static", "history", "outcome", "contradiction")
 
 FEATURES: dict[str, tuple[str, ...]] = {
-    "static": ("similarity", "gap", "rank", "recency", "confidence", "tokens"),
+    "static": ("similarity", "gap", "rank", "recency", "confidence", "tokens", "lexical", "retrieval"),
     "history": ("retrievals", "retrieval_recency"),
     "outcome": ("rate_all", "rate_class", "waste_rate", "blame_rate", "post_std", "evidence", "evidence_all"),
     "contradiction": ("stale", "contradictions"),
 }
-FEATURE_NAMES: tuple[str, ...] = tuple(f for g in GROUPS for f in FEATURES[g])
+# The snapshot order of releases before the lexical channel; the two retrieval features are appended after
+# it (not placed inside "static") so an old snapshot is a prefix of a new one and old ledgers and saved
+# models stay readable: their rows were all dense, so lexical = 0 and retrieval = similarity, exactly.
+LEGACY_FEATURE_NAMES: tuple[str, ...] = tuple(
+    f for g in GROUPS for f in FEATURES[g] if f not in ("lexical", "retrieval")
+)
+FEATURE_NAMES: tuple[str, ...] = (*LEGACY_FEATURE_NAMES, "lexical", "retrieval")
+
+
+def upgrade_snapshot(names: tuple[str, ...], row: list[float]) -> list[float]:
+    """A legacy-width snapshot extended to ``FEATURE_NAMES`` (lexical 0, retrieval = similarity)."""
+    if names == FEATURE_NAMES:
+        return row
+    if names != LEGACY_FEATURE_NAMES or len(row) != len(names):
+        raise ValueError(f"snapshot of features {list(names)} is neither the current nor the legacy set")
+    return [*row, 0.0, row[LEGACY_FEATURE_NAMES.index("similarity")]]
+
 
 DAY = 86_400.0
 
@@ -50,19 +67,29 @@ def build_features(
     keys: Mapping[tuple[str, str, str], tuple[int, float]] | None = None,
     changing_attributes: Collection[str] = (),
     decay_half_life_days: float = 180.0,
+    lexical: NDArray[np.float64] | None = None,
+    retrieval: NDArray[np.float64] | None = None,
 ) -> dict[str, NDArray[np.float64]]:
-    """``keys`` maps (scope, entity, attribute) to (current state facts, latest valid_from) for the contradiction
-    group; ``changing_attributes`` are attributes observed to change, whose confidence decays with age."""
-    """Feature arrays (one value per candidate); disabled groups are all zeros."""
+    """Feature arrays (one value per candidate, the pool in retrieval order); disabled groups are all zeros.
+
+    ``keys`` maps (scope, entity, attribute) to (current state facts, latest valid_from) for the contradiction
+    group; ``changing_attributes`` are attributes observed to change, whose confidence decays with age.
+    ``lexical`` is the lexical channel's score scaled to [0, 1] (0: not a lexical candidate) and ``retrieval``
+    the fused retrieval score the pool is ordered by; without them (a dense-only pool) lexical is 0 and
+    retrieval is the cosine similarity, so a dense pool's features are what they were before fusion.
+    """
     n = len(memories)
     sim = np.asarray(similarity, dtype=np.float64)
+    ret = sim if retrieval is None else np.asarray(retrieval, dtype=np.float64)
     f: dict[str, NDArray[np.float64]] = {name: np.zeros(n) for name in FEATURE_NAMES}
     if n == 0:
         return f
     on = set(config.groups)
     if "static" in on:
         f["similarity"] = sim
-        f["gap"] = sim.max() - sim
+        f["retrieval"] = ret
+        f["lexical"] = np.zeros(n) if lexical is None else np.asarray(lexical, dtype=np.float64)
+        f["gap"] = ret.max() - ret
         f["rank"] = np.arange(n, dtype=np.float64) / max(1, n - 1)
         age_days = np.maximum(0.0, now - np.array([m.valid_from for m in memories])) / DAY
         f["recency"] = np.power(0.5, age_days / config.recency_half_life_days)

@@ -45,7 +45,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from remem_agent.errors import UserInputError
-from remem_agent.ranking.features import FEATURE_NAMES
+from remem_agent.ranking.features import FEATURE_NAMES, LEGACY_FEATURE_NAMES
 from remem_agent.ranking.training import TrainingSet
 
 Features = Mapping[str, NDArray[np.float64]]
@@ -400,7 +400,11 @@ class LearnedUtility:
                 f"{p} has format version {version!r}; this remem-agent reads up to {FORMAT_VERSION} (upgrade it)"
             )
         names = tuple(d.get("feature_names") or ())
-        if names != tuple(feature_names):
+        # A model fitted before the lexical channel scores by name on the features it knows (all still
+        # computed): it ranks a hybrid pool by cosine and the rest, ignoring the fused score.
+        if names != tuple(feature_names) and not (
+            tuple(feature_names) == FEATURE_NAMES and names == LEGACY_FEATURE_NAMES
+        ):
             raise UserInputError(
                 f"{p} was trained on features {list(names)}, but this remem-agent computes {list(feature_names)}; "
                 "retrain it on the current features"

@@ -57,10 +57,17 @@ class EvidenceNeeds:
 
 @dataclass(frozen=True, kw_only=True)
 class Candidates:
-    """What the gather stage read: the eligible pool (best similarity first) and the evidence about it."""
+    """What the gather stage read: the eligible pool (best retrieval score first) and the evidence about it.
+
+    ``similarities`` are cosines; ``lexical`` (the lexical channel's score scaled to [0, 1]) and ``retrieval``
+    (the fused score, remem_agent/ranking/fusion.py) are None for a dense-only pool, whose retrieval score
+    is its cosine.
+    """
 
     memories: Sequence[Memory]
     similarities: NDArray[np.float64]
+    lexical: NDArray[np.float64] | None = None
+    retrieval: NDArray[np.float64] | None = None
     stats: Mapping[tuple[str, str], TaskStats] = field(default_factory=dict)
     keys: Mapping[Key, tuple[int, float]] = field(default_factory=dict)
     changing_attributes: frozenset[str] = frozenset()
@@ -92,7 +99,13 @@ def rank_and_select(
     token_budget: int | None,
     explain: bool = False,
 ) -> Ranking:
-    """Features -> utility -> selection (p_floor, similarity guard, knapsack under a token budget)."""
+    """Features -> utility -> selection (p_floor, similarity guard, knapsack under a token budget).
+
+    Cold start (``static_prior="with_evidence"``): the ``p_floor`` applies only to candidates the ledger
+    holds outcome evidence about (shown at least once); a never-shown candidate's score only restates its
+    retrieval score, and a floor on it would drop good matches for no reason, so a fresh store serves ``k``.
+    The guard and the final order follow the retrieval score (the fused one in hybrid mode).
+    """
     cands, sims = candidates.memories, candidates.similarities
     if not cands:
         return Ranking(hits=(), features=())
@@ -107,8 +120,18 @@ def rank_and_select(
         keys=candidates.keys,
         changing_attributes=candidates.changing_attributes,
         decay_half_life_days=config.staleness.decay_half_life_days,
+        lexical=candidates.lexical,
+        retrieval=candidates.retrieval,
     )
     p, comps = utility.score(feats)
+    # The floor grows with the outcome evidence about each candidate (evidence_all = n / (n + 2) exposures):
+    # a never-shown candidate's p only restates its retrieval score, so it has no floor (a fresh store
+    # serves k); a candidate shown and never used approaches the full p_floor.
+    floors = (
+        config.p_floor * feats["evidence_all"]
+        if config.static_prior == "with_evidence" and "outcome" in config.features.groups
+        else np.full(len(cands), config.p_floor)
+    )
     exempt = np.array(
         [
             (s := stats.get((m.id, task or ALL_TASKS))) is not None
@@ -121,11 +144,11 @@ def rank_and_select(
     tokens = np.array([m.token_cost for m in cands], dtype=np.int64)
     chosen = select(
         p,
-        sims,
+        feats["retrieval"] if "static" in config.features.groups else sims,
         tokens,
         k=k,
         token_budget=token_budget,
-        p_floor=config.p_floor,
+        p_floor=floors,
         guard_top=config.guard_top,
         guard_exempt=exempt,
         method=config.selection,

@@ -2,7 +2,8 @@
 
 Three rules, in order (reference design §7 and §8.1):
 
-1. Candidates whose predicted utility ``p`` is below ``p_floor`` are not worth context.
+1. Candidates whose predicted utility ``p`` is below ``p_floor`` are not worth context (``p_floor`` may be
+   one value per candidate: ``rank_and_select`` scales it by each candidate's outcome evidence).
 2. The similarity guard: the ``guard_top`` most similar candidates are always served, unless the
    ledger holds evidence they are useless for this task class (the caller passes that as
    ``guard_exempt``). It protects against the utility layer pushing out a correct, highly similar
@@ -76,7 +77,7 @@ def select(
     *,
     k: int,
     token_budget: int | None = None,
-    p_floor: float = 0.0,
+    p_floor: float | NDArray[np.float64] = 0.0,
     guard_top: int = 0,
     guard_exempt: NDArray[np.bool_] | None = None,
     method: str = "knapsack",
@@ -95,7 +96,8 @@ def select(
         for i in np.argsort(-similarity, kind="stable")[:guard_top]:
             if not exempt[i]:
                 forced.append(int(i))
-    eligible = [i for i in range(n) if p[i] >= p_floor and i not in forced]
+    floor = np.broadcast_to(np.asarray(p_floor, dtype=np.float64), (n,))
+    eligible = [i for i in range(n) if p[i] >= floor[i] and i not in forced]
     if token_budget is None:
         forced = forced[:k]
         rest = sorted(eligible, key=lambda i: -p[i])[: k - len(forced)]

@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from remem_agent.errors import UserInputError
-from remem_agent.ranking.features import FEATURE_NAMES
+from remem_agent.ranking.features import FEATURE_NAMES, LEGACY_FEATURE_NAMES, upgrade_snapshot
 from remem_agent.store.base import Store, is_postgres_url
 from remem_agent.store.factory import open_store
 
@@ -36,6 +36,7 @@ class HasStore(Protocol):
 
     @property
     def store(self) -> Store: ...
+
 
 # Attributed credit at or above this, on a successful task, is a positive label.
 CREDIT_THRESHOLD = 0.5
@@ -103,24 +104,27 @@ def _make(
     )
 
 
-def _check_names(stored: str | None, where: str) -> None:
+def _check_names(stored: str | None, where: str) -> tuple[str, ...]:
+    """The feature names the ledger's snapshots were recorded with (current or the pre-fusion legacy set)."""
     if stored is None:  # a ledger written before the key existed: rows are checked for width below
-        return
+        return FEATURE_NAMES
     try:
         names = tuple(json.loads(stored))
     except (ValueError, TypeError) as exc:
         raise UserInputError(f"{where}: meta 'feature_names' is not a JSON list: {stored!r}") from exc
-    if names != FEATURE_NAMES:
+    if names not in (FEATURE_NAMES, LEGACY_FEATURE_NAMES):
         raise UserInputError(
             f"{where}: feature snapshots were recorded with features {list(names)}, but this remem-agent "
             f"uses {list(FEATURE_NAMES)}; rows from a different feature set cannot be mixed into training"
         )
+    return names
 
 
 def _read(store: Store, group: str) -> TrainingSet:
     where = store.location
     _check_names(store.get_meta("feature_names"), where)
     d = len(FEATURE_NAMES)
+    legacy = len(LEGACY_FEATURE_NAMES)
     with store.read() as tx:
         searches = list(tx.answered_searches())
         credit = {(sid, mid): cr for sid, mid, cr in tx.credit_values()}
@@ -134,12 +138,15 @@ def _read(store: Store, group: str) -> TrainingSet:
             f = item.get("f")
             if f is None:  # served before snapshots were recorded: nothing to learn from
                 continue
-            if len(f) != d:
+            if len(f) not in (d, legacy):
                 raise UserInputError(
                     f"{where}: search {sid} has a {len(f)}-feature snapshot; this remem-agent uses {d} features"
                 )
             mid = str(item["id"])
-            rows.append([float(v) for v in f])
+            # A store opened before fusion existed keeps its old meta and has rows of both widths: an old row
+            # was served from a dense pool, so its lexical is 0 and its retrieval score its cosine.
+            row = [float(v) for v in f]
+            rows.append(upgrade_snapshot(LEGACY_FEATURE_NAMES, row) if len(f) == legacy else row)
             labels.append(int(success and credit.get((sid, mid), 0.0) >= CREDIT_THRESHOLD))
             sids.append(str(sid))
             mids.append(mid)

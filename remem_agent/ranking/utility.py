@@ -29,15 +29,24 @@ def _sigmoid(z: NDArray[np.float64]) -> NDArray[np.float64]:
 class HeuristicUtility:
     """A documented weighted sum of features, squashed to a probability.
 
-    Each weight is a design choice (set a priori, not fitted):
+    Each weight is a design choice (set a priori, not fitted). The cold-start rule (``prior``): with
+    "with_evidence" (the default) the static prior (recency, confidence, token cost) is scaled by how much
+    outcome evidence the ledger holds about the candidate (``evidence_all`` = n / (n + 2) exposures), so a
+    candidate nobody has judged is ranked by its retrieval score alone, and the prior only re-orders where
+    outcomes have started to say something. "always" applies the prior at full weight (system B, the
+    reference's static score). The stale flag is never gated: it is the ledger's own knowledge of a newer
+    fact, not an outcome.
     """
 
     name: str = "heuristic"
     weights: Mapping[str, float] = field(
         default_factory=lambda: {
-            # Similarity is the prior: without outcome evidence, closer text is more likely useful.
-            "similarity": 4.0,
-            # Distance from the best candidate: relative closeness matters more than the embedder's scale.
+            # The retrieval score is the prior: without outcome evidence, a better match is more likely useful.
+            # (The fused score of RememConfig.retrieval; in "dense" mode it is the cosine similarity.)
+            "retrieval": 4.0,
+            # The cosine similarity on its own, beside the fused score (0: the fused score already has it).
+            "similarity": 0.0,
+            # Distance from the best retrieval score: relative closeness matters more than the scale.
             "gap": -3.0,
             # Newer facts are slightly preferred; old-but-true facts are not punished much.
             "recency": 0.3,
@@ -65,6 +74,7 @@ class HeuristicUtility:
     # reproducible); "none" turns exploration off. The reference found Thompson worse than UCB.
     explore: Literal["ucb", "thompson", "none"] = "ucb"
     seed: int = 0
+    prior: Literal["with_evidence", "always"] = "with_evidence"
     _rng: np.random.Generator = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -74,8 +84,11 @@ class HeuristicUtility:
         w = self.weights
         ev = features["evidence"]
         comps: dict[str, NDArray[np.float64]] = {}
-        for name in ("similarity", "gap", "recency", "confidence", "tokens", "stale", "retrievals"):
+        for name in ("retrieval", "similarity", "gap", "stale", "retrievals"):
             comps[name] = w.get(name, 0.0) * features[name]
+        gate = features["evidence_all"] if self.prior == "with_evidence" else np.ones_like(ev)
+        for name in ("recency", "confidence", "tokens"):
+            comps[name] = w.get(name, 0.0) * gate * features[name]
         comps["rate_class"] = w.get("rate_class", 0.0) * ev * (features["rate_class"] - 0.5)
         comps["rate_all"] = w.get("rate_all", 0.0) * features["evidence_all"] * (features["rate_all"] - 0.5)
         comps["blame_rate"] = w.get("blame_rate", 0.0) * features["blame_rate"]
@@ -94,10 +107,14 @@ class HeuristicUtility:
 
 @dataclass(frozen=True)
 class SimilarityUtility:
-    """Rank by cosine similarity alone (system A of the evaluation): p = (1 + similarity) / 2."""
+    """Rank by the retrieval score alone (system A of the evaluation): p = (1 + retrieval) / 2.
+
+    The retrieval score is the cosine similarity in ``retrieval="dense"`` mode and the fused score of the
+    hybrid pool otherwise, so A is "the retriever, no learning" on whichever pool every system ranks.
+    """
 
     name: str = "similarity"
 
     def score(self, features: Features) -> tuple[NDArray[np.float64], dict[str, NDArray[np.float64]]]:
-        sim = features["similarity"]
-        return np.clip((1.0 + sim) / 2.0, 0.0, 1.0), {"similarity": sim}
+        ret = features["retrieval"]
+        return np.clip((1.0 + ret) / 2.0, 0.0, 1.0), {"retrieval": ret}

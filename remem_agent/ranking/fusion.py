@@ -1,0 +1,84 @@
+"""Fusing the dense and the lexical candidate lists into one pool with one retrieval score (pure, no I/O).
+
+Dense embeddings blur names, dates and rare words; a lexical index matches them exactly (on LoCoMo's
+conversations plain BM25 beats a small dense model by 18 pp of recall@5, issue 17). Fusion keeps both:
+
+* ``"rrf"`` (default): reciprocal rank fusion, ``w_dense / (rrf_k + rank_dense) + w_lex / (rrf_k + rank_lex)``
+  (a list a candidate is absent from adds nothing), divided by its largest possible value so it lies in
+  (0, 1]. Rank-based, so neither channel's score scale matters.
+* ``"bonus"``: the cosine similarity plus ``lexical_weight`` times the lexical score scaled to [0, 1] by the
+  best lexical score of the pool: dense order, with lexical matches lifted. (Dividing by 1 + lexical_weight,
+  to keep the cosine's scale, was measured and dropped: same cold order, and learning transfer on LoCoMo fell
+  from +4.1 to +2.5 pp recall@5, since outcome evidence from other questions then weighs relatively more.)
+
+``retrieval="dense"`` keeps the cosine as the retrieval score and ``"lexical"`` the scaled lexical score, so
+a dense-only pool ranks exactly as it did before fusion existed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from remem_agent.config import RememConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class FusedPool:
+    """Candidate ids best first by ``retrieval``, with each one's cosine, scaled lexical score and fused score."""
+
+    ids: tuple[str, ...]
+    similarity: NDArray[np.float64]
+    lexical: NDArray[np.float64]
+    retrieval: NDArray[np.float64]
+
+
+def fuse(
+    dense: Sequence[tuple[str, float]],
+    lexical: Sequence[tuple[str, float]],
+    cosine: Mapping[str, float],
+    *,
+    config: RememConfig,
+) -> FusedPool:
+    """One pool from the channels' lists (each best first); ``cosine`` gives every pooled id's similarity.
+
+    Ties keep the dense list's order, then the lexical list's, so the result is deterministic.
+    """
+    mode = config.retrieval
+    dense_rank = {mid: r for r, (mid, _) in enumerate(dense)} if mode != "lexical" else {}
+    lex_rank = {mid: r for r, (mid, _) in enumerate(lexical)} if mode != "dense" else {}
+    order = list(dense_rank) + [mid for mid in lex_rank if mid not in dense_rank]
+    n = len(order)
+    sim = np.array([cosine.get(mid, 0.0) for mid in order], dtype=np.float64)
+    best_lex = max((s for _, s in lexical), default=0.0) if lex_rank else 0.0
+    raw_lex = dict(lexical) if lex_rank else {}
+    lex = np.array(
+        [raw_lex[mid] / best_lex if best_lex > 0 and mid in raw_lex else 0.0 for mid in order], dtype=np.float64
+    )
+    if mode == "dense":
+        ret = sim
+    elif mode == "lexical":
+        ret = lex
+    elif config.fusion == "bonus":
+        ret = sim + config.lexical_weight * lex
+    else:
+        c, wl = config.rrf_k, config.lexical_weight
+        top = (1.0 + wl) / (c + 1.0)
+        ret = np.array(
+            [
+                ((1.0 / (c + 1.0 + dense_rank[mid])) if mid in dense_rank else 0.0)
+                + ((wl / (c + 1.0 + lex_rank[mid])) if mid in lex_rank else 0.0)
+                for mid in order
+            ],
+            dtype=np.float64,
+        ) / (top if top > 0 else 1.0)
+    idx = np.argsort(-ret, kind="stable") if n else np.zeros(0, dtype=np.int64)
+    return FusedPool(
+        ids=tuple(order[i] for i in idx),
+        similarity=sim[idx],
+        lexical=lex[idx],
+        retrieval=ret[idx],
+    )
