@@ -1,4 +1,4 @@
-"""Waiting answers shared through the ledger (store/pending.py, agent/shared_outcomes.py), on both backends.
+"""Waiting answers shared through the ledger (store/pending.py, remem_agent/shared_outcomes.py), on both backends.
 
 * the pending store itself: one claim per answer however many handles race for it, release, the latest
   answer of a thread (not a retry of the same turn), corrections by a new fact, and ``verify`` seeing a
@@ -28,7 +28,7 @@ from _ollama_server import FakeOllama, chat_ok
 
 from remem_agent import ReMem
 from remem_agent.agent.outcomes import Waiting
-from remem_agent.agent.shared_outcomes import LedgerPendingOutcomes
+from remem_agent.shared_outcomes import LedgerPendingOutcomes
 from remem_agent.store import pending
 
 MODEL = "qwen2.5:0.5b"

@@ -36,6 +36,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +122,7 @@ def free_port() -> int:
 @contextmanager
 def process(
     cmd: list[str], ready_url: str, *, env: dict[str, str] | None = None, timeout: float = 120
-) -> Iterator[None]:
+) -> Iterator[subprocess.Popen[bytes]]:
     log = tempfile.TemporaryFile()  # noqa: SIM115 - closed below
     full_env = {k: v for k, v in (env or os.environ).items() if "proxy" not in k.lower()}
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
@@ -139,7 +140,7 @@ def process(
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{cmd[0]} did not start in {timeout} s")
             time.sleep(0.3)
-        yield
+        yield proc
     finally:
         proc.terminate()
         try:
@@ -148,6 +149,39 @@ def process(
             proc.kill()
             proc.wait(timeout=20)
         log.close()
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by ``pid`` and every live descendant (uvicorn's workers)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the process ended meanwhile
+        parent[int(d.name)] = int(fields[1])
+        cpu[int(d.name)] = (int(fields[11]) + int(fields[12])) / tick
+    tree, todo = {pid}, [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p and c not in tree]
+        tree.update(kids)
+        todo += kids
+    return sum(cpu.get(p, 0.0) for p in tree)
+
+
+def cpu_split(pids: dict[str, int], run: Callable[[], Any]) -> tuple[Any, dict[str, float]]:
+    """``run()``'s result and the CPU seconds each named process tree (and this load generator) spent on it."""
+    before = {name: tree_cpu_s(pid) for name, pid in pids.items()}
+    self0 = time.process_time()
+    out = run()
+    split = {name: round(tree_cpu_s(pid) - before[name], 2) for name, pid in pids.items()}
+    split["load_generator"] = round(time.process_time() - self0, 2)
+    return out, split
 
 
 def litellm_version(exe: str) -> str | None:
@@ -272,6 +306,10 @@ async def load(target: Target, concurrency: int, seconds: float, seed: int) -> d
     }
 
 
+def run_load(target: Target, concurrency: int, seconds: float, seed: int) -> dict[str, Any]:
+    return asyncio.run(load(target, concurrency, seconds, seed))
+
+
 def diff(a: dict[str, Any], b: dict[str, Any], key: str) -> float:
     return round(float(a[key]["p50_ms"]) - float(b[key]["p50_ms"]), 4)
 
@@ -290,6 +328,13 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="BLAS threads of the gateway process (default 1: requests run in parallel, not one matvec; on a "
         "loaded box two-thread BLAS waits for descheduled threads); 0 leaves the library default",
+    )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="after the single-process runs, restart the gateway with this many workers (remem serve --workers) "
+        "and measure its overhead and load again; 1 skips that phase",
     )
     ap.add_argument("--out", default="results/perf_gateway.json")
     ap.add_argument("--quick", action="store_true", help="1k memories, 40 requests, 5 s of load (CI smoke)")
@@ -317,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         py = sys.executable
         up_port, gw_port, ll_port = free_port(), free_port(), free_port()
         upstream = f"http://127.0.0.1:{up_port}/v1"
-        stack.enter_context(
+        up_proc = stack.enter_context(
             process([py, "-m", "evals.perf.gateway", "--fake-upstream-port", str(up_port)], f"{upstream}/models")
         )
         keys = Path(tmp) / "keys.json"
@@ -327,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         gw_cmd += ["--max-concurrency", "64", "--max-queue", "256"]
         blas = {v: str(args.blas_threads) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
         gw_env = {**os.environ, **blas} if args.blas_threads > 0 else None
-        stack.enter_context(process(gw_cmd, f"http://127.0.0.1:{gw_port}/healthz", env=gw_env))
+        gw_stack = stack.enter_context(ExitStack())  # closed before the --workers phase
+        gw_proc = gw_stack.enter_context(process(gw_cmd, f"http://127.0.0.1:{gw_port}/healthz", env=gw_env))
         auth = {"authorization": f"Bearer {BENCH_KEY}"}
         gw = f"http://127.0.0.1:{gw_port}/v1"
         targets: dict[str, Target] = {"direct": (upstream, {}), "gateway": (gw, auth)}
@@ -344,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
             ll_cmd = [exe, "--config", str(cfg), "--host", "127.0.0.1", "--port", str(ll_port), "--num_workers", "1"]
             try:
                 ready = f"http://127.0.0.1:{ll_port}/health/liveliness"
-                stack.enter_context(process(ll_cmd, ready, env=env, timeout=240))
+                ll_proc = stack.enter_context(process(ll_cmd, ready, env=env, timeout=240))
                 targets["litellm"] = (f"http://127.0.0.1:{ll_port}/v1", auth)
                 litellm = {"available": True, "version": litellm_version(exe), "executable": exe}
             except RuntimeError as exc:
@@ -354,13 +400,41 @@ def main(argv: list[str] | None = None) -> int:
         load_before = loadavg()
         plain = asyncio.run(sequential(targets, args.requests, False, args.seed))
         streamed = asyncio.run(sequential(targets, args.requests, True, args.seed + 1))
-        loads = {
-            name: asyncio.run(load(target, args.concurrency, args.seconds, args.seed + 2))
-            for name, target in targets.items()
-            if name != "direct"
-        }
+        procs = {"gateway": gw_proc.pid, "litellm": ll_proc.pid if "litellm" in targets else 0}
+        loads: dict[str, Any] = {}
+        for name, target in targets.items():
+            if name == "direct":
+                continue
+            pids = {name: procs[name], "fake_upstream": up_proc.pid}
+            result, split = cpu_split(pids, partial(run_load, target, args.concurrency, args.seconds, args.seed + 2))
+            loads[name] = {**result, "cpu_s": split}
         verify = httpx.get(f"{gw}/verify", headers=auth, timeout=60, trust_env=False).json()
         stats = httpx.get(f"{gw}/stats", headers=auth, timeout=60, trust_env=False).json()
+        gw_stack.close()  # the single-process gateway stops; the same store is served by N workers next
+        workers: dict[str, Any] | None = None
+        if args.workers > 1:
+            wk_port = free_port()
+            wk_cmd = [*gw_cmd[: gw_cmd.index("--port") + 1], str(wk_port), *gw_cmd[gw_cmd.index("--port") + 2 :]]
+            wk_cmd += ["--workers", str(args.workers)]
+            with process(wk_cmd, f"http://127.0.0.1:{wk_port}/healthz", env=gw_env) as wk_proc:
+                wk = f"http://127.0.0.1:{wk_port}/v1"
+                wk_targets: dict[str, Target] = {"direct": (upstream, {}), "gateway": (wk, auth)}
+                wk_plain = asyncio.run(sequential(wk_targets, args.requests, False, args.seed + 3))
+                wk_streamed = asyncio.run(sequential(wk_targets, args.requests, True, args.seed + 4))
+                pids = {"gateway": wk_proc.pid, "fake_upstream": up_proc.pid}
+                wk_load, split = cpu_split(
+                    pids, partial(run_load, (wk, auth), args.concurrency, args.seconds, args.seed + 5)
+                )
+                wk_verify = httpx.get(f"{wk}/verify", headers=auth, timeout=60, trust_env=False).json()
+            workers = {
+                "workers": args.workers,
+                "overhead_p50_ms": diff(wk_plain["gateway"], wk_plain["direct"], "total"),
+                "added_ttft_p50_ms": diff(wk_streamed["gateway"], wk_streamed["direct"], "first_token"),
+                "sequential_non_streaming": wk_plain,
+                "sequential_streaming": wk_streamed,
+                "load": {**wk_load, "cpu_s": split},
+                "verify": wk_verify,
+            }
     summary: dict[str, Any] = {
         "gateway_overhead_p50_ms": diff(plain["gateway"], plain["direct"], "total"),
         "gateway_added_ttft_p50_ms": diff(streamed["gateway"], streamed["direct"], "first_token"),
@@ -368,6 +442,16 @@ def main(argv: list[str] | None = None) -> int:
         | {"p99_ms": loads["gateway"]["latency"].get("p99_ms")},
         "verify_ok": bool(verify.get("ok")),
     }
+    if workers is not None:
+        summary["workers"] = {
+            "workers": workers["workers"],
+            "overhead_p50_ms": workers["overhead_p50_ms"],
+            "added_ttft_p50_ms": workers["added_ttft_p50_ms"],
+            "requests_per_s": workers["load"]["requests_per_s"],
+            "errors": workers["load"]["errors"],
+            "p99_ms": workers["load"]["latency"].get("p99_ms"),
+            "verify_ok": bool(workers["verify"].get("ok")),
+        }
     if "litellm" in plain:
         summary["litellm_overhead_p50_ms"] = diff(plain["litellm"], plain["direct"], "total")
         summary["litellm_added_ttft_p50_ms"] = diff(streamed["litellm"], streamed["direct"], "first_token")
@@ -387,12 +471,17 @@ def main(argv: list[str] | None = None) -> int:
             "trace": "on (default)",
             "auth": "bearer key on both proxies",
             "gateway_blas_threads": args.blas_threads or "library default",
+            "workers_phase": args.workers,
+            "load_generator": "raw asyncio HTTP/1.1 keep-alive client, one connection per concurrent client",
+            "cores": "not pinned: the load generator, the fake upstream and the proxy share both cores; "
+            "load.*.cpu_s says how much CPU each used during the load phase",
         },
         "summary": summary,
         "sequential_non_streaming": plain,
         "sequential_streaming": streamed,
         "load": loads,
         "verify": verify,
+        "workers_phase": workers,
         "store_stats_after": {k: stats.get(k) for k in ("memories", "searches", "feedbacks")},
         "litellm": litellm,
         "machine": machine_facts(),
@@ -407,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json(out, report, indent=2, sort_keys=True)
     print(json.dumps(summary, indent=2))
     print(f"wrote {out}")
-    return 0 if summary["verify_ok"] else 1
+    return 0 if summary["verify_ok"] and (workers is None or summary["workers"]["verify_ok"]) else 1
 
 
 if __name__ == "__main__":

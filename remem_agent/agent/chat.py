@@ -247,7 +247,11 @@ class Conversations:
                 self._turns.move_to_end(cid)
                 return prev, False
             deferred = None
-            if prev is not None or self.pending.shared:  # shared: another process may have answered the last turn
+            # shared: another process may have answered the last turn (unless this is the conversation's opening
+            # turn under its derived id: the only earlier answers are then of this very turn)
+            opening = ui == min(i for i, m in enumerate(opts.messages) if m.role == "user")
+            derived = opts.conversation_id == conversation_key(opts.messages)
+            if prev is not None or (self.pending.shared and not (opening and derived)):
                 deferred = await self.settle_from_next_turn(
                     prev, cid, user, defer_moved_on=self.capture is not None, turn=_turn_key(key)
                 )

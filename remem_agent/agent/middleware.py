@@ -140,8 +140,8 @@ class MemoryAgent:
         user turn of ``chat`` into memories in the background (:mod:`.capture`; at most ``capture_queue``
         turns wait, more are dropped and counted). Close the agent (``aclose`` / ``async with``) to stop it.
         ``pending``: where answers wait for their outcome; default this process's memory. Pass
-        ``LedgerPendingOutcomes(memory.store)`` when several processes serve one store, so an answer given by
-        one is settled by whichever sees its outcome (:mod:`.outcomes`).
+        ``remem_agent.shared_outcomes.LedgerPendingOutcomes(mem.store)`` when several processes serve one
+        store, so an answer given by one is settled by whichever sees its outcome (:mod:`.outcomes`).
         """
         if not isinstance(model, ChatModel):
             raise UserInputError("model must implement the ChatModel protocol (name, adapter, capabilities, complete)")

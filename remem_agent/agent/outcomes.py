@@ -13,7 +13,7 @@ correction and a "moved on" racing for the same answer never both count.
 
 Two stores hold the waiting answers, behind one :class:`PendingStore` protocol: :class:`PendingOutcomes`
 here (in this process's memory: the default of a ``MemoryAgent``, gone with the process) and
-:class:`~remem_agent.agent.shared_outcomes.LedgerPendingOutcomes` (rows of the ledger that every process
+:class:`~remem_agent.shared_outcomes.LedgerPendingOutcomes` (rows of the ledger that every process
 serving the store claims alike: what ``remem serve`` uses, so ``--workers N`` and several gateways on one
 PostgreSQL store learn as one).
 """

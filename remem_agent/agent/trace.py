@@ -296,7 +296,7 @@ class HasSecrets(Protocol):
 def redact(obj: Any, secrets: tuple[str, ...] = ()) -> Any:
     """Copy ``obj`` with secret-looking keys and values replaced by "[REDACTED]"."""
     if isinstance(obj, Mapping):
-        return {k: ("[REDACTED]" if _SECRET_KEYS.search(str(k)) else redact(v, secrets)) for k, v in obj.items()}
+        return {k: ("[REDACTED]" if _secret_key(k) else redact(v, secrets)) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         return [redact(v, secrets) for v in obj]
     if isinstance(obj, str):
@@ -309,6 +309,12 @@ def redact(obj: Any, secrets: tuple[str, ...] = ()) -> Any:
                 s = pat.sub("[REDACTED]", s)
         return s
     return obj
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret_key(key: object) -> bool:
+    """Whether a mapping key names a secret (trace records reuse a few hundred keys: decided once each)."""
+    return bool(_SECRET_KEYS.search(str(key)))
 
 
 @functools.lru_cache(maxsize=256)

@@ -20,7 +20,6 @@ from starlette.responses import Response
 from remem_agent.adapters.base import ChatModel
 from remem_agent.adapters.retry import RetryPolicy
 from remem_agent.agent import MemoryAgent
-from remem_agent.agent.shared_outcomes import LedgerPendingOutcomes
 from remem_agent.agent.telemetry import Telemetry
 from remem_agent.agent.trace import TraceWriter
 from remem_agent.gateway.auth import ApiKeys, Caller
@@ -31,6 +30,7 @@ from remem_agent.gateway.protocol import ApiError, Protocol, error_of, json_obje
 from remem_agent.gateway.service import ChatCall, ChatService
 from remem_agent.gateway.upstream import ModelRouter, build_router
 from remem_agent.memory import ReMem
+from remem_agent.shared_outcomes import LedgerPendingOutcomes
 
 log = logging.getLogger("remem_agent.gateway")
 

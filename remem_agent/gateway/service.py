@@ -9,7 +9,7 @@ conversation's first system and user message (:func:`~remem_agent.agent.conversa
 Either way it is the scope's own conversation (the library keys conversation state by scope), so two users
 whose chats open with the same words never settle each other's answers.
 
-Waiting answers are ledger rows (:class:`~remem_agent.agent.shared_outcomes.LedgerPendingOutcomes`): feedback
+Waiting answers are ledger rows (:class:`~remem_agent.shared_outcomes.LedgerPendingOutcomes`): feedback
 for an answer, and the next turn of its conversation, may arrive at any worker or gateway on the store.
 """
 

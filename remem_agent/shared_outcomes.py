@@ -1,5 +1,7 @@
-"""Waiting answers in the ledger: :class:`LedgerPendingOutcomes`, the :class:`~.outcomes.PendingStore` that
-several processes on one store share (``remem serve --workers N``, two gateways on one PostgreSQL ledger).
+"""Waiting answers in the ledger: :class:`LedgerPendingOutcomes`, the
+:class:`~remem_agent.agent.outcomes.PendingStore` that several processes on one store share (``remem serve
+--workers N``, two gateways on one PostgreSQL ledger). It sits beside ``memory.py``, not in ``agent/``: the
+agent depends on the protocol only and imports nothing of ``store/``.
 
 Every method is one short transaction of :mod:`remem_agent.store.pending` run in a worker thread, so a claim
 made by one process is seen by every other at once, and of two racing claims exactly one wins. Answers live
