@@ -378,3 +378,25 @@ def test_query_terms_are_plain_words() -> None:
     assert lexical.fts5_match(["a", "b"]) == '"a" OR "b"'
     assert lexical.pg_tsquery(["a", "b"]) == "'a' | 'b'"
     assert len(lexical.query_terms(" ".join(f"w{i}" for i in range(100)))) == lexical.MAX_TERMS
+
+
+def test_words_in_too_many_memories_are_not_searched(
+    store_location: StoreLocation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ranking work is bounded (``lexical.MAX_MATCHES``): rarest words first, common ones left out."""
+    with ReMem(store_location("s")) as mem:
+        common = mem.add_many([MemoryInput(f"service note number {i}", role="note") for i in range(6)])
+        rare = mem.add("the zeppelin service", role="note")
+        monkeypatch.setattr(lexical, "MAX_MATCHES", 4)
+        # "service" (7 matches) does not fit; "zeppelin" (1) does: only its match is ranked
+        assert [i for i, _ in _lex(mem, "zeppelin service")] == [rare]
+        assert _lex(mem, "service note") == []  # every word too common: no lexical candidates
+        assert {i for i, _ in _lex(mem, "number 3")} == {common[3]}  # "number" left out, "3" kept
+        monkeypatch.setattr(lexical, "MAX_MATCHES", 1000)
+        assert len(_lex(mem, "service note")) == 7
+
+
+def test_choose_terms_takes_the_rarest_words_within_the_budget() -> None:
+    assert lexical.choose_terms(["a", "b", "c", "d"], [5, 0, 2, 4], budget=6) == ["c", "d"]
+    assert lexical.choose_terms(["a", "b"], [7, 9], budget=6) == []
+    assert lexical.choose_terms(["a", "b"], [3, 3], budget=6) == ["a", "b"]

@@ -136,8 +136,9 @@ class LedgerTx:
         No state or validity filter unless ``current_only``: then INVALIDATED and ARCHIVED memories are
         left out in SQL (only for present-tense searches; an ``as_of`` search must see retired facts).
         The caller applies ``ranking.pipeline.is_eligible`` as on the dense path either way. A query
-        with no searchable word (``lexical.query_terms``) returns []. Scores compare within one
-        backend only.
+        with no searchable word (``lexical.query_terms``) returns []; words are searched rarest first
+        within ``lexical.MAX_MATCHES`` matches (a word in more memories than that is left out, and a
+        query of only such words returns []). Scores compare within one backend only.
         """
         terms = lexical.query_terms(query)
         if not terms or limit <= 0 or (scopes is not None and not scopes):
@@ -150,7 +151,14 @@ class LedgerTx:
             args += ordered
         if current_only:
             where.append("m.state NOT IN ('INVALIDATED', 'ARCHIVED')")
-        return self._lexical_query(terms, where, args, int(limit))
+        kept = lexical.choose_terms(terms, self._lexical_counts(terms, lexical.MAX_MATCHES + 1))
+        if not kept:
+            return []
+        return self._lexical_query(kept, where, args, int(limit))
+
+    def _lexical_counts(self, terms: list[str], cap: int) -> list[int]:
+        """How many memories (of every scope) match each word, counted up to ``cap``."""
+        raise NotImplementedError
 
     def _lexical_query(
         self, terms: list[str], where: list[str], args: list[Any], limit: int

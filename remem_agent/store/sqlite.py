@@ -184,6 +184,12 @@ class SQLiteTx(LedgerTx):
         )
         return [(str(mid), -float(score)) for mid, score in rows]
 
+    def _lexical_counts(self, terms: list[str], cap: int) -> list[int]:
+        """One capped count per word: FTS5 stops reading a posting list after ``cap`` rows (cheap; the
+        expensive part of a query is scoring the matches)."""
+        q = "SELECT count(*) FROM (SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? LIMIT ?)"
+        return [int(self.c.execute(q, (lexical.fts5_match([t]), cap)).fetchone()[0]) for t in terms]
+
     def lexical_index_problems(self) -> list[str]:
         """The FTS5 index holds every memory once, no other row, and exactly the tokens of its current text.
 
