@@ -4,9 +4,9 @@ Two measurements (a benchmark, not a test):
 
 * **threads under load**: for each engine (``onnx``: :class:`~remem_agent.embedders.onnx.OnnxEmbedder`;
   ``st``: the torch ``SentenceTransformerEmbedder``) and thread count (1, 2), in its own process: the
-  latency of one query embedding (``--queries`` queries, batch size 1) and batched throughput (``--batch-texts``
-  texts), first on the machine as it is ("idle"), then with one competing CPU-bound process that this
-  script starts and stops ("loaded": one of the two cores busy);
+  latency of one query embedding (``--queries`` queries per block, batch size 1) and batched throughput
+  (``--batch-texts`` texts), in ``--blocks`` alternating blocks on the machine as it is ("idle") and with one
+  competing CPU-bound process that this script starts and stops ("loaded": one of the two cores busy);
 * **query-cache hit rate** of the benchmark harness: the synthetic protocol (``evals.harness.runner.run``,
   system ``C``, every core family, ``--seeds`` seeds) with the query cache on, counting its hits and misses
   over every store the runs open (read-only use of the harness: its ``temp_store`` is wrapped).
@@ -14,7 +14,7 @@ Two measurements (a benchmark, not a test):
 Usage::
 
     python -m evals.perf.embedders [--out results/perf_embedders.json]
-    python -m evals.perf.embedders --queries 20 --batch-texts 64 --seeds 1 --out /tmp/emb.json   # smoke
+    python -m evals.perf.embedders --queries 5 --batch-texts 16 --blocks 2 --seeds 1 --out /tmp/emb.json  # smoke
 """
 
 from __future__ import annotations
@@ -41,21 +41,35 @@ def _texts(n: int, seed: int) -> list[str]:
     return [it.text for it in make_world(n, 1, seed=seed).items]
 
 
-def _worker(engine: str, threads: int, queries: list[str], texts: list[str]) -> dict[str, Any]:
+def _worker(engine: str, threads: int, queries: list[str], texts: list[str], blocks: int) -> list[dict[str, Any]]:
+    """Idle and loaded alternate in ``blocks`` blocks inside one process (one model load), so a slow drift
+    of the machine's own load falls on both conditions alike."""
     from remem_agent.embedders.onnx import OnnxEmbedder
     from remem_agent.embedders.sentence_transformers import SentenceTransformerEmbedder
 
     emb: Any = OnnxEmbedder(threads=threads) if engine == "onnx" else SentenceTransformerEmbedder(threads=threads)
     emb.embed(queries[:5])
-    samples = []
-    for q in queries:
-        t_ns = time.perf_counter_ns()
-        emb.embed([q])
-        samples.append(time.perf_counter_ns() - t_ns)
-    t0 = time.perf_counter()
-    emb.embed(texts)
-    per_s = len(texts) / (time.perf_counter() - t0)
-    return {"embedder": emb.name, "query": latency_ms(samples), "batched_per_s": round(per_s, 1)}
+    samples: dict[str, list[int]] = {"idle": [], "loaded": []}
+    rates: dict[str, list[float]] = {"idle": [], "loaded": []}
+    for block in range(blocks):
+        condition = ("idle", "loaded")[block % 2]
+        with competing_process() if condition == "loaded" else contextlib.nullcontext(0):
+            for q in queries:
+                t_ns = time.perf_counter_ns()
+                emb.embed([q])
+                samples[condition].append(time.perf_counter_ns() - t_ns)
+            t0 = time.perf_counter()
+            emb.embed(texts)
+            rates[condition].append(len(texts) / (time.perf_counter() - t0))
+    return [
+        {
+            "condition": c,
+            "embedder": emb.name,
+            "query": latency_ms(samples[c]),
+            "batched_per_s": [round(r, 1) for r in rates[c]],
+        }
+        for c in ("idle", "loaded")
+    ]
 
 
 @contextlib.contextmanager
@@ -70,7 +84,7 @@ def competing_process() -> Iterator[int]:
         proc.wait()
 
 
-def threads_under_load(n_queries: int, n_texts: int, timeout: float) -> list[dict[str, Any]]:
+def threads_under_load(n_queries: int, n_texts: int, blocks: int, timeout: float) -> list[dict[str, Any]]:
     texts = _texts(max(n_texts, n_queries), seed=11)
     data = {"queries": [" ".join(t.split()[:8]) + "?" for t in texts[:n_queries]], "texts": texts[:n_texts]}
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -78,26 +92,17 @@ def threads_under_load(n_queries: int, n_texts: int, timeout: float) -> list[dic
     rows: list[dict[str, Any]] = []
     for engine in ENGINES:
         for threads in (1, 2):
-            for condition in ("idle", "loaded"):
-                cmd = [sys.executable, "-m", "evals.perf.embedders", "--worker", engine, "--threads", str(threads)]
-                ctx = competing_process() if condition == "loaded" else contextlib.nullcontext(0)
-                with ctx:
-                    proc = subprocess.run(
-                        cmd,
-                        input=json.dumps(data),
-                        env=env,
-                        cwd=REPO_ROOT,
-                        capture_output=True,
-                        text=True,
-                        timeout=timeout,
-                    )
-                row: dict[str, Any] = {"engine": engine, "threads": threads, "condition": condition}
-                if proc.returncode != 0:
-                    row["error"] = proc.stderr.strip().splitlines()[-3:]
-                else:
-                    row.update(json.loads(proc.stdout.strip().splitlines()[-1]))
-                print(f"[embedders] {json.dumps(row)}", file=sys.stderr, flush=True)
-                rows.append(row)
+            cmd = [sys.executable, "-m", "evals.perf.embedders", "--worker", engine, "--threads", str(threads)]
+            cmd += ["--blocks", str(blocks)]
+            proc = subprocess.run(
+                cmd, input=json.dumps(data), env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout
+            )
+            if proc.returncode != 0:
+                rows.append({"engine": engine, "threads": threads, "error": proc.stderr.strip().splitlines()[-3:]})
+                continue
+            for row in json.loads(proc.stdout.strip().splitlines()[-1]):
+                rows.append({"engine": engine, "threads": threads, **row})
+                print(f"[embedders] {json.dumps(rows[-1])}", file=sys.stderr, flush=True)
     return rows
 
 
@@ -146,9 +151,10 @@ def cache_hit_rate(seeds: int) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--queries", type=int, default=100)
-    ap.add_argument("--batch-texts", type=int, default=512)
+    ap.add_argument("--queries", type=int, default=25, help="queries per block")
+    ap.add_argument("--batch-texts", type=int, default=128, help="texts embedded in one call per block")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--blocks", type=int, default=4, help="alternating idle/loaded blocks per engine and threads")
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--out", default="results/perf_embedders.json")
     ap.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
@@ -156,13 +162,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.worker:
         data = json.loads(sys.stdin.read())
-        print(json.dumps(_worker(args.worker, args.threads, data["queries"], data["texts"])))
+        print(json.dumps(_worker(args.worker, args.threads, data["queries"], data["texts"], args.blocks)))
         return 0
 
     from evals.harness.jsonio import write_json
 
     load = {"start": loadavg()}
-    rows = threads_under_load(args.queries, args.batch_texts, args.timeout)
+    rows = threads_under_load(args.queries, args.batch_texts, args.blocks, args.timeout)
     load["after_threads"] = loadavg()
     cache = cache_hit_rate(args.seeds)
     load["end"] = loadavg()
@@ -180,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r in rows:
         q = r.get("query", {})
         print(
-            f"{r['engine']:>4} threads={r['threads']} {r['condition']:>6}: query p50 {q.get('p50_ms')} ms "
+            f"{r['engine']:>4} threads={r['threads']} {r.get('condition', 'error'):>6}: query p50 {q.get('p50_ms')} ms "
             f"p99 {q.get('p99_ms')} ms, batched {r.get('batched_per_s')}/s"
         )
     print(f"query cache: {cache['hits']} hits / {cache['hits'] + cache['misses']} = {cache['hit_rate']}")
