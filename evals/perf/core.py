@@ -444,6 +444,11 @@ def bench_size(
     fb["cpu_mean_ms"] = round(fb_cpu / 1e6 / max(1, len(fb_queries)), 4)
     log(f"[{n}] feedback p50/p95 ms: {fb['p50_ms']:.3f}/{fb['p95_ms']:.3f}")
     lex = bench_lexical(mem, measure, pool=max(50, 10 * k))
+    lex["add_cost"] = bench_add_index_cost(world.items[: min(n, 10_000)], batch=batch, root=root / f"lexcost_{n}")
+    log(
+        f"[{n}] lexical: add {lex['add_cost']['with_index_per_s']:.0f}/s with the index, "
+        f"{lex['add_cost']['without_index_per_s']:.0f}/s without (interleaved batches)"
+    )
     log(
         f"[{n}] lexical: query p50/p95 ms {lex['query']['p50_ms']:.3f}/{lex['query']['p95_ms']:.3f} "
         f"(unbounded {lex['query_unbounded']['p50_ms']:.3f}/{lex['query_unbounded']['p95_ms']:.3f}); "
@@ -496,6 +501,36 @@ def bench_lexical(mem: ReMem, queries: Sequence[tuple[str, str]], *, pool: int) 
     out["rebuild_s"] = round(rebuild_ns / 1e9, 3)
     out["rebuild_per_memory_us"] = round(rebuild_ns / 1e3 / max(1, n), 2)
     return out
+
+
+def bench_add_index_cost(items: Sequence[MemoryInput], *, batch: int, root: Path) -> dict[str, Any]:
+    """What maintaining the full-text index costs an add: the same facts added to two fresh stores, one
+    with the index triggers dropped, in interleaved batches (so a change in the machine's load falls on
+    both alike). The store without triggers is a measurement device only (its index is stale)."""
+    stores = [ReMem(root / "with_index"), ReMem(root / "without_index")]
+    with stores[1].store.write() as tx:
+        tx.run("DROP TRIGGER memories_fts_insert")
+        tx.run("DROP TRIGGER memories_fts_update")
+    spent = [0, 0]
+    gc.collect()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for j, start in enumerate(range(0, len(items), batch)):
+            chunk = items[start : start + batch]
+            for which in (0, 1) if j % 2 == 0 else (1, 0):
+                t = time.perf_counter_ns()
+                stores[which].add_many(chunk)
+                spent[which] += time.perf_counter_ns() - t
+    for m in stores:
+        m.close()
+    shutil.rmtree(root, ignore_errors=True)
+    with_s, without_s = spent[0] / 1e9, spent[1] / 1e9
+    return {
+        "memories": len(items),
+        "with_index_per_s": round(len(items) / with_s, 1),
+        "without_index_per_s": round(len(items) / without_s, 1),
+        "index_share_of_add_time": round(1 - without_s / with_s, 4),
+    }
 
 
 # -- profiling ----------------------------------------------------------------------------------
