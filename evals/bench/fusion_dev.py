@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         metrics[name] = per
     best = max(metrics, key=lambda n: metrics[n]["overall"]["recall@5"]["mean"])
     result = {
-        "command": f"python -m evals.bench.fusion_dev --data {args.data} --embedder {args.embedder}",
+        "command": f"python -m evals.bench.fusion_dev --data {Path(args.data).name} --embedder {args.embedder}",
         "embedder": emb.name,
         "pool": POOL,
         "questions": len(rows),

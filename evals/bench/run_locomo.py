@@ -394,7 +394,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit("--transfer needs a ReMem system, not BM25")
     result = run(samples, systems, embedder, transfer)
     stem = args.name or Path(args.data).stem
-    result["meta"] = {"name": f"{stem}_{args.embedder}", "data": str(args.data), **result["meta"]}
+    # the file name only: where a user keeps the (not redistributable) data is not part of the result
+    result["meta"] = {"name": f"{stem}_{args.embedder}", "data": Path(args.data).name, **result["meta"]}
     write_outputs(result, markdown(result), Path(args.out) / f"{stem}_{args.embedder}", quiet=args.quiet)
     return 0
 
