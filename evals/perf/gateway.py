@@ -235,6 +235,7 @@ async def sequential(targets: dict[str, Target], n: int, stream: bool, seed: int
     totals: dict[str, list[float]] = {k: [] for k in targets}
     firsts: dict[str, list[float]] = {k: [] for k in targets}
     errors = dict.fromkeys(targets, 0)
+    refused: dict[str, dict[str, int]] = {k: {} for k in targets}  # status -> count of the failed calls
     conns = {name: (RawConnection(*_endpoint(base)[:2]), _endpoint(base)[2]) for name, (base, _) in targets.items()}
     try:
         for i in range(n + 20):
@@ -247,6 +248,7 @@ async def sequential(targets: dict[str, Target], n: int, stream: bool, seed: int
                     continue
                 if status != 200:
                     errors[name] += 1
+                    refused[name][str(status)] = refused[name].get(str(status), 0) + 1
                     continue
                 totals[name].append(total * 1e9)
                 if first is not None:
@@ -256,7 +258,7 @@ async def sequential(targets: dict[str, Target], n: int, stream: bool, seed: int
             await conn.close()
     out: dict[str, Any] = {}
     for name in targets:
-        out[name] = {"total": latency_ms(totals[name]), "errors": errors[name]}
+        out[name] = {"total": latency_ms(totals[name]), "errors": errors[name], "error_statuses": refused[name]}
         if stream:
             out[name]["first_token"] = latency_ms(firsts[name])
     return out

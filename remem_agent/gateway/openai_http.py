@@ -1,9 +1,9 @@
 """The gateway's OpenAI-protocol upstream: :class:`OpenAIChat`'s rules over one pooled aiohttp session.
 
-Why not the SDK: measured on this project's 2-core machine against a loopback upstream, one
-non-streaming call through ``openai.AsyncOpenAI`` (httpx underneath) costs about 1.4 ms of CPU, httpx alone
-0.65 ms, aiohttp 0.15 ms (``evals/perf/gateway.py`` measures the whole gateway). A gateway pays that on
-every request, on the cores it shares with recall, so the hot path speaks HTTP itself. Everything else is
+Why not the SDK: against a loopback upstream one non-streaming call through ``openai.AsyncOpenAI``
+(httpx underneath) cost several times the CPU of the same call through aiohttp, and httpx alone most of
+that difference (``evals/perf/gateway.py`` measures the whole gateway). A gateway pays it on every request,
+on the cores it shares with recall, so the hot path speaks HTTP itself. Everything else is
 :class:`OpenAIChat`'s: the request body (``_kwargs``, with ``extra`` fields merged in as the SDK's
 ``extra_body`` would be), the reply checks (``_to_response``, ``_malformed``), the ``json_schema`` fallback
 for servers that reject it, and the error shape (status, redacted body, retryable, ``Retry-After``).
