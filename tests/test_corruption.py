@@ -273,6 +273,26 @@ TAMPER: dict[str, tuple[list[str], tuple[str, ...], str]] = {
     ),
     "attributes.changes": (["UPDATE attributes SET changes = changes + 3"], (), "learned attribute 'region'"),
     "attributes.single_valued": (["UPDATE attributes SET single_valued = 1 - single_valued"], (), "learned attribute"),
+    # the lexical index (schema 5): an entry removed, a stale entry after an edit that bypassed its trigger,
+    # an entry indexed twice (only FTS5's own integrity check sees that one)
+    "memories_fts entry deleted": (
+        [
+            "INSERT INTO memories_fts (memories_fts, rowid, text) SELECT 'delete', seq, text FROM memories "
+            f"WHERE id = {ACTIVE}"
+        ],
+        (),
+        "is not in the full-text index",
+    ),
+    "memories_fts stale after a text edit": (
+        [f"UPDATE memories SET text = original_text || ' forged' WHERE id = {ACTIVE}"],
+        ("memories_fts_update",),
+        "full-text index entry does not match its current text",
+    ),
+    "memories_fts entry indexed twice": (
+        [f"INSERT INTO memories_fts (rowid, text) SELECT seq, text FROM memories WHERE id = {ACTIVE}"],
+        (),
+        "memories_fts is damaged (FTS5 integrity-check",
+    ),
     "meta dim changed": (["UPDATE meta SET value = '7' WHERE key = 'dim'"], (), "dim"),
     "meta embedder changed": (["UPDATE meta SET value = 'other-embedder' WHERE key = 'embedder'"], (), "embedder"),
     "meta supersession changed": (["UPDATE meta SET value = 'learned' WHERE key = 'supersession'"], (), "supersession"),
