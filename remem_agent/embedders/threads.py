@@ -1,9 +1,12 @@
 """How many threads an embedder computes with, when the caller does not say.
 
-Why a default of 1: a single query is a small model on a few tokens, so a second thread saves little on an
-idle machine, while on a shared one (two cores, another process busy on one) a thread pool waits at every
-barrier for the busy core: issue 18 measured 216-316 ms instead of ~18 ms for one torch query embedding.
-``REMEM_EMBED_THREADS`` raises it for a machine the embedder has to itself (batched adds gain most).
+Why the defaults differ by engine (results/perf_embedders.json, ``python -m evals.perf.embedders``, one query
+embedding on this 2-core machine, idle and with one competing CPU-bound process): torch's OpenMP pool waits
+at every barrier for a descheduled thread, so two torch threads were an order of magnitude slower than one
+(issue 18 first saw 216-316 ms instead of ~18 ms); onnxruntime's pool with spinning off degrades gracefully,
+and for one query two ONNX threads were no slower than one, idle or loaded (batched throughput was within
+20%). So torch gets 1 thread and onnxruntime
+``min(cores, 2)``. ``REMEM_EMBED_THREADS`` overrides both.
 """
 
 from __future__ import annotations
@@ -15,11 +18,11 @@ from remem_agent.errors import UserInputError
 THREADS_ENV = "REMEM_EMBED_THREADS"
 
 
-def default_threads() -> int:
-    """Threads an embedder uses unless told: ``REMEM_EMBED_THREADS`` when set, else 1."""
+def default_threads(engine_default: int = 1) -> int:
+    """Threads an embedder uses unless told: ``REMEM_EMBED_THREADS`` when set, else ``engine_default``."""
     raw = os.environ.get(THREADS_ENV, "").strip()
     if not raw:
-        return 1
+        return engine_default
     try:
         n = int(raw)
     except ValueError as exc:
@@ -29,13 +32,18 @@ def default_threads() -> int:
     return n
 
 
-def check_threads(threads: int | None) -> int:
+def onnx_default_threads() -> int:
+    """onnxruntime's default without ``REMEM_EMBED_THREADS``: two threads, or one on a one-core machine."""
+    return min(os.cpu_count() or 1, 2)
+
+
+def check_threads(threads: int | None, *, engine_default: int = 1) -> int:
     """``threads`` as a positive int (None: :func:`default_threads`); anything else is a UserInputError."""
     if threads is None:
-        return default_threads()
+        return default_threads(engine_default)
     if isinstance(threads, bool) or not isinstance(threads, int) or threads <= 0:
         raise UserInputError(f"threads must be a positive integer, got {threads!r}")
     return threads
 
 
-__all__ = ["THREADS_ENV", "check_threads", "default_threads"]
+__all__ = ["THREADS_ENV", "check_threads", "default_threads", "onnx_default_threads"]
