@@ -17,6 +17,7 @@ from remem_agent.cli import main
 from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.learning.retention import compress_text
 from remem_agent.tokens import count_tokens
+from remem_agent.types import State
 from remem_agent.viz.dashboard import LedgerSnapshot, load_snapshot, render_dashboard, state_series, write_dashboard
 
 DAY = 86_400.0
@@ -64,15 +65,20 @@ def build_store(path: Path) -> Built:
             mem.feedback(res.search_id, success=bool(used), used_ids=used, cited_ids=used)
         # the look-alike never helped: retire it the way the retention policy does (demote, then compress)
         short = compress_text(LONG_TEXT)
+        # (the retention policy may have demoted it already: the evidence-scaled floor serves it until it is judged)
         with mem.store.write() as tx:
-            tx.transition(ids["lookalike"], LifecycleEvent.DEMOTE, reason="shown 5x, never credited", at=T0 + 30 * DAY)
-            tx.transition(
-                ids["lookalike"],
-                LifecycleEvent.COMPRESS,
-                reason="still useless after 10 exposures: serving a shorter text",
-                at=T0 + 31 * DAY,
-                updates={"text": short, "token_cost": count_tokens(short)},
-            )
+            if tx.memory(ids["lookalike"]).state is State.ACTIVE:
+                tx.transition(
+                    ids["lookalike"], LifecycleEvent.DEMOTE, reason="shown 5x, never credited", at=T0 + 30 * DAY
+                )
+            if tx.memory(ids["lookalike"]).state is State.LOW_VALUE:
+                tx.transition(
+                    ids["lookalike"],
+                    LifecycleEvent.COMPRESS,
+                    reason="still useless after 10 exposures: serving a shorter text",
+                    at=T0 + 31 * DAY,
+                    updates={"text": short, "token_cost": count_tokens(short)},
+                )
         assert mem.verify().ok
     return Built(path, ids)
 
