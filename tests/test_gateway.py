@@ -147,12 +147,15 @@ def test_a_stream_cut_by_the_upstream_ends_with_an_error_event(fake: FakeOllama,
 
 
 def test_overload_is_429_with_retry_after_not_a_queue(fake: FakeOllama, mem: ReMem, tmp_path: Path) -> None:
+    # a slow upstream (0.6 s, within the test timeout) and a barrier: the three calls overlap on a loaded machine
     fake.default = Reply(200, chat_ok("ok", model=MODEL).body, delay=0.6)
     limits = Limits(max_concurrency=1, max_queue=0)
+    start = threading.Barrier(3)
     with serving(fake, mem, tmp_path, limits=limits) as c:
         results: list[httpx.Response] = []
 
         def call() -> None:
+            start.wait()
             results.append(c.post("/v1/chat/completions", json={"model": MODEL, "messages": USER}))
 
         threads = [threading.Thread(target=call) for _ in range(3)]
@@ -161,7 +164,7 @@ def test_overload_is_429_with_retry_after_not_a_queue(fake: FakeOllama, mem: ReM
         for t in threads:
             t.join()
         codes = sorted(r.status_code for r in results)
-        assert codes[0] == 200 and codes[-1] == 429
+        assert codes[0] == 200 and codes[-1] == 429, [(r.status_code, r.text[:200]) for r in results]
         refused = next(r for r in results if r.status_code == 429)
         assert refused.headers["retry-after"] == "1" and refused.json()["error"]["code"] == "overloaded"
         assert len(fake.requests) == codes.count(200)
