@@ -270,6 +270,10 @@ class OpenAIChat:
             text = raw.text
         except openai.APIError as exc:
             raise self._map_error(exc) from exc
+        return self._decode_body(text)
+
+    def _decode_body(self, text: str) -> dict[str, Any]:
+        """A completion body as a JSON object; anything else is a ``ModelError`` naming what came back."""
         try:
             data = json.loads(text)
         except ValueError as exc:  # an HTML page, an empty body: usually a base_url that is not the API

@@ -132,13 +132,7 @@ class OpenAIUpstream(OpenAIChat):
                 text = await resp.text(errors="replace")
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise self._transport_error(exc) from exc
-        try:
-            data = json.loads(text)
-        except ValueError as exc:  # an HTML page, an empty body: usually a base_url that is not the API
-            raise self._malformed("a body that is not JSON", text) from exc
-        if not isinstance(data, dict):
-            raise self._malformed(f"a JSON {type(data).__name__}, not an object", text)
-        return data
+        return self._decode_body(text)
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
         """Server-sent events as :class:`StreamChunk` pieces; no retry (see :meth:`OpenAIChat.stream`)."""
