@@ -195,6 +195,22 @@ def _rng(seed: int, tid: str, salt: str) -> random.Random:
     return random.Random(int.from_bytes(h, "little"))
 
 
+def _citations(
+    served: Sequence[Fact], used: Collection[str], seed: int, tid: str, cite_p: float, false_cite_p: float
+) -> tuple[str, ...]:
+    """Which served facts the reader cites: a used one with ``cite_p``, any other with ``false_cite_p``.
+
+    Both reader modes draw from the same per-task "cite" stream in served order, so a change of mode
+    changes citations only through the parameters.
+    """
+    rng = _rng(seed, tid, "cite")
+    return tuple(
+        f.fid
+        for f in served
+        if (f.fid in used and rng.random() < cite_p) or (f.fid not in used and rng.random() < false_cite_p)
+    )
+
+
 def read(
     task: Task,
     served: Sequence[Fact],
@@ -207,7 +223,6 @@ def read(
     if params.mode == "calibrated":
         assert params.calibrated is not None  # ReaderParams checks it
         return _read_calibrated(task, served, seed=seed, p=params.calibrated, domains=domains)
-    cite_rng = _rng(seed, task.tid, "cite")
     asked_at = task.as_of if task.as_of is not None else task.t
     needed = set(task.needs)
     irrelevant = [f for f in served if f.key not in needed]
@@ -237,13 +252,8 @@ def read(
             options = list(domains.get(key[1], ())) or ["unknown"]
             answer[name] = options[_rng(seed, task.tid, f"guess|{name}").randrange(len(options))]
     success = all(answer.get(key_name(k)) == task.truth.get(key_name(k)) for k in task.needs)
-    cited = [
-        f.fid
-        for f in served
-        if (f.fid in used and cite_rng.random() < params.cite_p)
-        or (f.fid not in used and cite_rng.random() < params.false_cite_p)
-    ]
-    return Reading(answer, success, tuple(cited), tuple(used), distracted, guessed, stale, gold)
+    cited = _citations(served, used, seed, task.tid, params.cite_p, params.false_cite_p)
+    return Reading(answer, success, cited, tuple(used), distracted, guessed, stale, gold)
 
 
 def _read_calibrated(
@@ -288,11 +298,5 @@ def _read_calibrated(
         wrong = [v for v in options if v != truth] or ["unknown"]
         answer[name] = truth if truth is not None and g.random() < right_p else wrong[g.randrange(len(wrong))]
     success = all(answer.get(key_name(k)) == task.truth.get(key_name(k)) for k in task.needs)
-    cite_rng = _rng(seed, task.tid, "cite")
-    cited = [
-        f.fid
-        for f in served
-        if (f.fid in used and cite_rng.random() < p.cite_p)
-        or (f.fid not in used and cite_rng.random() < p.false_cite_p)
-    ]
-    return Reading(answer, success, tuple(cited), tuple(used), distracted, guessed, stale, gold)
+    cited = _citations(served, used, seed, task.tid, p.cite_p, p.false_cite_p)
+    return Reading(answer, success, cited, tuple(used), distracted, guessed, stale, gold)
