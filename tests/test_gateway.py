@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from _gateway import running
+from _gateway import UPSTREAM_FAULTS, client_of, nothing_credited, one_memory, running
 from _ollama_server import FakeOllama, Reply, chat_ok, chat_stream, error
 
 from remem_agent import ReMem
@@ -54,30 +54,20 @@ def fake() -> Iterator[FakeOllama]:
         yield server
 
 
-@pytest.fixture()
-def mem(tmp_path: Path) -> Iterator[ReMem]:
-    m = ReMem(tmp_path / "store")
-    m.add("Our server moved to west-2.", entity="server", attribute="region")
-    yield m
-    m.close()
+mem = one_memory  # the one-memory store of tests/_gateway.py, as this module's ``mem`` fixture
 
 
 @contextmanager
 def serving(fake: FakeOllama, mem: ReMem, tmp_path: Path, **over: Any) -> Iterator[httpx.Client]:
     keys = over.pop("keys", None)
     app = create_app(_config(fake, tmp_path, **over), memory=mem, keys=keys)
-    with running(app) as base, httpx.Client(base_url=base, trust_env=False, timeout=30) as client:
+    with client_of(app) as client:
         yield client
 
 
 def _trace(tmp_path: Path) -> list[dict[str, Any]]:
     path = tmp_path / "trace.jsonl"
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-
-
-def _nothing_credited(mem: ReMem) -> None:
-    (m,) = mem.list()
-    assert mem.inspect(m.id).credits == () and mem.verify().ok
 
 
 # ------------------------------------------------------------------------------------------ faults
@@ -90,17 +80,7 @@ def test_a_429_is_retried_then_served(fake: FakeOllama, mem: ReMem, tmp_path: Pa
         assert 'remem_gateway_upstream_errors_total{kind="429"} 1' in c.get("/metrics").text
 
 
-@pytest.mark.parametrize(
-    ("replies", "status", "code"),
-    [
-        ([error(429, "slow down"), error(429, "slow down")], 429, "upstream_rate_limited"),
-        ([error(500, "boom"), error(503, "down")], 502, "upstream_error"),
-        ([Reply(200, "<html>not an API</html>")], 502, "upstream_error"),
-        ([Reply(delay=2.5), Reply(delay=2.5)], 504, "upstream_timeout"),
-        ([error(400, "bad option")], 400, "upstream_rejected"),
-    ],
-    ids=["429", "5xx", "garbage", "hang", "4xx"],
-)
+@pytest.mark.parametrize(("replies", "status", "code"), UPSTREAM_FAULTS)
 def test_upstream_failures_are_clean_errors(
     fake: FakeOllama, mem: ReMem, tmp_path: Path, replies: list[Reply], status: int, code: str
 ) -> None:
@@ -117,7 +97,7 @@ def test_upstream_failures_are_clean_errors(
         assert o.json()["message"]["content"] == "It is in west-2 [M1]."
     (line, ok) = [ln for ln in _trace(tmp_path) if ln["kind"] == "chat"]
     assert line["error"] and line["error"].startswith("model error") and ok["error"] is None
-    _nothing_credited(mem)
+    nothing_credited(mem)
 
 
 def test_a_stream_cut_by_the_upstream_ends_with_an_error_event(fake: FakeOllama, mem: ReMem, tmp_path: Path) -> None:
@@ -143,7 +123,7 @@ def test_a_stream_cut_by_the_upstream_ends_with_an_error_event(fake: FakeOllama,
         assert "remem_gateway_in_flight 0" in c.get("/metrics").text  # every stream gave its slot back
     errors = [ln["error"] for ln in _trace(tmp_path) if ln["kind"] == "chat"]
     assert len(errors) == 2 and all(e and "mid-stream" in e for e in errors)
-    _nothing_credited(mem)
+    nothing_credited(mem)
 
 
 def test_overload_is_429_with_retry_after_not_a_queue(fake: FakeOllama, mem: ReMem, tmp_path: Path) -> None:
@@ -453,7 +433,7 @@ def test_logs_traces_and_spans_hold_no_prompt_and_no_key(
     secret_prompt = "My locker code is 4417; where is our server hosted these days?"
     app = create_app(_config(fake, tmp_path), memory=mem, keys=KEYS, telemetry=OpenTelemetrySpans(provider))
     fake.push(error(500, "boom"), error(500, "boom"))  # a failure too: errors must not echo either
-    with running(app) as base, httpx.Client(base_url=base, trust_env=False, timeout=30) as c:
+    with client_of(app) as c:
         headers = {"authorization": f"Bearer {BOB}"}
         msgs = [{"role": "user", "content": secret_prompt}]
         assert (
@@ -511,7 +491,7 @@ async def test_a_client_gone_before_the_first_byte_frees_its_slots(mem: ReMem, t
     assert r.status_code == 200 and r.text.endswith("data: [DONE]\n\n")  # ... and so is the agent's
     first = next(ln for ln in _trace(tmp_path) if ln["kind"] == "chat")
     assert first["error"] == "the consumer stopped reading before the end"
-    _nothing_credited(mem)
+    nothing_credited(mem)
 
 
 async def test_unknown_paths_methods_and_the_strip_header(asgi: tuple[httpx.AsyncClient, FunctionChatModel]) -> None:
@@ -621,4 +601,4 @@ async def test_a_stream_longer_than_the_limit_ends_with_an_error(mem: ReMem, tmp
     o = await client.post("/api/chat", json={"model": MODEL, "messages": USER})
     assert json.loads(o.text.splitlines()[-1])["error"].startswith("the stream exceeded")
     assert app.state.gateway.gate.active == 0
-    _nothing_credited(mem)
+    nothing_credited(mem)

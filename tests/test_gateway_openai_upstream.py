@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from _gateway import running
+from _gateway import UPSTREAM_FAULTS, client_of, nothing_credited, one_memory
 from _ollama_server import FakeOllama, Reply, error
 
 from remem_agent import ReMem
@@ -59,12 +59,7 @@ def fake() -> Iterator[FakeOllama]:
         yield server
 
 
-@pytest.fixture()
-def mem(tmp_path: Path) -> Iterator[ReMem]:
-    m = ReMem(tmp_path / "store")
-    m.add("Our server moved to west-2.", entity="server", attribute="region")
-    yield m
-    m.close()
+mem = one_memory  # the one-memory store of tests/_gateway.py, as this module's ``mem`` fixture
 
 
 @contextmanager
@@ -80,13 +75,8 @@ def serving(fake: FakeOllama, mem: ReMem, tmp_path: Path, monkeypatch: pytest.Mo
         retry_max_wait_s=0.2,
         upstream_timeout_s=1.0,
     )
-    with running(create_app(config, memory=mem)) as base, httpx.Client(base_url=base, trust_env=False, timeout=30) as c:
+    with client_of(create_app(config, memory=mem)) as c:
         yield c
-
-
-def _nothing_credited(mem: ReMem) -> None:
-    (m,) = mem.list()
-    assert mem.inspect(m.id).credits == () and mem.verify().ok
 
 
 def test_what_reaches_the_upstream(
@@ -143,15 +133,7 @@ def test_a_429_is_retried_then_served(
 
 @pytest.mark.parametrize(
     ("replies", "status", "code"),
-    [
-        ([error(429, "slow down"), error(429, "slow down")], 429, "upstream_rate_limited"),
-        ([error(500, "boom"), error(503, "down")], 502, "upstream_error"),
-        ([Reply(200, "<html>not an API</html>")], 502, "upstream_error"),
-        ([Reply(200, {"choices": []})], 502, "upstream_error"),
-        ([Reply(delay=2.5), Reply(delay=2.5)], 504, "upstream_timeout"),
-        ([error(400, "bad option")], 400, "upstream_rejected"),
-    ],
-    ids=["429", "5xx", "garbage", "no-choices", "hang", "4xx"],
+    [*UPSTREAM_FAULTS, pytest.param([Reply(200, {"choices": []})], 502, "upstream_error", id="no-choices")],
 )
 def test_upstream_failures_are_clean_errors(
     fake: FakeOllama,
@@ -171,7 +153,7 @@ def test_upstream_failures_are_clean_errors(
             assert r.headers["retry-after"].isdigit()
         ok = c.post("/v1/chat/completions", json={"model": MODEL, "messages": USER})
         assert ok.status_code == 200  # the gateway keeps serving
-    _nothing_credited(mem)
+    nothing_credited(mem)
 
 
 def test_a_cut_stream_is_retried_before_its_first_byte_and_an_error_event_after(
@@ -186,7 +168,7 @@ def test_a_cut_stream_is_retried_before_its_first_byte_and_an_error_event_after(
         text = "".join(ev["choices"][0]["delta"].get("content") or "" for ev in events if ev.get("choices"))
         assert text == "It is in west-2 " and "error" in events[-1]
         assert "remem_gateway_in_flight 0" in c.get("/metrics").text
-    _nothing_credited(mem)
+    nothing_credited(mem)
 
 
 def test_a_server_without_json_schema_gets_json_object(

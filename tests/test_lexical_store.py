@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pg_downgrades import DOWNGRADE_5_TO_4
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -253,19 +254,6 @@ def test_a_version_4_sqlite_store_upgrades_and_its_rows_are_indexed(tmp_path: Pa
         assert all(m.speaker is None for m in mem.list())
 
 
-_PG_5_TO_4 = [
-    "DROP TABLE pending_outcomes",  # migration 6, undone first
-    "DELETE FROM schema_migrations WHERE version = 6",
-    "DROP INDEX memories_lexemes",
-    "ALTER TABLE memories DROP COLUMN lexemes, DROP COLUMN speaker, DROP COLUMN session",
-    "CREATE OR REPLACE FUNCTION remem_immutable_memory() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-    "IF NEW.id IS DISTINCT FROM OLD.id OR NEW.original_text IS DISTINCT FROM OLD.original_text "
-    "OR NEW.embedding IS DISTINCT FROM OLD.embedding THEN "
-    "RAISE EXCEPTION 'id, original_text and embedding are immutable'; END IF; RETURN NEW; END $$",
-    "DELETE FROM schema_migrations WHERE version = 5",
-]
-
-
 def _pg_admin(url: str) -> Any:
     import psycopg
 
@@ -279,7 +267,7 @@ def test_a_version_4_postgres_store_upgrades_and_its_rows_are_indexed(pg_url: st
             hashes = tx.run("SELECT id, content_hash FROM memories ORDER BY seq").fetchall()
     with _pg_admin(pg_url) as conn, conn.transaction():
         conn.execute("SET LOCAL search_path TO remem, public")
-        for sql in _PG_5_TO_4:
+        for sql in DOWNGRADE_5_TO_4:
             conn.execute(sql)
     with ReMem(pg_url) as mem:
         assert mem.stats().schema_version == migrations.LATEST

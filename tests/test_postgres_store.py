@@ -26,6 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 import psycopg
 import pytest
+from _pg_downgrades import DOWNGRADE_5_TO_4
 from psycopg import errors as pg_errors
 
 from evals.harness import runner
@@ -513,22 +514,8 @@ def test_edits_of_hashed_rows_are_caught_by_verify(pg_url: str, statements: list
     assert any(problem in p for p in report.problems), report.problems
 
 
-_DOWNGRADE_6_TO_5 = [  # what migration 6 (the shared pending outcomes) added
-    "DROP TABLE pending_outcomes",
-    "DELETE FROM schema_migrations WHERE version = 6",
-]
-_DOWNGRADE_5_TO_4 = [  # what migration 5 (speaker, session, the lexical column) added
-    *_DOWNGRADE_6_TO_5,
-    "DROP INDEX memories_lexemes",
-    "ALTER TABLE memories DROP COLUMN lexemes, DROP COLUMN speaker, DROP COLUMN session",
-    "CREATE OR REPLACE FUNCTION remem_immutable_memory() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-    "IF NEW.id IS DISTINCT FROM OLD.id OR NEW.original_text IS DISTINCT FROM OLD.original_text "
-    "OR NEW.embedding IS DISTINCT FROM OLD.embedding THEN "
-    "RAISE EXCEPTION 'id, original_text and embedding are immutable'; END IF; RETURN NEW; END $$",
-    "DELETE FROM schema_migrations WHERE version = 5",
-]
 _DOWNGRADE_4_TO_3 = [  # what migration 4 (scopes) added
-    *_DOWNGRADE_5_TO_4,
+    *DOWNGRADE_5_TO_4,
     "DROP TRIGGER memories_scope_fixed ON memories",
     "DROP TRIGGER searches_scope_fixed ON searches",
     "DROP FUNCTION remem_scope_fixed()",

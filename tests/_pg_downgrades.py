@@ -1,0 +1,27 @@
+"""SQL that turns a current PostgreSQL ledger back into the schema an older remem-agent wrote.
+
+The upgrade tests build a store with this version, undo the newest migrations with these statements (run
+with ``search_path`` set to the ledger's schema), then reopen it and check that the migrations bring it back
+with its rows intact. The statements exist once, here, because two tests start from the same undoing of
+migrations 6 and 5: tests/test_lexical_store.py (a version-4 store gains the lexical index) and
+tests/test_postgres_store.py (a version-2 store upgrades through every later migration). A change to those
+migrations is then one edit here.
+"""
+
+from __future__ import annotations
+
+DOWNGRADE_6_TO_5 = [  # what migration 6 (the shared pending outcomes) added
+    "DROP TABLE pending_outcomes",
+    "DELETE FROM schema_migrations WHERE version = 6",
+]
+DOWNGRADE_5_TO_4 = [  # from the latest schema: migration 6 undone first, then what migration 5 added
+    *DOWNGRADE_6_TO_5,
+    # migration 5: speaker, session, the lexical column and its index; the memory trigger of version 4
+    "DROP INDEX memories_lexemes",
+    "ALTER TABLE memories DROP COLUMN lexemes, DROP COLUMN speaker, DROP COLUMN session",
+    "CREATE OR REPLACE FUNCTION remem_immutable_memory() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "IF NEW.id IS DISTINCT FROM OLD.id OR NEW.original_text IS DISTINCT FROM OLD.original_text "
+    "OR NEW.embedding IS DISTINCT FROM OLD.embedding THEN "
+    "RAISE EXCEPTION 'id, original_text and embedding are immutable'; END IF; RETURN NEW; END $$",
+    "DELETE FROM schema_migrations WHERE version = 5",
+]
