@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from remem_agent.embedders.registry import EMBEDDER_NAMES
 from remem_agent.errors import RememError
 from remem_agent.ingest import check_scope
 from remem_agent.store.factory import open_store
@@ -82,7 +83,10 @@ def _add_serve_parser(sub: Any) -> None:
     p.add_argument("--strip-citations", action="store_true", help="remove inline [M1] labels from replies")
     p.add_argument("--otel", action="store_true", help="OpenTelemetry spans per chat turn (extra otel)")
     p.add_argument(
-        "--embedder", choices=["hash", "sentence-transformers"], default="hash", help="a store keeps its own"
+        "--embedder",
+        choices=EMBEDDER_NAMES,
+        default="hash",
+        help="embedder of a new store (remem_agent.embedders.registry); a store keeps its own",
     )
 
 

@@ -59,3 +59,26 @@ def test_cli_verify_and_stats(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 def test_cli_refuses_a_folder_that_is_not_a_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["verify", str(tmp_path)]) == 2
     assert "not a remem store" in capsys.readouterr().err
+
+
+def test_serve_offers_exactly_the_registrys_embedders(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
+
+    import remem_agent.gateway
+    from remem_agent.embedders.registry import EMBEDDER_NAMES
+
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    offered = re.search(r"--embedder \{([^}]*)\}", capsys.readouterr().out)
+    assert offered is not None and tuple(offered.group(1).split(",")) == EMBEDDER_NAMES
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--embedder", "word2vec"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "'word2vec'" in err and all(name in err for name in EMBEDDER_NAMES), err
+    served: list[str] = []
+    monkeypatch.setattr(remem_agent.gateway, "serve", lambda config: served.append(config.embedder))
+    for name in EMBEDDER_NAMES:  # each one reaches the gateway's config as given
+        assert main(["serve", "--embedder", name]) == 0
+    assert tuple(served) == EMBEDDER_NAMES

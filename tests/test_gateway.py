@@ -371,6 +371,27 @@ def test_a_reachable_bind_needs_keys(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "short" not in str(exc.value)  # a key is never put into a message
 
 
+def test_the_gateway_takes_its_embedder_from_the_registry(tmp_path: Path) -> None:
+    """Every registry name and alias builds what the registry builds; an unknown one lists the registry's names."""
+    from remem_agent.embedders.registry import EMBEDDER_NAMES, make_embedder
+    from remem_agent.errors import UserInputError
+    from remem_agent.gateway.core import Gateway, _embedder
+
+    for name in (*EMBEDDER_NAMES, "auto", "concept-hash", "ST", " torch "):
+        assert _embedder(name).name == make_embedder(name).name, name  # built lazily: no model loads here
+    model = FunctionChatModel(lambda req: "It is in west-2 [M1].", name=MODEL)
+    gw = Gateway(_config(None, tmp_path, store=str(tmp_path / "s"), embedder="concept-hash"), model=model)
+    try:
+        assert gw.memory.embedder.name == make_embedder("hash").name
+    finally:
+        asyncio.run(gw.aclose())
+    with pytest.raises(GatewayConfigError) as exc:
+        Gateway(_config(None, tmp_path, store=str(tmp_path / "u"), embedder="word2vec"), model=model)
+    assert isinstance(exc.value, UserInputError) and "'word2vec'" in str(exc.value)
+    assert all(name in str(exc.value) for name in EMBEDDER_NAMES), str(exc.value)
+    assert not (tmp_path / "u").exists()  # refused before the store is opened
+
+
 def test_two_keys_never_see_each_others_memories(fake: FakeOllama, tmp_path: Path) -> None:
     assert LIBRARY_SCOPES
     mem = ReMem(tmp_path / "iso")

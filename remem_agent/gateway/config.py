@@ -59,7 +59,7 @@ class GatewayConfig:
     port: int = DEFAULT_PORT
     api_keys: str | None = None  # path of a JSON/YAML mapping key -> [scopes]
     workers: int = 1
-    embedder: str = "hash"  # hash | sentence-transformers
+    embedder: str = "hash"  # a name of remem_agent.embedders.registry (EMBEDDER_NAMES or an alias)
     trace: str | None = None  # JSONL path; None: <store folder>/traces/gateway-<pid>.jsonl; "off": none
     k: int = 5
     token_budget: int | None = None

@@ -22,6 +22,9 @@ from remem_agent.adapters.retry import RetryPolicy
 from remem_agent.agent import MemoryAgent
 from remem_agent.agent.telemetry import Telemetry
 from remem_agent.agent.trace import TraceWriter
+from remem_agent.embedders.base import Embedder
+from remem_agent.embedders.registry import canonical_name, make_embedder
+from remem_agent.errors import UserInputError
 from remem_agent.gateway.auth import ApiKeys, Caller
 from remem_agent.gateway.config import GatewayConfig, GatewayConfigError, load_api_keys
 from remem_agent.gateway.limits import Gate, read_body
@@ -37,15 +40,14 @@ log = logging.getLogger("remem_agent.gateway")
 Handler = Callable[["Gateway", Request, Caller], Awaitable[Response]]
 
 
-def _embedder(name: str) -> Any:
-    name = name.strip().lower()
-    if name in ("", "hash"):
-        return None  # ReMem's default (ConceptHashEmbedder)
-    if name in ("sentence-transformers", "st"):
-        from remem_agent.embedders.sentence_transformers import PACKAGED_MODEL, SentenceTransformerEmbedder
-
-        return SentenceTransformerEmbedder(PACKAGED_MODEL)
-    raise GatewayConfigError(f"embedder must be 'hash' or 'sentence-transformers', got {name!r}")
+def _embedder(name: str) -> Embedder:
+    """The embedder ``name`` from the registry (:mod:`remem_agent.embedders.registry`: its names and aliases,
+    built as it builds them); an unknown name is a GatewayConfigError listing the registry's names."""
+    try:
+        kind = canonical_name(name)
+    except UserInputError as exc:
+        raise GatewayConfigError(f"gateway setting embedder: {exc}") from exc
+    return make_embedder(kind)
 
 
 def _telemetry(config: GatewayConfig) -> Telemetry | None:
