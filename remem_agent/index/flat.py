@@ -29,15 +29,19 @@ _blas_controller: Any = None
 SPARSE_QUERY_SHARE = 0.25
 
 
-def _scores(cols: NDArray[np.float32], q: NDArray[np.float32], threads: int | None) -> NDArray[np.float32]:
-    """Every column's inner product with ``q`` (``cols`` is dimensions x memories): on the query's non-zero
-    dimensions only when it has few of them (``SPARSE_QUERY_SHARE``), else the whole product."""
+def _scores(
+    cols: NDArray[np.float32], q: NDArray[np.float32], threads: int | None, which: slice | list[int]
+) -> NDArray[np.float32]:
+    """The inner product with ``q`` of the columns ``which`` of ``cols`` (dimensions x memories): on the
+    query's non-zero dimensions only when it has few of them (``SPARSE_QUERY_SHARE``), else the whole
+    product. Only the rows (dimensions) used are read, so a handful of columns costs a handful of reads."""
     nz = np.flatnonzero(q)
     if len(nz) <= SPARSE_QUERY_SHARE * len(q):
         if len(nz) == 0:
-            return np.zeros(cols.shape[1], dtype=np.float32)
-        return _matvec(cols[nz], q[nz], threads)
-    return _matvec(cols, q, threads)
+            return np.zeros(len(cols[0, which]), dtype=np.float32)
+        block = cols[nz, which] if isinstance(which, slice) else cols[np.ix_(nz, np.asarray(which, dtype=np.intp))]
+        return _matvec(block, q[nz], threads)
+    return _matvec(cols[:, which], q, threads)
 
 
 def _matvec(cols: NDArray[np.float32], q: NDArray[np.float32], threads: int | None) -> NDArray[np.float32]:
@@ -124,7 +128,7 @@ class FlatIndex:
         q = np.asarray(query, dtype=np.float32).reshape(-1)
         if q.shape[0] != self.dim:
             raise EmbeddingError(f"query has dimension {q.shape[0]}, index has {self.dim}")
-        vals = _scores(self._cols[:, [r for _, r in rows]], q, None)
+        vals = _scores(self._cols, q, None, [r for _, r in rows])
         return {mid: float(v) for (mid, _), v in zip(rows, vals, strict=True)}
 
     def candidates(
@@ -137,7 +141,7 @@ class FlatIndex:
         if q.shape[0] != self.dim:
             raise EmbeddingError(f"query has dimension {q.shape[0]}, index has {self.dim}")
         n = self._n
-        sims = _scores(self._cols[:, :n], q, self.blas_threads)
+        sims = _scores(self._cols, q, self.blas_threads, slice(0, n))
         if groups is not None:
             codes = [self._codes[g] for g in groups if g in self._codes]
             if len(codes) < len(self._codes):  # some rows belong to other groups: rank only the asked ones
@@ -153,10 +157,18 @@ class FlatIndex:
             return [], np.zeros(0, dtype=np.float32)
         k = min(k, n)
         if k < n:
-            # Keep ``-sims`` with a small kth: hash-embedder scores are heavily tied (a third exact 0.0),
-            # and ``argpartition(sims, n - k)`` then hits numpy's slow introselect path (p95 2.9 ms at 100k).
-            top = np.argpartition(-sims, k - 1)[:k]
-            top = top[np.argsort(-sims[top], kind="stable")]
+            # A sparse query shares no dimension with most rows: when at least k scores are positive and
+            # they are few, the top k are among them, and partitioning only those is several times
+            # cheaper than partitioning every row (10k rows: about 0.15 ms).
+            positive = np.flatnonzero(sims > 0)
+            if k <= len(positive) <= n // 8:
+                part = positive[np.argpartition(-sims[positive], k - 1)[:k]] if k < len(positive) else positive
+                top = part[np.argsort(-sims[part], kind="stable")]
+            else:
+                # Keep ``-sims`` with a small kth: hash-embedder scores are heavily tied (a third exact 0.0), and
+                # ``argpartition(sims, n - k)`` then hits numpy's slow introselect path (p95 2.9 ms at 100k).
+                top = np.argpartition(-sims, k - 1)[:k]
+                top = top[np.argsort(-sims[top], kind="stable")]
         else:
             top = np.argsort(-sims, kind="stable")
         ids = self._ids

@@ -1,0 +1,97 @@
+"""The lexical channel's word counts are remembered between searches (``sqlite._TermCounts``) but are never
+stale: after an insert through this or another connection, a text update (compression), or a rolled-back
+write, each count equals a fresh count of the full-text index."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import remem_agent.memory as memory_module
+from remem_agent import ReMem
+from remem_agent.learning.lifecycle import LifecycleEvent
+from remem_agent.store import lexical
+from remem_agent.store.sql import LedgerTx
+from remem_agent.store.sqlite import SQLiteTx
+
+WORDS = ["amber", "cedar", "lotus", "maple", "orbit", "river"]
+FRESH = "SELECT count(*) FROM (SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? LIMIT ?)"
+
+
+def _counts(mem: ReMem, cap: int) -> tuple[list[int], list[int], int]:
+    """(remembered-or-read counts, fresh counts, count statements the first needed)."""
+    statements: list[str] = []
+    with mem.store.read() as tx:
+        assert isinstance(tx, SQLiteTx)
+        tx.c.set_trace_callback(statements.append)
+        try:
+            got = tx._lexical_counts(WORDS, cap)
+        finally:
+            tx.c.set_trace_callback(None)
+        want = [int(tx.c.execute(FRESH, (lexical.fts5_match([w]), cap)).fetchone()[0]) for w in WORDS]
+    return got, want, sum("memories_fts MATCH" in s for s in statements)
+
+
+def test_counts_are_reused_and_never_stale(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "store"
+    mem = ReMem(folder)
+    mem.add_many([f"amber note {i}" for i in range(5)] + ["cedar and lotus", "orbit"])
+    got, want, reads = _counts(mem, cap=4)
+    assert got == want == [4, 1, 1, 0, 1, 0] and reads == len(WORDS)
+    got, want, reads = _counts(mem, cap=4)
+    assert got == want and reads == 0  # nothing changed: every count remembered
+
+    mem.add("maple and cedar")  # this connection inserts: counts below the cap are read again
+    got, want, reads = _counts(mem, cap=4)
+    assert got == want == [4, 2, 1, 1, 1, 0] and reads == len(WORDS) - 1  # amber is at its cap: kept
+
+    other = ReMem(folder)  # another connection commits: everything is read again
+    other.add("river river cedar")
+    got, want, reads = _counts(mem, cap=4)
+    assert got == want == [4, 3, 1, 1, 1, 1] and reads == len(WORDS)
+    other.close()
+
+    # a text update without a new seq (compression rewrites a memory's text): no count survives it
+    lotus = next(h.id for h in mem.search("lotus", k=3).items if "lotus" in h.text)
+    _counts(mem, cap=4)
+    with mem.store.write() as tx:
+        tx.transition(lotus, LifecycleEvent.DEMOTE, reason="test", at=2e9)
+        tx.transition(lotus, LifecycleEvent.COMPRESS, reason="test", at=2e9, updates={"text": "orbit"})
+    got, want, reads = _counts(mem, cap=4)
+    assert got == want and got[WORDS.index("lotus")] == 0 and reads == len(WORDS)
+
+    # a write that rolls back after counting inside it: counts of uncommitted rows are dropped
+    def insert_then_count_then_fail(tx: LedgerTx, *args: Any) -> str:
+        real_insert(tx, *args)
+        assert isinstance(tx, SQLiteTx)
+        # counted inside, at the cap of 2: a count at its cap would be kept across a new seq
+        assert tx._lexical_counts(["river"], 2) == [2]
+        raise RuntimeError("abort")
+
+    real_insert = memory_module.insert_fact
+    monkeypatch.setattr(memory_module, "insert_fact", insert_then_count_then_fail)
+    with pytest.raises(RuntimeError):
+        mem.add("river again")
+    monkeypatch.undo()
+    got, want, _ = _counts(mem, cap=2)
+    assert got == want and got[WORDS.index("river")] == 1
+    mem.close()
+
+
+def test_counts_match_fresh_counts_through_random_writes(tmp_path: Path) -> None:
+    rng = random.Random(5)
+    folder = tmp_path / "store"
+    mem, other = ReMem(folder), ReMem(folder)
+    for step in range(40):
+        writer = mem if rng.random() < 0.7 else other
+        writer.add_many(
+            [" ".join(rng.choice(WORDS) for _ in range(3)) + f" {step} {j}" for j in range(rng.randint(1, 4))]
+        )
+        for cap in (3, 10):
+            got, want, _ = _counts(mem, cap)
+            assert got == want, (step, cap)
+    mem.close()
+    other.close()
