@@ -1,12 +1,14 @@
 """What a batched add stores is exactly what adding the same facts one by one stores, on both backends.
 
-``add_many`` writes a whole batch in one transaction. These tests pin the ledger contents down row for row:
-every table (sequence numbers, hashes and embeddings included) and the full-text index, after a workload
-that exercises every rule of ``insert_fact`` inside one batch (supersession by a fact of the same batch,
-restatement, revival of an archived fact, a backdated fact, a replayed claim, update wording, several
-scopes). Ids and the clock are made deterministic, so the contents are also compared with a digest recorded
-with the row-by-row writer of commit b987fa6: an optimisation of the write path must not change a single
-stored byte (a change of what is stored must update GOLDEN, and say why).
+``add_many`` writes a whole batch in one transaction, and the SQLite backend buffers the batch's new memories
+and events to insert them several rows per statement (``SQLiteTx``). These tests pin the ledger contents down
+row for row: every table (sequence numbers, hashes and embeddings included), the full-text index and
+SQLite's AUTOINCREMENT counters, after a workload that exercises every rule of ``insert_fact`` inside one
+batch (supersession by a fact of the same batch, restatement, revival of an archived fact, a backdated fact,
+a replayed claim, update wording, several scopes). Ids and the clock are made deterministic, so the contents
+are also compared with a digest recorded with the row-by-row writer of commit b987fa6: an optimisation of
+the write path must not change a single stored byte (a change of what is stored must update GOLDEN, and
+say why).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from remem_agent import MemoryInput, ReMem
 from remem_agent.learning.lifecycle import LifecycleEvent
@@ -147,12 +151,16 @@ def _digest(dump: dict[str, list[Any]]) -> str:
     return hashlib.sha256(repr(sorted(dump.items())).encode()).hexdigest()
 
 
-def _fts_entries(folder: Path) -> list[tuple[Any, ...]]:
-    """The SQLite full-text index as (term, row, column, offset), read with fts5vocab (read-only)."""
+def _sqlite_state(folder: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """The SQLite full-text index as (term, row, column, offset), read with fts5vocab, and sqlite_sequence."""
     conn = sqlite3.connect(f"file:{folder / 'ledger.db'}?mode=ro", uri=True)
     try:
         conn.execute("CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, memories_fts, instance)")
-        return conn.execute("SELECT term, doc, col, offset FROM temp.v ORDER BY term, doc, offset").fetchall()
+        fts = conn.execute("SELECT term, doc, col, offset FROM temp.v ORDER BY term, doc, offset").fetchall()
+        sequences = conn.execute(
+            "SELECT name, seq FROM sqlite_sequence WHERE name IN ('memories', 'events') ORDER BY name"
+        ).fetchall()
+        return fts, sequences
     finally:
         conn.close()
 
@@ -177,7 +185,12 @@ def test_a_batched_add_stores_exactly_what_adding_one_by_one_stores(
     kinds = {r[3] for r in dump_b["events"]}
     assert {"add", "invalidate", "reconfirm", "revive", "compress", "archive"} <= kinds
     if isinstance(store_location("batched"), Path):
-        assert _fts_entries(Path(store_location("batched"))) == _fts_entries(Path(store_location("one_by_one")))
+        sqlite_state = [_sqlite_state(Path(store_location(name))) for name in ("batched", "one_by_one")]
+        assert sqlite_state[0] == sqlite_state[1]
+        fts, sequences = sqlite_state[0]
+        assert len(fts) > 100
+        # AUTOINCREMENT's counters equal the last seq, as if every row had been inserted by itself
+        assert sequences == [("events", len(dump_b["events"])), ("memories", len(dump_b["memories"]))]
 
 
 def test_the_ledger_contents_are_those_the_row_by_row_writer_stored(
@@ -188,3 +201,27 @@ def test_the_ledger_contents_are_those_the_row_by_row_writer_stored(
         _workload(mem, batched=True)
         assert mem.verify().ok
         assert _digest(_dump(mem)) == GOLDEN
+
+
+_json_scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
+_json_values = (
+    _json_scalars
+    | st.lists(_json_scalars, max_size=3)
+    | st.tuples(_json_scalars)
+    | st.dictionaries(st.text(max_size=3), _json_scalars, max_size=2)
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.dictionaries(st.text(max_size=6) | st.integers(), _json_values, max_size=5))
+def test_an_event_records_its_evidence_as_read_back_without_decoding_it(value: dict[Any, Any]) -> None:
+    """``_append_event`` skips the JSON round trip of plain evidence: what it hashes must be what decoding gives."""
+    from remem_agent.store.sql import _EVENT_JSON, _read_back
+
+    text = json.dumps(value, sort_keys=True, default=str) if all(type(k) is str for k in value) else None
+    if text is not None:
+        assert _EVENT_JSON.encode(value) == text
+    got = _read_back(value)
+    if got is not None:
+        assert text is not None
+        assert repr(got) == repr(json.loads(text))  # same keys in the same order, same values of the same types

@@ -39,6 +39,26 @@ STAT_COLS = "retrieved, shown, credited, wasted, blamed, credit_sum, blame_sum, 
 EVENT_COLS = "seq, memory_id, at, kind, from_state, to_state, reason, evidence"
 
 _STATE_BY_VALUE: dict[str, State] = {s.value: s for s in State}
+
+# The statements of the add path that a backend buffering new rows (``SQLiteTx``) recognises: it needs to
+# know what a read of memories can see, and it inserts the buffered rows itself (several per statement).
+MEMORY_INSERT_COLS = (
+    "id, text, original_text, entity, attribute, role, tasks, created_at, valid_from, valid_to, superseded_by, "
+    "state, token_cost, confidence, embedding, content_hash, scope, speaker, session"
+)
+MEMORY_INSERT_WIDTH = MEMORY_INSERT_COLS.count(",") + 1
+MEMORY_INSERT = f"INSERT INTO memories ({MEMORY_INSERT_COLS}) VALUES ({','.join('?' * MEMORY_INSERT_WIDTH)})"
+EVENT_INSERT_COLS = "memory_id, at, kind, from_state, to_state, reason, evidence, updates, hash"
+EVENT_INSERT = f"INSERT INTO events ({EVENT_INSERT_COLS}) VALUES (?,?,?,?,?,?,?,?,?)"
+# Reads of one key's memories: their arguments start with (scope, entity, attribute).
+CURRENT_FOR_KEY = (
+    f"SELECT {MEM_COLS} FROM memories WHERE scope = ? AND entity = ? AND attribute = ? AND role = 'state' "
+    "AND state != 'INVALIDATED' ORDER BY valid_from, seq"
+)
+CLAIMS_AT = (
+    f"SELECT {MEM_COLS} FROM memories WHERE scope = ? AND entity = ? AND attribute = ? AND role = ? "
+    "AND valid_from = ? ORDER BY seq"
+)
 _CHUNK = 900  # ids per IN (...) list: below SQLite's default 999 host parameters
 
 
@@ -90,6 +110,32 @@ def task_rows(task: str | None) -> tuple[str, ...]:
 
 def _marks(n: int) -> str:
     return ",".join("?" * n)
+
+
+# The encoder ``json.dumps(value, sort_keys=True, default=str)`` builds on every call, built once (same text).
+_EVENT_JSON = json.JSONEncoder(sort_keys=True, default=str)
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _read_back(value: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``json.loads(_EVENT_JSON.encode(value))`` without the round trip, where it is known to give back equal
+    values: string keys (the result is in sorted key order, as the decoded JSON is) and values that are JSON
+    scalars or lists of them (exact types: a tuple, a subclass or a mapping takes the round trip). None
+    where that is not known. Every add event and most transitions record such plain values."""
+    if not all(type(k) is str for k in value):
+        return None
+    out: dict[str, Any] = {}
+    for k in sorted(value):
+        v = value[k]
+        t = type(v)
+        if t is list:
+            if not all(type(x) in _JSON_SCALARS for x in v):
+                return None
+            v = list(v)
+        elif t not in _JSON_SCALARS:
+            return None
+        out[k] = v
+    return out
 
 
 class LedgerTx:
@@ -189,26 +235,18 @@ class LedgerTx:
 
     def current_for_key(self, entity: str, attribute: str, scope: str = DEFAULT_SCOPE) -> list[Memory]:
         """Role-'state' facts with this key in ``scope`` that are not invalidated, oldest first."""
-        rows = self.run(
-            f"SELECT {MEM_COLS} FROM memories WHERE scope = ? AND entity = ? AND attribute = ? AND role = 'state' "
-            "AND state != 'INVALIDATED' ORDER BY valid_from, seq",
-            (scope, entity, attribute),
-        )
+        rows = self.run(CURRENT_FOR_KEY, (scope, entity, attribute))
         return [row_to_memory(r) for r in rows]
 
     def claims_at(self, entity: str, attribute: str, role: str, valid_from: float, scope: str) -> list[Memory]:
         """Memories of one key, role and scope stated at exactly ``valid_from``, in any state (re-add detection)."""
-        rows = self.run(
-            f"SELECT {MEM_COLS} FROM memories WHERE scope = ? AND entity = ? AND attribute = ? AND role = ? "
-            "AND valid_from = ? ORDER BY seq",
-            (scope, entity, attribute, role, valid_from),
-        )
+        rows = self.run(CLAIMS_AT, (scope, entity, attribute, role, valid_from))
         return [row_to_memory(r) for r in rows]
 
     def insert_memory(self, m: Memory, embedding: NDArray[np.float32], *, reason: str, at: float) -> Event:
         """Insert a new memory in ACTIVE and log its ``add`` event."""
         state = next_state(None, LifecycleEvent.ADD, memory_id=m.id)
-        tasks = json.dumps(list(m.tasks))
+        tasks = json.dumps(list(m.tasks)) if m.tasks else "[]"
         content_hash = hashing.memory_hash(
             m.id,
             m.original_text,
@@ -221,10 +259,7 @@ class LedgerTx:
             m.speaker,
             m.session,
         )  # the task list itself: the JSON round trip of a list of strings is the identity
-        self.run(
-            "INSERT INTO memories (id, text, original_text, entity, attribute, role, tasks, created_at, "
-            "valid_from, valid_to, superseded_by, state, token_cost, confidence, embedding, content_hash, scope, "
-            "speaker, session) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        self.insert_memory_row(
             (
                 m.id,
                 m.text,
@@ -295,18 +330,33 @@ class LedgerTx:
         evidence: Mapping[str, Any],
         updates: Mapping[str, Any] | None = None,
     ) -> Event:
-        ev_json = json.dumps(evidence, sort_keys=True, default=str)
-        up_json = None if updates is None else json.dumps(updates, sort_keys=True, default=str)
+        ev_json = _EVENT_JSON.encode(evidence)
+        up_json = None if updates is None else _EVENT_JSON.encode(updates)
         frm = from_state.value if from_state else None
-        ev = json.loads(ev_json)  # as stored and read back: what the hash must be of (decoded once)
-        up = None if up_json is None else json.loads(up_json)
+        # As stored and read back: what the hash must be of (decoded once, or known without decoding).
+        ev = _read_back(evidence)
+        if ev is None:
+            ev = json.loads(ev_json)
+        up = None
+        if updates is not None:
+            up = _read_back(updates)
+            if up is None:
+                up = json.loads(str(up_json))
         ev_hash = hashing.event_hash(memory_id, at, event.value, frm, to_state.value, reason, ev, up)
-        seq = self.run(
-            "INSERT INTO events (memory_id, at, kind, from_state, to_state, reason, evidence, updates, hash) "
-            "VALUES (?,?,?,?,?,?,?,?,?) RETURNING seq",
-            (memory_id, at, event.value, frm, to_state.value, reason, ev_json, up_json, ev_hash),
-        ).fetchone()[0]
-        return Event(int(seq), memory_id, at, event.value, from_state, to_state, reason, ev)
+        seq = self.insert_event_row(
+            (memory_id, at, event.value, frm, to_state.value, reason, ev_json, up_json, ev_hash)
+        )
+        return Event(seq, memory_id, at, event.value, from_state, to_state, reason, ev)
+
+    def insert_memory_row(self, row: tuple[Any, ...]) -> None:
+        """Insert one memories row (the columns of ``MEMORY_INSERT_COLS``). A backend may buffer it, as long as
+        every later statement that could see it sees it (``SQLiteTx``)."""
+        self.run(MEMORY_INSERT, row)
+
+    def insert_event_row(self, row: tuple[Any, ...]) -> int:
+        """Append one events row (``EVENT_INSERT_COLS``); returns its seq. A backend may buffer it, as long as
+        it gets this seq and every later statement that could see it sees it (``SQLiteTx``)."""
+        return int(self.run(EVENT_INSERT + " RETURNING seq", row).fetchone()[0])
 
     def events(self, memory_id: str) -> list[Event]:
         rows = self.run(f"SELECT {EVENT_COLS} FROM events WHERE memory_id = ? ORDER BY seq", (memory_id,))

@@ -23,8 +23,10 @@ Why these choices:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import re
 import sqlite3
 import sys
 import threading
@@ -49,7 +51,14 @@ from remem_agent.store import lexical
 from remem_agent.store.base import StoreCommon, backoff_retry
 from remem_agent.store.hashing import BACKFILLS
 from remem_agent.store.migrations import LATEST, MIGRATIONS
-from remem_agent.store.sql import LedgerTx
+from remem_agent.store.sql import (
+    CLAIMS_AT,
+    CURRENT_FOR_KEY,
+    EVENT_INSERT_COLS,
+    MEMORY_INSERT_COLS,
+    MEMORY_INSERT_WIDTH,
+    LedgerTx,
+)
 from remem_agent.types import Event, Memory
 
 T = TypeVar("T")
@@ -148,13 +157,48 @@ class _TermCounts:
         self.seq = -1
 
 
+# What the buffered rows of ``SQLiteTx`` are recognised by (see ``SQLiteTx.run``).
+_MEMORY_ID = 0
+_MEMORY_KEY = tuple(MEMORY_INSERT_COLS.split(", ").index(c) for c in ("scope", "entity", "attribute"))
+_KEY_READS = frozenset({CURRENT_FOR_KEY, CLAIMS_AT})
+_STATE_READ = "SELECT state FROM memories WHERE id = ?"  # LedgerTx.transition (no lock suffix on SQLite)
+_ROW_UPDATE = re.compile(r"UPDATE memories SET (?:\w+ = \?, )*\w+ = \? WHERE id = \?")  # LedgerTx.transition
+_EVENT_INSERT_SEQ = f"INSERT INTO events (seq, {EVENT_INSERT_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
+_NEXT_EVENT_SEQ = (
+    "SELECT max(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0), "
+    "COALESCE((SELECT MAX(seq) FROM events), 0)) + 1"
+)
+
+
+@functools.cache
+def _memory_insert(rows: int) -> str:
+    """One INSERT of ``rows`` memories rows."""
+    one = "(" + ",".join("?" * MEMORY_INSERT_WIDTH) + ")"
+    return f"INSERT INTO memories ({MEMORY_INSERT_COLS}) VALUES " + ",".join([one] * rows)
+
+
 def _is_locked(exc: BaseException) -> bool:
     msg = str(exc).lower()
     return isinstance(exc, sqlite3.OperationalError) and ("locked" in msg or "busy" in msg)
 
 
 class SQLiteTx(LedgerTx):
-    """The SQLite dialect of ``LedgerTx``: embeddings as float32 blobs, a row cache for the hot path."""
+    """The SQLite dialect of ``LedgerTx``: embeddings as float32 blobs, a row cache for the hot path, and new
+    memories and their events buffered to be inserted several rows per statement.
+
+    Why the buffer: the full-text index is kept by a trigger on memories (migration 5), and once memories_fts
+    has been written in a transaction, FTS5 writes its pending entries out as a new index segment at every
+    later statement savepoint, which every insert into memories or events opens. Inserted one statement per
+    row, each memory cost a segment of its own (a third of add's CPU at 10k memories); inserted as one
+    statement of many rows, the trigger's entries of the whole statement become one segment.
+
+    The buffer is invisible: ``run`` inserts it before any statement that could see a buffered row (any
+    statement naming memories, a memory_id or events, except three whose arguments show they cannot: a read
+    of one key's memories for a key no buffered memory has, and ``transition``'s read and update of a memory
+    that is not buffered), and the store inserts it before the transaction commits. Memories keep their order
+    (seq as assigned row by row) and so do events: while rows are buffered, every event is buffered too, with
+    the seq AUTOINCREMENT would have given it (the transaction holds the write lock: nobody else takes one).
+    """
 
     dialect = "sqlite"
     search_order = "rowid"
@@ -165,12 +209,64 @@ class SQLiteTx(LedgerTx):
         self.c = conn
         self._cache = cache
         self._term_counts = term_counts
+        self._new_memories: list[tuple[Any, ...]] = []  # buffered memories rows (MEMORY_INSERT_COLS), in order
+        self._new_events: list[tuple[Any, ...]] = []  # buffered events rows, each led by its seq
+        self._new_ids: set[str] = set()
+        self._new_keys: set[tuple[Any, ...]] = set()  # (scope, entity, attribute) of the buffered memories
+        self._next_event_seq = 0
 
     def run(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Cursor:
+        # "memor": memories, memories_fts, and the memory_id of events, stats and credits (foreign keys)
+        if self._new_memories and ("memor" in sql or "events" in sql) and self._may_see_buffered(sql, args):
+            self.insert_buffered()
         return self.c.execute(sql, args)
 
     def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if self._new_memories and ("memor" in sql or "events" in sql):
+            self.insert_buffered()
         self.c.executemany(sql, rows)
+
+    def _may_see_buffered(self, sql: str, args: Sequence[Any]) -> bool:
+        """False only for statements known not to read or change a buffered row, by their arguments."""
+        if sql in _KEY_READS:
+            return (args[0], args[1], args[2]) in self._new_keys
+        if sql == _STATE_READ or _ROW_UPDATE.fullmatch(sql):
+            return args[-1] in self._new_ids
+        return True
+
+    def insert_memory_row(self, row: tuple[Any, ...]) -> None:
+        self._new_memories.append(row)
+        self._new_ids.add(row[_MEMORY_ID])
+        self._new_keys.add(tuple(row[i] for i in _MEMORY_KEY))
+
+    def insert_event_row(self, row: tuple[Any, ...]) -> int:
+        if not self._new_memories:
+            return super().insert_event_row(row)
+        if not self._new_events:
+            self._next_event_seq = int(self.c.execute(_NEXT_EVENT_SEQ).fetchone()[0])
+        seq = self._next_event_seq
+        self._next_event_seq += 1
+        self._new_events.append((seq, *row))
+        return seq
+
+    def insert_buffered(self) -> None:
+        """Insert the buffered rows: the memories (their events reference them) in as few statements as the
+        host-parameter limit allows, then the events."""
+        rows, events = self._new_memories, self._new_events
+        if not rows:
+            return
+        self._new_memories, self._new_events, self._new_ids, self._new_keys = [], [], set(), set()
+        step = max(1, min(500, self.c.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // MEMORY_INSERT_WIDTH))
+        for start in range(0, len(rows), step):
+            chunk = rows[start : start + step]
+            self.c.execute(_memory_insert(len(chunk)), [v for r in chunk for v in r])
+        if events:
+            self.c.executemany(_EVENT_INSERT_SEQ, events)
+
+    def lexical_candidates(self, *args: Any, **kwargs: Any) -> list[tuple[str, float]]:
+        """As ``LedgerTx.lexical_candidates``, with this transaction's buffered memories indexed first."""
+        self.insert_buffered()
+        return super().lexical_candidates(*args, **kwargs)
 
     def dump_vector(self, vec: NDArray[np.float32]) -> bytes:
         return np.ascontiguousarray(vec, dtype=np.float32).tobytes()
@@ -179,7 +275,7 @@ class SQLiteTx(LedgerTx):
         return np.frombuffer(value, dtype=np.float32)
 
     def update_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        self.c.executemany(sql, rows)
+        self.run_many(sql, rows)
 
     def embeddings_after(self, seq: int, dim: int) -> tuple[int, list[str], NDArray[np.float32]]:
         """As ``LedgerTx``, but an embedding of another width is a typed error naming the memory."""
@@ -246,6 +342,7 @@ class SQLiteTx(LedgerTx):
         index is compared instead with a fresh one built in the connection's TEMP schema from
         ``memories.text`` with the same tokenizer, term by term and position by position (fts5vocab).
         """
+        self.insert_buffered()
         c = self.c
         if c.execute("SELECT 1 FROM sqlite_master WHERE name = 'memories_fts'").fetchone() is None:
             return ["the full-text index memories_fts is missing: lexical search cannot run"]
@@ -455,8 +552,10 @@ class SQLiteStore(StoreCommon):
         """A write transaction (BEGIN IMMEDIATE): all or nothing."""
         with self._lock:
             self._retry(lambda: self._conn.execute("BEGIN IMMEDIATE"))
+            tx = SQLiteTx(self._conn, self._row_cache, self._term_counts)
             try:
-                yield SQLiteTx(self._conn, self._row_cache, self._term_counts)
+                yield tx
+                tx.insert_buffered()  # before the commit: the rows the transaction still buffers
             except sqlite3.Error as exc:
                 self._rollback()
                 raise self._driver_error(exc) from exc
@@ -489,8 +588,10 @@ class SQLiteStore(StoreCommon):
         """A read transaction: a consistent snapshot for several queries."""
         with self._lock:
             self._retry(lambda: self._conn.execute("BEGIN"))
+            tx = SQLiteTx(self._conn, self._row_cache, self._term_counts)
             try:
-                yield SQLiteTx(self._conn, self._row_cache, self._term_counts)
+                yield tx
+                tx.insert_buffered()  # nothing, unless a caller wrote in a read transaction: never lose rows
             except sqlite3.Error as exc:  # typed like write(): a driver error is never raised bare
                 if _is_locked(exc):
                     raise StoreBusyError(f"ledger {self.path} stayed locked: {exc}") from exc
