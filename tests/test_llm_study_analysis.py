@@ -52,7 +52,10 @@ def test_cells_pair_by_task_and_the_primary_test_is_the_t_test_over_cells(tmp_pa
     assert res["per_family"]["g"]["d"]["p"] == 1.0  # no spread and mean 0: no evidence of a difference
     assert res["robustness"]["mcnemar_tasks"]["only_C"] == 6 and res["robustness"]["mcnemar_tasks"]["only_A"] == 0
     assert res["cells"][0]["A"]["stale_served"] == 0.1
-    assert "pooled" in out.with_suffix(".md").read_text()
+    md = out.with_suffix(".md").read_text()
+    assert "pooled" in md
+    cell_rows = [line for line in md.splitlines() if line.startswith(("| f | ", "| g | "))]
+    assert len(cell_rows) == 6 and "## Every cell" in md  # every cell is reported, significant or not
 
 
 def test_incomplete_runs_do_not_count_and_missing_cells_are_listed(tmp_path: Path) -> None:

@@ -238,7 +238,39 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     if wil is not None:
         lines += ["", f"Wilcoxon signed-rank over cells: p = {wil['p']:.3g} ({wil['n']} non-zero cells)."]
     lines += ["", "McNemar is task-level and ignores the within-cell dependence (reported, not decisive)."]
+    lines += _cell_table(result.get("cells", []))
     return "\n".join(lines) + "\n"
+
+
+def _cell_table(cells: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every cell, significant or not (the plan's reporting rule): success, stale facts, gold served, latency."""
+    if not cells:
+        return []
+    out = [
+        "",
+        "## Every cell",
+        "",
+        "| family | seed | tasks | success A | success C | C − A (pp) | only A / only C | stale served A / C "
+        "| answered stale A / C | gold served A / C | invalid A / C | latency s A / C |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+
+    def pair(c: Mapping[str, Any], key: str, scale: float = 100.0) -> str:
+        a, b = c["A"].get(key), c["C"].get(key)
+        return " / ".join("–" if v is None else f"{v * scale:.1f}" for v in (a, b))
+
+    for c in sorted(cells, key=lambda c: (c["family"], c["seed"])):
+        out.append(
+            f"| {c['family']} | {c['seed']} | {c['tasks']} | {c['A']['success'] * 100:.1f} | "
+            f"{c['C']['success'] * 100:.1f} | {c['d'] * 100:+.1f} | {c['only_A']} / {c['only_C']} | "
+            f"{pair(c, 'stale_served')} | {pair(c, 'answered_stale')} | {pair(c, 'gold_served')} | "
+            f"{pair(c, 'invalid_final')} | {pair(c, 'latency_ms_mean', 0.001)} |"
+        )
+    out += [
+        "",
+        "Rates in % of the cell's tasks; latency is the mean wall time per task (machine shared, not a speed claim).",
+    ]
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> None:
