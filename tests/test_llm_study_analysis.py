@@ -54,7 +54,8 @@ def test_cells_pair_by_task_and_the_primary_test_is_the_t_test_over_cells(tmp_pa
     assert res["cells"][0]["A"]["stale_served"] == 0.1
     md = out.with_suffix(".md").read_text()
     assert "pooled" in md
-    cell_rows = [line for line in md.splitlines() if line.startswith(("| f | ", "| g | "))]
+    cells_md = md.split("## Every cell", 1)[-1]
+    cell_rows = [line for line in cells_md.splitlines() if line.startswith(("| f | ", "| g | "))]
     assert len(cell_rows) == 6 and "## Every cell" in md  # every cell is reported, significant or not
 
 
