@@ -15,8 +15,9 @@ embedding alone, and search without the embedding (remem: the query vectors are 
 mem0: its embedder is replaced by a lookup of the same precomputed vectors). ``ratios`` divide mem0's
 numbers by remem's (search) and remem's by mem0's (add/s), so > 1 means remem is faster.
 
-``--pause-study`` stops the background study (``evals.run_llm_agent``) while each system runs, at most
-nine minutes per system (then it resumes and the measurement goes on; the JSON says so).
+``--pause-study`` stops the background study (``evals.run_llm_agent`` or ``evals.bench.run_llm_agent``) while
+each system runs, at most nine minutes per system (then it resumes and the measurement goes on; the JSON
+says so).
 
 Usage::
 
@@ -44,7 +45,9 @@ from evals.perf.measure import REPO_ROOT, git_commit, git_dirty, latency_ms, loa
 
 SYSTEMS = ("remem-onnx", "remem-st", "mem0")
 WARMUP = 10
-STUDY = "evals.run_llm_agent"  # the background study --pause-study stops while a system is measured
+# The background study --pause-study stops while a system is measured: a pkill -f pattern matching both the
+# old module path (evals.run_llm_agent, the 0.5B study's worktree) and the current one (evals.bench.run_llm_agent).
+STUDY = r"evals\.(bench\.)?run_llm_agent"
 PAUSE_CAP_S = 540.0  # never keep it stopped longer than this: it resumes and the measurement goes on
 
 
@@ -252,7 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--mem0-python", default=None, help="python of a venv with mem0ai (mem0 is skipped without)")
     ap.add_argument("--timeout", type=float, default=1800.0)
-    ap.add_argument("--pause-study", action="store_true", help=f"SIGSTOP {STUDY} while each system runs")
+    ap.add_argument(
+        "--pause-study", action="store_true", help="SIGSTOP the background study (run_llm_agent) while each system runs"
+    )
     ap.add_argument("--out", default="results/perf_peers.json")
     ap.add_argument("--worker", choices=SYSTEMS, help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
