@@ -59,6 +59,10 @@ CLAIMS_AT = (
     f"SELECT {MEM_COLS} FROM memories WHERE scope = ? AND entity = ? AND attribute = ? AND role = ? "
     "AND valid_from = ? ORDER BY seq"
 )
+KEY_STATE_FACTS = (  # CURRENT_FOR_KEY's rows and CLAIMS_AT's of role 'state', in one read
+    f"SELECT {MEM_COLS} FROM memories WHERE scope = ? AND entity = ? AND attribute = ? AND role = 'state' "
+    "AND (state != 'INVALIDATED' OR valid_from = ?) ORDER BY valid_from, seq"
+)
 _CHUNK = 900  # ids per IN (...) list: below SQLite's default 999 host parameters
 
 
@@ -242,6 +246,16 @@ class LedgerTx:
         """Memories of one key, role and scope stated at exactly ``valid_from``, in any state (re-add detection)."""
         rows = self.run(CLAIMS_AT, (scope, entity, attribute, role, valid_from))
         return [row_to_memory(r) for r in rows]
+
+    def current_and_claims(
+        self, entity: str, attribute: str, valid_from: float, scope: str = DEFAULT_SCOPE
+    ) -> tuple[list[Memory], list[Memory]]:
+        """``current_for_key(entity, attribute, scope)`` and ``claims_at(entity, attribute, 'state', valid_from,
+        scope)``, each in its own order, from one read of the key (``insert_fact`` asks both of a timed state fact)."""
+        rows = [row_to_memory(r) for r in self.run(KEY_STATE_FACTS, (scope, entity, attribute, valid_from))]
+        current = [m for m in rows if m.state is not State.INVALIDATED]
+        claims = [m for m in rows if m.valid_from == valid_from]  # one valid_from: in seq order
+        return current, claims
 
     def insert_memory(self, m: Memory, embedding: NDArray[np.float32], *, reason: str, at: float) -> Event:
         """Insert a new memory in ACTIVE and log its ``add`` event."""
@@ -571,14 +585,15 @@ class LedgerTx:
         return {r[0]: AttributeInfo(r[0], r[1], r[2], r[3], bool(r[4]), r[5]) for r in rows}
 
     def bump_attribute(self, name: str, *, changes: int = 0, confirmations: int = 0, counter: int = 0) -> None:
-        self.run(
+        row = self.run(
             "INSERT INTO attributes (attribute, changes, confirmations, counter) VALUES (?,?,?,?) "
             "ON CONFLICT (attribute) DO UPDATE SET changes = attributes.changes + excluded.changes, "
             "confirmations = attributes.confirmations + excluded.confirmations, "
-            "counter = attributes.counter + excluded.counter",
+            f"counter = attributes.counter + excluded.counter RETURNING {hashing.ATTRIBUTE_HASH_COLS}",
             (name, changes, confirmations, counter),
-        )
-        hashing.rehash_attribute(self, name)
+        ).fetchone()
+        # the row as written, so its hash needs no second read (hashing.rehash_attribute)
+        self.run("UPDATE attributes SET hash = ? WHERE attribute = ?", (hashing.attribute_hash(*row), name))
 
     def mark_single_valued(self, name: str, at: float) -> None:
         self.run("UPDATE attributes SET single_valued = 1, decided_at = ? WHERE attribute = ?", (at, name))

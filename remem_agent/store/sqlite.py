@@ -55,6 +55,7 @@ from remem_agent.store.sql import (
     CLAIMS_AT,
     CURRENT_FOR_KEY,
     EVENT_INSERT_COLS,
+    KEY_STATE_FACTS,
     MEMORY_INSERT_COLS,
     MEMORY_INSERT_WIDTH,
     LedgerTx,
@@ -160,7 +161,7 @@ class _TermCounts:
 # What the buffered rows of ``SQLiteTx`` are recognised by (see ``SQLiteTx.run``).
 _MEMORY_ID = 0
 _MEMORY_KEY = tuple(MEMORY_INSERT_COLS.split(", ").index(c) for c in ("scope", "entity", "attribute"))
-_KEY_READS = frozenset({CURRENT_FOR_KEY, CLAIMS_AT})
+_KEY_READS = frozenset({CURRENT_FOR_KEY, CLAIMS_AT, KEY_STATE_FACTS})
 _STATE_READ = "SELECT state FROM memories WHERE id = ?"  # LedgerTx.transition (no lock suffix on SQLite)
 _ROW_UPDATE = re.compile(r"UPDATE memories SET (?:\w+ = \?, )*\w+ = \? WHERE id = \?")  # LedgerTx.transition
 _EVENT_INSERT_SEQ = f"INSERT INTO events (seq, {EVENT_INSERT_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
