@@ -170,8 +170,9 @@ class LedgerTx:
         """An embedding read back as a float32 vector."""
         raise NotImplementedError
 
-    def forget_row(self, memory_id: str) -> None:
-        """Called after a memories row changed (a backend with a row cache drops it)."""
+    def forget_row(self, memory_id: str, *, text_changed: bool = False) -> None:
+        """Called after a memories row changed (a backend with a row cache drops it; with ``text_changed`` its
+        full-text entry changed too, so cached word counts are stale)."""
 
     def after_import(self) -> None:
         """Called after ``import_rows`` filled every table (a backend may advance its id sequences)."""
@@ -330,7 +331,7 @@ class LedgerTx:
         fields["state"] = to_state.value
         assignments = ", ".join(f"{k} = ?" for k in fields)
         self.run(f"UPDATE memories SET {assignments} WHERE id = ?", (*fields.values(), memory_id))
-        self.forget_row(memory_id)
+        self.forget_row(memory_id, text_changed="text" in fields)
         return self._append_event(memory_id, at, event, from_state, to_state, reason, dict(evidence or {}), updates)
 
     def _append_event(

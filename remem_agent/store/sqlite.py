@@ -31,7 +31,7 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,7 +46,6 @@ from remem_agent.errors import (
     StoreError,
     UserInputError,
 )
-from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.store import lexical
 from remem_agent.store.base import StoreCommon, backoff_retry
 from remem_agent.store.hashing import BACKFILLS
@@ -60,7 +59,7 @@ from remem_agent.store.sql import (
     MEMORY_INSERT_WIDTH,
     LedgerTx,
 )
-from remem_agent.types import Event, Memory
+from remem_agent.types import Memory
 
 T = TypeVar("T")
 
@@ -140,7 +139,7 @@ class _TermCounts:
     A word's count changes only when a memory is inserted (``seq`` grows; rows are never deleted) or a
     memory's text is updated (``LedgerTx.transition``, e.g. a restatement restoring the original wording).
     So counts are kept while (a) no other connection has committed (``PRAGMA data_version`` unchanged: it
-    might have updated a text), (b) this connection updated no text (``SQLiteTx.transition`` clears them)
+    might have updated a text), (b) this connection updated no text (``SQLiteTx.forget_row`` clears them)
     and (c) the highest ``seq`` is unchanged; when only (c) fails, this connection's own inserts can only
     have added matches, so a count that reached its cap still holds and is kept. A rolled-back write
     transaction drops everything (it may have counted rows that were never committed).
@@ -380,24 +379,11 @@ class SQLiteTx(LedgerTx):
                 problems.append(f"{ids[seq]}: its full-text index entry does not match its current text")
         return problems
 
-    def transition(
-        self,
-        memory_id: str,
-        event: LifecycleEvent,
-        *,
-        reason: str,
-        at: float,
-        evidence: Mapping[str, Any] | None = None,
-        updates: Mapping[str, Any] | None = None,
-    ) -> Event:
-        out = super().transition(memory_id, event, reason=reason, at=at, evidence=evidence, updates=updates)
-        if updates and "text" in updates and self._term_counts is not None:
-            self._term_counts.clear()  # the full-text index changed without a new seq
-        return out
-
-    def forget_row(self, memory_id: str) -> None:
+    def forget_row(self, memory_id: str, *, text_changed: bool = False) -> None:
         if self._cache is not None:
             self._cache.rows.pop(memory_id, None)
+        if text_changed and self._term_counts is not None:
+            self._term_counts.clear()  # the full-text index changed without a new seq
 
     def memories(self, ids: Sequence[str]) -> dict[str, Memory]:
         cache = self._cache
