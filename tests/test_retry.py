@@ -1,4 +1,4 @@
-"""The one retry layer (tenacity) and the fault paths end to end through MemoryAgent + OpenAIChat."""
+"""The one retry layer and the fault paths end to end through MemoryAgent + OpenAIChat."""
 
 from __future__ import annotations
 

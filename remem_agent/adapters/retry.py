@@ -1,8 +1,10 @@
 """The one retry layer for model calls.
 
 Transient failures (``ModelError(retryable=True)``: timeouts, connection errors, 429, 5xx) are retried
-with tenacity: exponential backoff with full jitter, honouring the server's Retry-After, a bounded number
-of attempts; anything else fails fast.
+with exponential backoff with full jitter, honouring the server's Retry-After, a bounded number of
+attempts; anything else fails fast. The loop is written out (it was tenacity's ``AsyncRetrying`` with the
+same stop, wait, retry and ``before_sleep`` rules): building and driving tenacity's state machine cost more
+CPU than the gateway's whole upstream call bookkeeping, on every call, retried or not.
 Adapters never retry on their own, so the policy is the same for every provider and every attempt is
 visible to the caller (``on_retry``) and therefore to the trace.
 """
@@ -17,8 +19,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
-
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from remem_agent.errors import ModelError
 
@@ -48,32 +48,26 @@ async def call_with_retries(
     on_retry: Callable[[int, ModelError, float], None] | None = None,
     rng: random.Random | None = None,
 ) -> T:
-    """Run ``fn``; retry retryable ModelErrors up to ``policy.max_attempts`` attempts in total (tenacity)."""
-    rng = rng or random.Random()
+    """Run ``fn``; retry retryable ModelErrors up to ``policy.max_attempts`` attempts in total.
 
-    def wait(state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome else None
-        assert isinstance(exc, ModelError)
-        return policy.wait(state.attempt_number, exc, rng)
-
-    def before_sleep(state: RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome else None
-        if on_retry is not None and isinstance(exc, ModelError):
-            on_retry(state.attempt_number, exc, state.upcoming_sleep)
-
-    retrying = AsyncRetrying(
-        sleep=sleep,
-        stop=stop_after_attempt(policy.max_attempts),
-        wait=wait,
-        retry=retry_if_exception(lambda e: isinstance(e, ModelError) and e.retryable),
-        before_sleep=before_sleep,
-        reraise=True,  # the caller sees the last ModelError itself, not a tenacity RetryError
-    )
-
-    async def attempt() -> T:  # a real coroutine function: tenacity would not await a plain lambda's result
-        return await fn()
-
-    return await retrying(attempt)
+    After failed attempt ``n`` (1-based) that may be retried, ``on_retry(n, error, wait)`` is called, then
+    ``sleep(wait)`` with ``wait = policy.wait(n, error, rng)``. Any other exception, a ModelError that is not
+    retryable, or the last attempt's ModelError propagates unchanged (the exception object itself).
+    """
+    attempt = 1
+    while True:
+        try:
+            return await fn()
+        except ModelError as exc:
+            if not exc.retryable or attempt >= policy.max_attempts:
+                raise
+            if rng is None:
+                rng = random.Random()  # seeded from the OS once a call is retried at all
+            delay = policy.wait(attempt, exc, rng)
+            if on_retry is not None:
+                on_retry(attempt, exc, delay)
+        await sleep(delay)
+        attempt += 1
 
 
 def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
