@@ -63,6 +63,10 @@ class LedgerPendingOutcomes:
         return await asyncio.to_thread(run)
 
     async def add(self, item: Waiting, thread: Thread) -> None:
+        await asyncio.to_thread(self.add_blocking, item, thread)
+
+    def add_blocking(self, item: Waiting, thread: Thread) -> None:
+        """``add`` itself, for a caller already in a worker thread (one hop for the answer and its trace line)."""
         rec = PendingRecord(
             answer_id=item.answer_id,
             scope=item.scope,
@@ -75,7 +79,7 @@ class LedgerPendingOutcomes:
             value=item.value,
             created_at=time.time(),
         )
-        await self._write(lambda tx: pending.put(tx, rec))
+        self._store.transact(lambda tx: pending.put(tx, rec))
 
     async def take(self, answer_id: str, *, scope: str | None = None) -> Waiting | None:
         rec = await self._write(lambda tx: pending.claim(tx, answer_id, scope=scope, by=self._claimant, at=time.time()))

@@ -62,7 +62,7 @@ from remem_agent.agent.conversation import (
     strip_citations,
     tool_arguments,
 )
-from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, PendingStore, Waiting
+from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, BlockingAdd, PendingStore, Waiting
 from remem_agent.agent.ports import AgentMemory
 from remem_agent.agent.prompt import citation_aliases, render_memories
 from remem_agent.agent.telemetry import AttributeValue, NoTelemetry, Span, Telemetry
@@ -182,6 +182,8 @@ class Conversations:
         capture: FactCapture | None = None,
     ) -> None:
         self.memory, self.model, self.pending = memory, model, pending
+        # the ledger's pending store adds in the caller's worker thread (see ``persist``); decided once
+        self._add_blocking = pending.add_blocking if isinstance(pending, BlockingAdd) else None
         self.capture = capture
         self.telemetry: Telemetry = telemetry or NoTelemetry()
         self._tracer, self.run_id, self.retry = tracer, run_id, retry
@@ -240,7 +242,7 @@ class Conversations:
         ui = latest_user_index(opts.messages)
         user = opts.messages[ui].content
         key = (ui, hashlib.sha256(user.encode()).hexdigest()[:16])
-        lock = self._locks.setdefault(cid, asyncio.Lock())
+        lock = self._locks.get(cid) or self._locks.setdefault(cid, asyncio.Lock())
         async with lock:  # two calls of one conversation never recall or settle the same turn twice
             prev = self._turns.get(cid)
             if prev is not None and prev.key == key:
@@ -314,8 +316,8 @@ class Conversations:
 
     def request(self, opts: ChatOptions, turn: _Turn) -> tuple[ChatRequest, str | None]:
         labels = list(turn.aliases)
-        prompt = inject_memories(opts.messages, turn.result.items, labels)
         block = render_memories(turn.result.items, labels) if turn.result.items else None
+        prompt = inject_memories(opts.messages, turn.result.items, labels, rendered=block)
         req = ChatRequest(
             messages=prompt,
             temperature=opts.sampling.temperature,
@@ -328,8 +330,11 @@ class Conversations:
         return req, block
 
     # -- after the reply --------------------------------------------------------------------------
-    async def finish(self, opts: ChatOptions, turn: _Turn, resp: ChatResponse, *, recalled: bool) -> ChatReply:
-        """Citations and value use of one reply; the turn's answer (re)joins the waiting outcomes."""
+    def reply_of(
+        self, opts: ChatOptions, turn: _Turn, resp: ChatResponse, *, recalled: bool
+    ) -> tuple[ChatReply, tuple[Waiting, Thread] | None]:
+        """Citations and value use of one reply (the turn's state updated), and the waiting answer it leaves
+        (None when nothing was served), for the caller to add to the pending outcomes (:meth:`persist`)."""
         cited, unknown = extract_citations(resp.text, turn.aliases)
         texts = {h.id: h.text for h in turn.result.items}
         said = "\n".join([resp.text, *(json.dumps(a, ensure_ascii=False) for a in tool_arguments(resp.tool_calls))])
@@ -338,8 +343,9 @@ class Conversations:
         turn.used += [u for u in used if u not in turn.used]
         turn.replies.append(resp.text)
         turn.answered = True
+        waiting: tuple[Waiting, Thread] | None = None
         if turn.result.items:
-            await self.pending.add(
+            waiting = (
                 Waiting(
                     answer_id=turn.answer_id,
                     search_id=turn.result.search_id,
@@ -354,7 +360,7 @@ class Conversations:
             )
         if unknown:
             log.debug("reply cited labels that were not served: %s", unknown)
-        return ChatReply(
+        reply = ChatReply(
             text=strip_citations(resp.text) if opts.strip else resp.text,
             raw=resp.text,
             tool_calls=resp.tool_calls,
@@ -370,6 +376,37 @@ class Conversations:
             used=tuple(used),
             recalled=recalled,
         )
+        return reply, waiting
+
+    async def persist(
+        self,
+        waiting: tuple[Waiting, Thread] | None,
+        record: dict[str, Any] | None,
+        latency: Callable[[], Mapping[str, float]],
+    ) -> None:
+        """The waiting answer joins the pending outcomes, then the call's trace line is written with
+        ``latency()`` taken once the answer is waiting.
+
+        Both are blocking work; when the pending store can add without its own hop (the ledger's,
+        :class:`~remem_agent.agent.outcomes.BlockingAdd`) they run in ONE worker-thread call instead of two.
+        """
+        tracer = self._tracer() if record is not None else None
+        add = self._add_blocking
+        if waiting is not None and add is not None:
+
+            def work() -> None:
+                add(*waiting)
+                if tracer is not None and record is not None:
+                    record["latency_ms"] = dict(latency())
+                    tracer.write_sync(record)
+
+            await asyncio.to_thread(work)
+            return
+        if waiting is not None:
+            await self.pending.add(*waiting)
+        if tracer is not None and record is not None:
+            record["latency_ms"] = dict(latency())
+            await tracer.write(record)
 
     async def settle_from_next_turn(
         self, prev: _Turn | None, cid: str, next_user: str, *, defer_moved_on: bool = False, turn: str = ""
@@ -548,45 +585,67 @@ class Conversations:
         latency: Mapping[str, float],
     ) -> None:
         tracer = self._tracer()
-        if tracer is None:
-            return
-        await tracer.write(
-            {
-                "v": 2,
-                "kind": "chat",
-                "ts": datetime.now(UTC).isoformat(),
-                "run": self.run_id,
-                "answer_id": turn.answer_id,
-                "conversation_id": opts.conversation_id,
-                "scope": opts.scope,
-                "turn": turn.key[0],
-                "task": opts.task,
-                "model": {"adapter": self.model.adapter, "name": self.model.name, "params": opts.sampling.to_dict()},
-                "search_id": turn.result.search_id,
-                "recall_query": turn.query if recalled else None,
-                "recalled": recalled,
-                "served": [
-                    {"id": h.id, "rank": h.rank, "score": round(h.score, 6), "state": h.state.value, "text": h.text}
-                    for h in turn.result.items
-                ],
-                "aliases": dict(turn.aliases),
-                "messages": [m.to_dict() for m in opts.messages],
-                "memory_block": block,
-                "tools": [t.name for t in opts.tools],
-                "stream": stream,
-                "reply": {
-                    "text": text,
-                    "tool_calls": [c.to_dict() for c in tool_calls],
-                    "finish_reason": finish_reason,
-                    "usage": usage.to_dict(),
-                },
-                "citations": list(reply.citations) if reply else [],
-                "unknown_citations": list(extract_citations(text, turn.aliases)[1]),
-                "used": list(reply.used) if reply else [],
-                "error": error,
-                "latency_ms": dict(latency),
-            }
-        )
+        record = self.call_record(
+            opts, turn, recalled=recalled, block=block, stream=stream, text=text, tool_calls=tool_calls,
+            finish_reason=finish_reason, usage=usage, reply=reply, error=error, latency=latency,
+        )  # fmt: skip
+        if tracer is not None and record is not None:
+            await tracer.write(record)
+
+    def call_record(
+        self,
+        opts: ChatOptions,
+        turn: _Turn,
+        *,
+        recalled: bool,
+        block: str | None,
+        stream: bool,
+        text: str,
+        tool_calls: Sequence[ToolCall],
+        finish_reason: str | None,
+        usage: Usage,
+        reply: ChatReply | None,
+        error: str | None,
+        latency: Mapping[str, float] | None = None,
+    ) -> dict[str, Any] | None:
+        """The trace line of one call (None when there is no trace); ``latency`` may be filled in later."""
+        if self._tracer() is None:
+            return None
+        return {
+            "v": 2,
+            "kind": "chat",
+            "ts": datetime.now(UTC).isoformat(),
+            "run": self.run_id,
+            "answer_id": turn.answer_id,
+            "conversation_id": opts.conversation_id,
+            "scope": opts.scope,
+            "turn": turn.key[0],
+            "task": opts.task,
+            "model": {"adapter": self.model.adapter, "name": self.model.name, "params": opts.sampling.to_dict()},
+            "search_id": turn.result.search_id,
+            "recall_query": turn.query if recalled else None,
+            "recalled": recalled,
+            "served": [
+                {"id": h.id, "rank": h.rank, "score": round(h.score, 6), "state": h.state.value, "text": h.text}
+                for h in turn.result.items
+            ],
+            "aliases": dict(turn.aliases),
+            "messages": [m.to_dict() for m in opts.messages],
+            "memory_block": block,
+            "tools": [t.name for t in opts.tools],
+            "stream": stream,
+            "reply": {
+                "text": text,
+                "tool_calls": [c.to_dict() for c in tool_calls],
+                "finish_reason": finish_reason,
+                "usage": usage.to_dict(),
+            },
+            "citations": list(reply.citations) if reply else [],
+            "unknown_citations": list(extract_citations(text, turn.aliases)[1]),
+            "used": list(reply.used) if reply else [],
+            "error": error,
+            "latency_ms": dict(latency or {}),
+        }
 
 
 def _turn_key(key: tuple[int, str]) -> str:
@@ -662,18 +721,22 @@ async def run_chat(conv: Conversations, opts: ChatOptions, retry: RetryPolicy) -
             )  # fmt: skip
             raise
         model_ms = _ms(t_call)
+
+        def latency() -> dict[str, float]:
+            total = _ms(t0)
+            return {
+                "recall": _ms(t0, t_recall), "model": model_ms, "total": total, "overhead": round(total - model_ms, 3)
+            }  # fmt: skip
+
         with _stage(conv.telemetry, "remem.learn", root) as span:
-            reply = await conv.finish(opts, turn, resp, recalled=recalled)
+            reply, waiting = conv.reply_of(opts, turn, resp, recalled=recalled)
+            record = conv.call_record(
+                opts, turn, recalled=recalled, block=block, stream=False, text=resp.text, tool_calls=resp.tool_calls,
+                finish_reason=resp.finish_reason, usage=resp.usage, reply=reply, error=None,
+            )  # fmt: skip
+            await conv.persist(waiting, record, latency)  # the pending answer, then the trace line
             span.set("remem.citations", len(reply.citations))
             span.set("remem.used", len(reply.used))
-        total = _ms(t0)
-        await conv.write_call(
-            opts, turn, recalled=recalled, block=block, stream=False, text=resp.text, tool_calls=resp.tool_calls,
-            finish_reason=resp.finish_reason, usage=resp.usage, reply=reply, error=None,
-            latency={
-                "recall": _ms(t0, t_recall), "model": model_ms, "total": total, "overhead": round(total - model_ms, 3)
-            },
-        )  # fmt: skip
         return reply
     except BaseException as exc:
         root.fail(exc)
@@ -816,21 +879,24 @@ async def _stream_body(
         if t_first is not None:
             model_span.set("gen_ai.response.time_to_first_chunk", round(t_first - t_call, 6))
         model_span.end()
-        reply = await conv.finish(opts, turn, resp, recalled=recalled) if outcome == "done" else None
-        stream.reply = reply
-        total = _ms(t0)
-        latency = {
-            "recall": _ms(t0, t_recall),
-            "first_token": _ms(t0, t_first) if t_first is not None else None,
-            "model": _ms(t_call),
-            "total": total,
-        }
-        await conv.write_call(
+        reply, waiting = conv.reply_of(opts, turn, resp, recalled=recalled) if outcome == "done" else (None, None)
+
+        def latency() -> dict[str, float]:  # taken once the answer is waiting, as before
+            times = {
+                "recall": _ms(t0, t_recall),
+                "first_token": _ms(t0, t_first) if t_first is not None else None,
+                "model": _ms(t_call),
+                "total": _ms(t0),
+            }
+            return {k: v for k, v in times.items() if v is not None}
+
+        record = conv.call_record(
             opts, turn, recalled=recalled, block=block, stream=True, text=resp.text, tool_calls=resp.tool_calls,
             finish_reason=resp.finish_reason if outcome == "done" else outcome, usage=resp.usage, reply=reply,
             error=error if outcome != "stopped" else "the consumer stopped reading before the end",
-            latency={k: v for k, v in latency.items() if v is not None},
         )  # fmt: skip
+        await conv.persist(waiting, record, latency)  # the pending answer, then the trace line
+        stream.reply = reply
 
 
 async def _open_stream(model: ChatModel, req: ChatRequest, retry: RetryPolicy) -> AsyncGenerator[StreamChunk]:

@@ -18,6 +18,7 @@ Everything here is pure (no I/O), so the rules are easy to test and to document:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -238,15 +239,31 @@ def conversation_key(messages: Sequence[Message]) -> str:
     """
     first_system = next((m.content for m in messages if m.role == "system"), "")
     first_user = next(m.content for m in messages if m.role == "user")
+    if len(first_system) + len(first_user) <= _KEY_CACHE_CHARS:
+        return _conversation_key(first_system, first_user)
+    return _conversation_key.__wrapped__(first_system, first_user)
+
+
+_KEY_CACHE_CHARS = 4096  # longer openings are hashed each time (the cache never holds more than ~4 MB of text)
+
+
+@functools.lru_cache(maxsize=1024)
+def _conversation_key(first_system: str, first_user: str) -> str:
+    """The key of a conversation opening (one request derives and checks it several times)."""
     digest = hashlib.sha256(json.dumps([first_system, first_user]).encode()).hexdigest()
     return f"c_{digest[:20]}"
 
 
-def inject_memories(messages: Sequence[Message], hits: Sequence[Hit], labels: Sequence[str]) -> tuple[Message, ...]:
-    """The caller's messages with one memory block after their leading system messages (none if nothing served)."""
+def inject_memories(
+    messages: Sequence[Message], hits: Sequence[Hit], labels: Sequence[str], *, rendered: str | None = None
+) -> tuple[Message, ...]:
+    """The caller's messages with one memory block after their leading system messages (none if nothing served).
+
+    ``rendered``: ``render_memories(hits, labels)`` when the caller has it already (it is not rendered twice).
+    """
     if not hits:
         return tuple(messages)
-    block = Message("system", f"{MEMORY_BLOCK}\n{render_memories(hits, labels)}")
+    block = Message("system", f"{MEMORY_BLOCK}\n{render_memories(hits, labels) if rendered is None else rendered}")
     at = 0
     while at < len(messages) and messages[at].role == "system":
         at += 1

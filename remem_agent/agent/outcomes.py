@@ -24,7 +24,7 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Collection, Hashable
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 WEAK_SUCCESS_WEIGHT = 0.3  # an inferred "moved on without correcting" success counts this much
 MAX_PENDING = 10_000  # oldest waiting answers are forgotten beyond this (their outcome never arrives)
@@ -73,6 +73,15 @@ class PendingStore(Protocol):
     async def scope_of(self, answer_id: str) -> str | None:
         """The scope a waiting (or judged) answer was given in; None if this store never held it."""
         ...
+
+
+@runtime_checkable
+class BlockingAdd(Protocol):
+    """A pending store whose ``add`` is blocking work it runs in a worker thread: ``add_blocking`` is that
+    work itself, so a caller already in a worker thread (with the call's trace line to write too) spends one
+    thread hop on both instead of one each."""
+
+    def add_blocking(self, item: Waiting, thread: Thread) -> None: ...
 
 
 class PendingOutcomes(Generic[K]):

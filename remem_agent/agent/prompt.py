@@ -11,6 +11,7 @@ ids (:func:`citation_aliases`), so nothing after the model call sees an alias.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -129,9 +130,20 @@ def render_memories(hits: Sequence[Hit], labels: Sequence[str] | None = None, *,
 
 def _iso(t: float, *, full: bool = False) -> str:
     try:
-        return datetime.fromtimestamp(t, tz=UTC).strftime("%A %Y-%m-%d %H:%M UTC" if full else "%Y-%m-%d")
+        if full:
+            return datetime.fromtimestamp(t, tz=UTC).strftime("%A %Y-%m-%d %H:%M UTC")
+        day, rest = divmod(t, 86400)  # a UTC date changes only at multiples of 86400 epoch seconds
+        if rest < 86399.999:  # (within a millisecond of midnight fromtimestamp's rounding decides)
+            return _utc_date(int(day))
+        return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%d")
     except (OverflowError, OSError, ValueError):  # a row stored before times were bounded: show it, do not fail
         return f"epoch {t:.0f}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _utc_date(day: int) -> str:
+    """``YYYY-MM-DD`` of epoch day ``day`` (served memories share few days; strftime is most of a render)."""
+    return datetime.fromtimestamp(day * 86400, tz=UTC).strftime("%Y-%m-%d")
 
 
 def build_messages(

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -285,6 +286,35 @@ _ANY_SECRET_VALUE = re.compile(
 )
 
 
+# What a JSON line must contain for ``redact`` to change anything in it (a superset, checked on the line as
+# json.dumps(ensure_ascii=False) writes it, which escapes only quotes, backslashes and control characters):
+# * a key or value the case-insensitive _SECRET_KEYS or the bearer pattern matches holds one of these words,
+#   lower-cased, once the four non-ASCII letters that re.IGNORECASE equates with ASCII ones are mapped to them;
+# * a value the other _SECRET_VALUES match starts with one of these literals (their characters are never escaped);
+# * a given secret S inside a string reads as _json_escaped(S) in the line, an escaped S as its escape again.
+_SUSPECT_WORDS = ("authorization", "apikey", "api_key", "api-key", "password", "secret", "bearer")
+_SUSPECT_TOKENS = (
+    "sk-", "gsk_", "xai_", "ghp_", "gho_", "github_pat_", "hf_", "glpat_", "pplx_", "xox", "AKIA", "AIza"
+)  # fmt: skip
+_IGNORECASE_ASCII = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
+
+
+def _may_hold_secret(line: str, secrets: Sequence[str]) -> bool:
+    """False only when ``redact(record, secrets)`` would leave the record whose JSON line this is unchanged."""
+    if any(t in line for t in _SUSPECT_TOKENS):
+        return True
+    low = (line if line.isascii() else line.translate(_IGNORECASE_ASCII)).lower()
+    if any(w in low for w in _SUSPECT_WORDS):
+        return True
+    return any(_json_escaped(s) in line or _json_escaped(_json_escaped(s)) in line for s in secrets)
+
+
+def _plain(obj: object) -> object:
+    """json.dumps's ``default`` for a record not passed through ``redact``: what ``redact`` would have made of
+    ``obj`` before json.dumps(default=str) saw it (a Mapping that is no dict becomes one; the rest ``str``)."""
+    return dict(obj) if isinstance(obj, Mapping) else str(obj)
+
+
 @runtime_checkable
 class HasSecrets(Protocol):
     """An adapter that knows its credentials, so traces can redact them by value (whatever their shape)."""
@@ -336,13 +366,34 @@ class TraceWriter:
         """Also redact these values (a model's API key, say) from every later line."""
         self._secrets = tuple(dict.fromkeys([*self._secrets, *(s for s in secrets if s and len(s) >= 4)]))
 
-    def write_sync(self, record: Mapping[str, Any]) -> None:
-        line = json.dumps(redact(record, self._secrets), ensure_ascii=False, default=str)
+    def line(self, record: Mapping[str, Any]) -> str:
+        """The redacted JSON line of ``record`` (without its newline).
+
+        Most records hold nothing to redact: their line is written as json.dumps makes it, once a scan of
+        that line (:func:`_may_hold_secret`) rules out every key and value ``redact`` would replace; only
+        the others are copied through ``redact`` first (walking a record with the value patterns on every
+        string cost ~0.3 ms, ten times its encoding).
+        """
+        try:
+            line: str | None = json.dumps(record, ensure_ascii=False, default=_plain)
+        except (TypeError, ValueError):  # e.g. a key json cannot encode: the long way says what is wrong
+            line = None
+        if line is None or _may_hold_secret(line, self._secrets):
+            line = json.dumps(redact(record, self._secrets), ensure_ascii=False, default=str)
         for secret in self._secrets:  # also as it appears once JSON-escaped (a key echoed inside a JSON string)
             line = line.replace(_json_escaped(secret), "[REDACTED]")
-        with self._lock, self.path.open("a", encoding="utf-8") as f:
-            f.write(line + "\n")
-            f.flush()
+        return line
+
+    def write_sync(self, record: Mapping[str, Any]) -> None:
+        data = (self.line(record) + "\n").encode("utf-8")
+        with self._lock:  # one append per line (O_APPEND), no buffered file object per write
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
 
     async def write(self, record: Mapping[str, Any]) -> None:
         await asyncio.to_thread(self.write_sync, record)

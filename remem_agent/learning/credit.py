@@ -15,6 +15,7 @@ counts), and LOO under-credits redundant copies. None of it establishes causalit
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -149,13 +150,30 @@ _STOP = frozenset(
 def carried_values(text: str) -> set[str]:
     """The value-like tokens a memory carries: words with a digit or an inner ``-._:/@`` (``west-2``,
     ``10.0.0.1``, ``v3.2``) and capitalised words after the first (names). Casefolded."""
+    return set(_carried_for(text))
+
+
+_CARRIED_CACHE_CHARS = 2048  # memory texts up to this long are tokenised once each (served memories recur)
+
+
+@functools.lru_cache(maxsize=8192)
+def _carried(text: str) -> frozenset[str]:
+    return frozenset(_carried_values(text))
+
+
+def _carried_values(text: str) -> set[str]:
     out: set[str] = set()
     for n, m in enumerate(_VALUE_TOKEN.finditer(unicodedata.normalize("NFKC", text))):
         tok = m.group(0)
-        low = tok.casefold()
-        if low in _STOP or len(tok) < 2:
+        if len(tok) < 2:
             continue
-        if any(ch.isdigit() for ch in tok) or any(ch in tok for ch in "-._:/@") or (n > 0 and tok[0].isupper()):
+        low = tok.casefold()
+        if low in _STOP:
+            continue
+        if tok.isalpha():  # most tokens: letters only, so neither a digit nor one of -._:/@
+            if n > 0 and tok[0].isupper():
+                out.add(low)
+        elif any(ch.isdigit() for ch in tok) or any(ch in tok for ch in "-._:/@") or (n > 0 and tok[0].isupper()):
             out.add(low)
     return out
 
@@ -168,4 +186,9 @@ def carried_values_used(texts: Mapping[str, str], reply: str, *, exclude: str = 
     """
     said = {t.casefold() for t in _VALUE_TOKEN.findall(unicodedata.normalize("NFKC", reply))}
     known = {t.casefold() for t in _VALUE_TOKEN.findall(unicodedata.normalize("NFKC", exclude))}
-    return {mid for mid, text in texts.items() if (carried_values(text) - known) & said}
+    fresh = said - known  # (carried - known) & said == carried & (said - known)
+    return {mid for mid, text in texts.items() if not _carried_for(text).isdisjoint(fresh)}
+
+
+def _carried_for(text: str) -> frozenset[str] | set[str]:
+    return _carried(text) if len(text) <= _CARRIED_CACHE_CHARS else _carried_values(text)
