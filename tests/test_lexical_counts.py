@@ -95,3 +95,32 @@ def test_counts_match_fresh_counts_through_random_writes(tmp_path: Path) -> None
             assert got == want, (step, cap)
     mem.close()
     other.close()
+
+
+def test_another_connections_searches_keep_the_caches_and_its_transitions_drop_them(tmp_path: Path) -> None:
+    """Two ReMem objects (or gateway workers) on one folder: a search by one commits a search record, which
+    must not empty the other's row cache and word counts (PRAGMA data_version changes on every such commit);
+    a change to a memories row by the other (a transition, a new memory) must."""
+    folder = tmp_path / "store"
+    mem, other = ReMem(folder), ReMem(folder)
+    ids = mem.add_many([f"amber note {i}" for i in range(5)] + ["cedar and lotus", "orbit"])
+    mem.search("amber cedar")
+    _counts(mem, cap=4)
+    other.search("amber lotus")  # another connection commits a search record only
+    got, want, reads = _counts(mem, cap=4)
+    assert got == want and reads == 0
+    statements: list[str] = []
+    with mem.store.read() as tx:
+        tx.c.set_trace_callback(statements.append)
+        rows = tx.memories(ids)
+        tx.c.set_trace_callback(None)
+    assert set(rows) == set(ids) and not any(s.startswith("SELECT id") for s in statements)  # all cached
+
+    with other.store.write() as tx:  # another connection changes a row: the cached copy must not be served
+        tx.transition(ids[0], LifecycleEvent.DEMOTE, reason="test", at=2e9)
+    with mem.store.read() as tx:
+        assert tx.memories([ids[0]])[ids[0]].state.value == "LOW_VALUE"
+    got, want, reads = _counts(mem, cap=4)
+    assert got == want and reads == len(WORDS)
+    mem.close()
+    other.close()

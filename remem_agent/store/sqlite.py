@@ -117,20 +117,24 @@ def is_damage(exc: BaseException) -> bool:
 class _RowCache:
     """Decoded memory rows by id, for the search hot path (one per store object).
 
-    Valid while no other connection has committed (``PRAGMA data_version`` unchanged; this
-    connection's own commits do not change it) and kept exact for this connection's own writes:
-    ``LedgerTx.transition`` (the only statement that updates a memories row) drops the id, and a
-    rolled-back write transaction drops everything.
+    Valid while no other connection has changed a memories row, and kept exact for this connection's own
+    writes: ``LedgerTx.transition`` (the only statement that updates a memories row) drops the id, and a
+    rolled-back write transaction drops everything. Another connection's commit changes ``PRAGMA
+    data_version``; the cache then survives if ``SQLiteTx.memories_version`` is unchanged (the other
+    connection only recorded searches or feedback without a transition: gateway workers, two ``ReMem``
+    objects on one folder), else it is dropped.
     """
 
     def __init__(self, max_items: int = 100_000) -> None:
         self.rows: dict[str, Memory] = {}
         self.data_version = -1
+        self.memories_version: tuple[int, int] = (-1, -1)
         self.max_items = max_items
 
     def clear(self) -> None:
         self.rows.clear()
         self.data_version = -1
+        self.memories_version = (-1, -1)
 
 
 class _TermCounts:
@@ -138,22 +142,25 @@ class _TermCounts:
 
     A word's count changes only when a memory is inserted (``seq`` grows; rows are never deleted) or a
     memory's text is updated (``LedgerTx.transition``, e.g. a restatement restoring the original wording).
-    So counts are kept while (a) no other connection has committed (``PRAGMA data_version`` unchanged: it
-    might have updated a text), (b) this connection updated no text (``SQLiteTx.forget_row`` clears them)
-    and (c) the highest ``seq`` is unchanged; when only (c) fails, this connection's own inserts can only
-    have added matches, so a count that reached its cap still holds and is kept. A rolled-back write
-    transaction drops everything (it may have counted rows that were never committed).
+    So counts are kept while (a) no other connection has changed a memories row (``PRAGMA data_version``
+    unchanged, or changed with ``SQLiteTx.memories_version`` unchanged; a change might have updated a
+    text), (b) this connection updated no text (``SQLiteTx.forget_row`` clears them) and (c) the highest
+    ``seq`` is unchanged; when only (c) fails, this connection's own inserts can only have added matches,
+    so a count that reached its cap still holds and is kept. A rolled-back write transaction drops
+    everything (it may have counted rows that were never committed).
     """
 
     def __init__(self, max_items: int = 50_000) -> None:
         self.counts: dict[tuple[str, int], int] = {}
         self.data_version = -1
+        self.memories_version: tuple[int, int] = (-1, -1)
         self.seq = -1
         self.max_items = max_items
 
     def clear(self) -> None:
         self.counts.clear()
         self.data_version = -1
+        self.memories_version = (-1, -1)
         self.seq = -1
 
 
@@ -319,8 +326,11 @@ class SQLiteTx(LedgerTx):
         dv = self.c.execute("PRAGMA data_version").fetchone()[0]
         seq = self.max_seq()
         if dv != known.data_version:  # another connection committed: it may have changed any text
-            known.counts.clear()
-            known.data_version, known.seq = dv, seq
+            version = self.memories_version()
+            if version != known.memories_version:
+                known.counts.clear()
+                known.seq = seq
+            known.data_version, known.memories_version = dv, version
         elif seq != known.seq:  # this connection added memories: only counts at their cap still hold
             known.counts = {key: n for key, n in known.counts.items() if n >= key[1]}
             known.seq = seq
@@ -379,6 +389,15 @@ class SQLiteTx(LedgerTx):
                 problems.append(f"{ids[seq]}: its full-text index entry does not match its current text")
         return problems
 
+    def memories_version(self) -> tuple[int, int]:
+        """(highest event seq, highest memory seq): unchanged means no memories row changed. Every insert
+        and every update of a memories row (``transition``) appends an event in the same transaction,
+        events are never deleted (triggers) and AUTOINCREMENT never reuses a seq; the memory seq is there
+        for rows that arrive with their own history (an import)."""
+        r = self.run("SELECT (SELECT COALESCE(MAX(seq), 0) FROM events), (SELECT COALESCE(MAX(seq), 0) FROM memories)")
+        row = r.fetchone()
+        return int(row[0]), int(row[1])
+
     def forget_row(self, memory_id: str, *, text_changed: bool = False) -> None:
         if self._cache is not None:
             self._cache.rows.pop(memory_id, None)
@@ -392,8 +411,10 @@ class SQLiteTx(LedgerTx):
         # Read the version before the rows: the rows are then at least as new as the stamp.
         dv = self.c.execute("PRAGMA data_version").fetchone()[0]
         if dv != cache.data_version:
-            cache.rows.clear()
-            cache.data_version = dv
+            version = self.memories_version()
+            if version != cache.memories_version:
+                cache.rows.clear()
+            cache.data_version, cache.memories_version = dv, version
         rows = cache.rows
         missing = [i for i in ids if i not in rows]
         if missing:
