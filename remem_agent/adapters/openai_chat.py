@@ -341,32 +341,35 @@ class OpenAIChat:
 
     def _to_response(self, data: dict[str, Any], started: float) -> ChatResponse:
         """Validate the shape of a decoded completion and map it; anything else is a ``ModelError``."""
-        body = json.dumps(data)
+
+        def body() -> str:  # the body as the error message shows it (only encoded when one is raised)
+            return json.dumps(data)
+
         error = data.get("error")
         if error is not None and not data.get("choices"):
-            raise self._malformed("an error object instead of choices", body, retryable=True)
+            raise self._malformed("an error object instead of choices", body(), retryable=True)
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices:
-            raise self._malformed("no choices", body)
+            raise self._malformed("no choices", body())
         choice = choices[0]
         message = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(message, dict):
-            raise self._malformed("a choice without a message", body)
+            raise self._malformed("a choice without a message", body())
         content = message.get("content")
         if content is not None and not isinstance(content, str):
-            raise self._malformed(f"message content that is a {type(content).__name__}, not a string", body)
+            raise self._malformed(f"message content that is a {type(content).__name__}, not a string", body())
         usage = data.get("usage")
         if not isinstance(usage, dict):
             usage = {}
         model = data.get("model")
         calls = message.get("tool_calls") or []
         if not isinstance(calls, list):
-            raise self._malformed("tool_calls that are not a list", body)
+            raise self._malformed("tool_calls that are not a list", body())
         tool_calls: list[ToolCall] = []
         for i, c in enumerate(calls):
             fn = c.get("function") if isinstance(c, dict) else None
             if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-                raise self._malformed("a tool call without a function name", body)
+                raise self._malformed("a tool call without a function name", body())
             args = fn.get("arguments")
             args = args if isinstance(args, str) else json.dumps(args if args is not None else {})
             call_id = c.get("id") if isinstance(c.get("id"), str) and c.get("id") else f"call_{i}"

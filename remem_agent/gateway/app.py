@@ -70,7 +70,7 @@ class AccessLog:
             route = state.get("route", "other")
             ms = round((time.perf_counter() - t0) * 1000, 3)
             self.gw.metrics.inc("remem_gateway_requests_total", route=route, method=scope["method"], status=str(status))
-            if route not in ("/healthz", "/metrics"):
+            if route not in ("/healthz", "/metrics") and access_log.isEnabledFor(logging.INFO):
                 record = {
                     "event": "request",
                     "method": scope["method"],

@@ -40,15 +40,18 @@ class Gate:
     async def acquire(self) -> Callable[[], None]:
         """Take a slot; returns its release function (idempotent). Raises :class:`Overloaded`."""
         lim = self.limits
-        if self._sem.locked() and self.waiting >= lim.max_queue:
+        if not self._sem.locked():  # a free slot and nobody queued before us: taken at once (wait_for would
+            await self._sem.acquire()  # wrap the acquire in a task and a timer on every request)
+        elif self.waiting >= lim.max_queue:
             raise Overloaded(lim.retry_after_s)
-        self.waiting += 1
-        try:
-            await asyncio.wait_for(self._sem.acquire(), timeout=lim.queue_timeout_s)
-        except TimeoutError:
-            raise Overloaded(lim.retry_after_s) from None
-        finally:
-            self.waiting -= 1
+        else:
+            self.waiting += 1
+            try:
+                await asyncio.wait_for(self._sem.acquire(), timeout=lim.queue_timeout_s)
+            except TimeoutError:
+                raise Overloaded(lim.retry_after_s) from None
+            finally:
+                self.waiting -= 1
         self.active += 1
         released = False
 

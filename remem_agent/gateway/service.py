@@ -32,7 +32,7 @@ from remem_agent.agent import MemoryAgent
 from remem_agent.agent.chat import ChatReply, ChatStream
 from remem_agent.agent.conversation import conversation_key, parse_messages
 from remem_agent.agent.outcomes import PendingStore
-from remem_agent.errors import UnknownSearchError
+from remem_agent.errors import UnknownSearchError, UserInputError
 from remem_agent.gateway.auth import LIBRARY_SCOPES, Caller, scoped
 from remem_agent.gateway.config import Limits
 from remem_agent.gateway.metrics import Metrics
@@ -110,20 +110,29 @@ class ChatService:
             raise ApiError(404, f"the model {name!r} does not exist here; see GET /v1/models", code="model_not_found")
         return name
 
-    def _prepare(self, call: ChatCall) -> tuple[str, dict[str, Any]]:
-        msgs = call.messages
-        if isinstance(msgs, list) and len(msgs) > self.limits.max_messages:
+    def _prepare(self, call: ChatCall) -> tuple[Any, str, dict[str, Any]]:
+        """The messages as parsed here (the agent takes parsed messages as they are, not validating them
+        again), the conversation id and the agent's keyword arguments."""
+        if isinstance(call.messages, list) and len(call.messages) > self.limits.max_messages:
             raise ApiError(
-                400, f"too many messages: {len(msgs)} (at most {self.limits.max_messages})", code="too_many_messages"
+                400,
+                f"too many messages: {len(call.messages)} (at most {self.limits.max_messages})",
+                code="too_many_messages",
             )
+        msgs: object
         if call.conversation is not None:
             if not _CONVERSATION.match(call.conversation):
                 raise ApiError(
                     400, "x-remem-conversation must be 1-128 letters, digits or . _ : @ + -", code="invalid_value"
                 )
             cid = call.conversation
+            try:
+                msgs = parse_messages(call.messages)
+            except UserInputError:
+                msgs = call.messages  # refused by the agent itself, as before (inside the call's stage timing)
         else:
-            cid = conversation_key(parse_messages(msgs))  # a bad conversation is a UserInputError (400) here
+            msgs = parse_messages(call.messages)  # a bad conversation is a UserInputError (400) here
+            cid = conversation_key(msgs)
         extra: dict[str, Any] = {**call.extra, MODEL_KEY: call.model, TIMING_KEY: call.timing}
         if call.schema is not None:
             extra[SCHEMA_KEY] = call.schema
@@ -140,7 +149,7 @@ class ChatService:
             "extra": extra,
             **scoped(call.scope),
         }
-        return cid, kwargs
+        return msgs, cid, kwargs
 
     def _remember(self, answer_id: str, scope: str) -> None:
         self._answers[answer_id] = scope
@@ -159,9 +168,9 @@ class ChatService:
 
     # -- calls ----------------------------------------------------------------------------------------------
     async def complete(self, call: ChatCall) -> tuple[ChatReply, Meta]:
-        cid, kwargs = self._prepare(call)
+        msgs, cid, kwargs = self._prepare(call)
         try:
-            reply = await self.agent.chat(call.messages, **kwargs)
+            reply = await self.agent.chat(msgs, **kwargs)
         finally:
             self.observe(call)
         self._remember(reply.answer_id, call.scope)
@@ -174,8 +183,8 @@ class ChatService:
         Everything that can fail before the first byte to the client (bad input, recall, the upstream
         refusing or being down, with the retry layer's retries) fails here, as a clean HTTP status.
         """
-        cid, kwargs = self._prepare(call)
-        stream = self.agent.chat_stream(call.messages, **kwargs)
+        msgs, cid, kwargs = self._prepare(call)
+        stream = self.agent.chat_stream(msgs, **kwargs)
         try:
             await stream.start()
             assert stream.answer_id is not None

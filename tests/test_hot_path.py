@@ -1,0 +1,255 @@
+"""The per-request shortcuts of the chat path (``remem serve``'s hot path) give what the long way gives.
+
+Each shortcut skips work the profile of the gateway under load showed (issue 13): the trace line written
+without copying the record through ``redact`` when its JSON line holds nothing to redact, the memory block's
+dates from a per-day cache, memoised value tokens and conversation keys, the retry loop without tenacity, and
+one worker-thread hop for a chat call's waiting answer and its trace line. Each test compares a shortcut with
+the computation it replaces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import unicodedata
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from remem_agent import ModelError, ReMem
+from remem_agent.adapters import FunctionChatModel, RetryPolicy, call_with_retries
+from remem_agent.agent import MemoryAgent, load_traces
+from remem_agent.agent import trace as trace_mod
+from remem_agent.agent.conversation import _conversation_key, conversation_key, parse_messages
+from remem_agent.agent.prompt import _iso
+from remem_agent.agent.trace import _SECRET_VALUES, TraceWriter, _json_escaped, redact
+from remem_agent.learning import credit
+from remem_agent.shared_outcomes import LedgerPendingOutcomes
+
+SECRETS = ("sk-bench-0123456789abcdef", 'we"ird\\secret-value', "tab\tsecret-value")
+
+
+def long_way(writer: TraceWriter, record: Any) -> str:
+    """The trace line as it was always made: the record copied through ``redact``, then encoded."""
+    line = json.dumps(redact(record, writer._secrets), ensure_ascii=False, default=str)
+    for secret in writer._secrets:
+        line = line.replace(_json_escaped(secret), "[REDACTED]")
+    return line
+
+
+# one sample per secret value pattern, in order: a pattern added to _SECRET_VALUES needs one here (and, for
+# the trace writer's shortcut, its literal start in _SUSPECT_TOKENS), else the count check below fails
+PATTERN_SAMPLES = [
+    "sk-abcdefgh12345678",
+    "Bearer abcdefgh.ijkl",
+    "ghp_abcdefghijklmnopqrstuv",
+    "xoxb-1234567890-abc",
+    "AKIAABCDEFGHIJKLMNOP",
+    "AIza" + "x" * 31,
+]
+TRICKY = [
+    *PATTERN_SAMPLES,
+    *SECRETS,
+    *(_json_escaped(s) for s in SECRETS),
+    "api_key", "API-KEY", "x-api-key", "ApiKey", "passWord", "SECRET", "Authorization", "bearer\ttoken-abcdefgh",
+    "author\u0130zation", "author\u0131zation", "\u017fecret", "api\u212aey",  # re.IGNORECASE equates them with ASCII
+    "\nsk-12345678abc", "task-management", "hf_" + "b" * 17, "plain text", "é", "日本", "\x00", "\u2028",
+]  # fmt: skip
+texts = st.one_of(st.sampled_from(TRICKY), st.text(max_size=12), st.lists(st.sampled_from(TRICKY)).map("".join))
+values = st.recursive(
+    st.one_of(texts, st.integers(), st.floats(allow_nan=True), st.none(), st.booleans()),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(texts, inner, max_size=3),
+        st.dictionaries(texts, inner, max_size=2).map(MappingProxyType),  # a Mapping that is no dict
+        st.just({1, 2}),  # encoded through default=str either way
+    ),
+    max_leaves=12,
+)
+
+
+def test_every_secret_value_pattern_has_a_sample_it_matches() -> None:
+    assert len(PATTERN_SAMPLES) == len(_SECRET_VALUES)
+    for sample, pattern in zip(PATTERN_SAMPLES, _SECRET_VALUES, strict=True):
+        assert pattern.search(f"x {sample} y"), (sample, pattern.pattern)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(texts, values, min_size=1, max_size=5))
+def test_the_trace_line_is_the_redacted_line(tmp_path_factory: pytest.TempPathFactory, record: dict[Any, Any]) -> None:
+    writer = TraceWriter(tmp_path_factory.mktemp("t") / "t.jsonl", secrets=SECRETS)
+    assert writer.line(record) == long_way(writer, record)
+
+
+ODD_CASE = ["author\u0130zation", "pa\u017f\u017fword", "api\u212aey", "author\u0131zation"]  # re.IGNORECASE
+
+
+@pytest.mark.parametrize("sample", [*PATTERN_SAMPLES, *SECRETS, "my api_key", "the Password", "SECRET", *ODD_CASE])
+def test_a_secret_anywhere_takes_the_long_way(tmp_path: Path, sample: str) -> None:
+    writer = TraceWriter(tmp_path / "t.jsonl", secrets=SECRETS)
+    for record in ({"text": f"one {sample} two"}, {"nested": [{"deep": (f"\n{sample}",)}]}, {sample: "v"}):
+        line = json.dumps(record, ensure_ascii=False)
+        assert trace_mod._may_hold_secret(line, writer._secrets), record
+        assert writer.line(record) == long_way(writer, record)
+
+
+def test_an_ordinary_chat_line_is_written_as_encoded(tmp_path: Path) -> None:
+    writer = TraceWriter(tmp_path / "t.jsonl", secrets=SECRETS)
+    record = {
+        "messages": [{"role": "user", "content": "What is the region of service-12? (request 5)"}],
+        "served": [{"id": "m_01", "text": "The region of service-12 is west-2; checked by the platform group."}],
+        "reply": {"text": "It is in west-2 [M1].", "tool_calls": []},
+        "latency_ms": {"total": 1.5},
+    }
+    line = json.dumps(record, ensure_ascii=False)
+    assert not trace_mod._may_hold_secret(line, writer._secrets)
+    writer.write_sync(record)
+    writer.write_sync(record)
+    assert (tmp_path / "t.jsonl").read_text(encoding="utf-8") == f"{line}\n{line}\n"
+
+
+def _iso_long_way(t: float) -> str:
+    try:
+        return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%d")
+    except (OverflowError, OSError, ValueError):
+        return f"epoch {t:.0f}"
+
+
+def test_memory_dates_from_the_day_cache_are_strftime_dates() -> None:
+    rng = random.Random(7)
+    midnights = [d * 86400.0 + e for d in (-719162, -1, 0, 1, 19700, 2932896) for e in (-1e-3, -4e-7, -6e-7, 0.0, 4e-7)]
+    odd = [math.nan, math.inf, -math.inf, 1e20, -1e20, 253402300799.9999996, -62135596800.0000004]
+    for t in [*midnights, *odd, *(rng.uniform(-6.3e10, 2.6e11) for _ in range(20_000))]:
+        assert _iso(t) == _iso_long_way(t), t
+
+
+def carried_long_way(text: str) -> set[str]:
+    """``credit.carried_values`` as it was written before its letters-only shortcut and its cache."""
+    out: set[str] = set()
+    for n, m in enumerate(credit._VALUE_TOKEN.finditer(unicodedata.normalize("NFKC", text))):
+        tok = m.group(0)
+        low = tok.casefold()
+        if low in credit._STOP or len(tok) < 2:
+            continue
+        if any(ch.isdigit() for ch in tok) or any(ch in tok for ch in "-._:/@") or (n > 0 and tok[0].isupper()):
+            out.add(low)
+    return out
+
+
+def test_memoised_value_tokens_and_conversation_keys_are_the_computed_ones() -> None:
+    rng = random.Random(3)
+    words = ["west-2", "Alice", "v3.2", "10.0.0.1", "the", "of", "Redis", "x", "ids:7", "naïve", "ﬁle-2", "Ⅳ", "x²"]
+    chars = "aAzZ019_-.:/@ éÉßİıſK²½五٣ǅﬁⅣ\u0301\u00a0日本Ω"
+    for _ in range(3000):
+        if rng.random() < 0.5:
+            text = " ".join(rng.choice(words) for _ in range(rng.randint(0, 12)))
+        else:
+            text = "".join(rng.choice(chars) for _ in range(rng.randint(0, 30)))
+        assert credit.carried_values(text) == carried_long_way(text) == credit.carried_values(text), text
+        carried = credit.carried_values(text)
+        carried.add("mutated")  # a caller's copy: the cache keeps its own
+        assert credit.carried_values(text) == carried_long_way(text)
+        used = credit.carried_values_used({"a": text, "b": "west-2 Alice"}, f"{text[:4]} west-2", exclude="Alice")
+        fresh = {t.casefold() for t in credit._VALUE_TOKEN.findall(unicodedata.normalize("NFKC", f"{text[:4]} west-2"))}
+        fresh -= {"alice"}
+        assert used == {m for m, t in (("a", text), ("b", "west-2 Alice")) if carried_long_way(t) & fresh}
+    long_text = "Alice v2 " * 1000
+    assert credit.carried_values(long_text) == carried_long_way(long_text)
+    for system, user in [("", "hi"), ("be brief", "Where is our server?"), ("s" * 5000, "long opening")]:
+        msgs = parse_messages([{"role": "system", "content": system}, {"role": "user", "content": user}])
+        assert conversation_key(msgs) == _conversation_key.__wrapped__(system, user) == conversation_key(msgs)
+
+
+async def test_the_retry_loop_keeps_its_rules() -> None:
+    waits: list[float] = []
+
+    async def sleep(s: float) -> None:
+        waits.append(s)
+
+    errors = [ModelError("503", status=503, retryable=True), ModelError("429", retryable=True, retry_after=2.0)]
+    seen: list[tuple[int, float]] = []
+
+    async def flaky() -> str:
+        if errors:
+            raise errors.pop(0)
+        return "ok"
+
+    policy = RetryPolicy(max_attempts=3, initial_backoff=1.0)
+    out = await call_with_retries(flaky, policy, sleep=sleep, on_retry=lambda a, e, w: seen.append((a, w)))
+    assert out == "ok" and [a for a, _ in seen] == [1, 2] and [w for _, w in seen] == waits and waits[1] == 2.0
+    last = ModelError("down", status=500, retryable=True)
+
+    async def down() -> str:
+        raise last
+
+    with pytest.raises(ModelError) as exc:
+        await call_with_retries(down, RetryPolicy(max_attempts=2), sleep=sleep)
+    assert exc.value is last  # the last attempt's error itself
+    calls = {"n": 0}
+
+    async def broken() -> str:
+        calls["n"] += 1
+        raise KeyError("not a model error")
+
+    with pytest.raises(KeyError):
+        await call_with_retries(broken, RetryPolicy(max_attempts=5), sleep=sleep)
+    assert calls["n"] == 1
+    for attempts in (0, 1):  # at most one attempt either way
+        calls["n"] = 0
+
+        async def counted() -> str:
+            calls["n"] += 1
+            raise ModelError("503", retryable=True)
+
+        with pytest.raises(ModelError):
+            await call_with_retries(counted, RetryPolicy(max_attempts=attempts), sleep=sleep)
+        assert calls["n"] == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_chat_call_adds_its_waiting_answer_and_trace_line_in_one_thread_hop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
+    mem = ReMem(tmp_path / "store")
+    mem.add("Our server moved to west-2.", entity="server", attribute="region", timestamp=2)
+    pending = LedgerPendingOutcomes(mem.store)
+
+    async def no_own_hop(*a: Any, **k: Any) -> None:
+        raise AssertionError("the waiting answer took a hop of its own")
+
+    monkeypatch.setattr(pending, "add", no_own_hop)
+    hops: list[str] = []
+    real = asyncio.to_thread
+
+    async def counting(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        hops.append(getattr(fn, "__qualname__", repr(fn)))
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    model = FunctionChatModel(lambda req: "It is in west-2 [M1].")
+    agent = MemoryAgent(mem, model, trace=tmp_path / "t.jsonl", pending=pending)
+    msgs = [{"role": "user", "content": "Where is our server?"}]
+    if stream:
+        async with agent.chat_stream(msgs) as s:
+            text = "".join([c.text async for c in s])
+        reply = s.reply
+    else:
+        reply = await agent.chat(msgs)
+        text = reply.text
+    assert reply is not None and text == "It is in west-2 [M1]."
+    after_recall = hops[hops.index("Conversations.persist.<locals>.work") :]
+    assert after_recall == ["Conversations.persist.<locals>.work"]  # nothing else after the search's own hop
+    waiting = await LedgerPendingOutcomes(mem.store).latest(("conv", f"default|{reply.conversation_id}"))
+    assert waiting is not None and waiting.answer_id == reply.answer_id and waiting.cited_ids == reply.citations
+    (line,) = load_traces(tmp_path / "t.jsonl")
+    assert line["answer_id"] == reply.answer_id and line["latency_ms"]["total"] > 0 and line["stream"] is stream
+    mem.close()
