@@ -355,8 +355,17 @@ def bench_size(
     )
 
     # System A through the same library path (ranking by cosine only; the search is still recorded
-    # for feedback and filtered by lifecycle state): what "all mechanisms on" costs over it.
-    mem_a = ReMem(folder, config=RememConfig.similarity_only())
+    # for feedback and filtered by lifecycle state): what "all mechanisms on" costs over it. It runs on a
+    # copy of the ledger: on the same file its search records would be another connection's commits
+    # between two of the measured searches, and SQLite drops a connection's whole page cache (and this
+    # library its row cache) when another connection committed, so each path would be measured cold.
+    # (Several processes on one store do pay that; results/perf_postgres.json and the gateway's
+    # --workers phase measure them.)
+    mem.close()
+    folder_a = root / f"store_{n}_system_a"
+    shutil.copytree(folder, folder_a)
+    mem = ReMem(folder)
+    mem_a = ReMem(folder_a, config=RememConfig.similarity_only())
 
     # -- warm-up (all four paths)
     for q, task in warm:
