@@ -568,30 +568,6 @@ class Conversations:
         )
 
     # -- traces -----------------------------------------------------------------------------------
-    async def write_call(
-        self,
-        opts: ChatOptions,
-        turn: _Turn,
-        *,
-        recalled: bool,
-        block: str | None,
-        stream: bool,
-        text: str,
-        tool_calls: Sequence[ToolCall],
-        finish_reason: str | None,
-        usage: Usage,
-        reply: ChatReply | None,
-        error: str | None,
-        latency: Mapping[str, float],
-    ) -> None:
-        tracer = self._tracer()
-        record = self.call_record(
-            opts, turn, recalled=recalled, block=block, stream=stream, text=text, tool_calls=tool_calls,
-            finish_reason=finish_reason, usage=usage, reply=reply, error=error, latency=latency,
-        )  # fmt: skip
-        if tracer is not None and record is not None:
-            await tracer.write(record)
-
     def call_record(
         self,
         opts: ChatOptions,
@@ -606,9 +582,8 @@ class Conversations:
         usage: Usage,
         reply: ChatReply | None,
         error: str | None,
-        latency: Mapping[str, float] | None = None,
     ) -> dict[str, Any] | None:
-        """The trace line of one call (None when there is no trace); ``latency`` may be filled in later."""
+        """The trace line of one call (None when there is no trace); ``persist`` fills in its latency."""
         if self._tracer() is None:
             return None
         return {
@@ -644,7 +619,7 @@ class Conversations:
             "unknown_citations": list(extract_citations(text, turn.aliases)[1]),
             "used": list(reply.used) if reply else [],
             "error": error,
-            "latency_ms": dict(latency or {}),
+            "latency_ms": {},
         }
 
 
@@ -714,11 +689,12 @@ async def run_chat(conv: Conversations, opts: ChatOptions, retry: RetryPolicy) -
                 resp = await call_with_retries(lambda: conv.model.complete(req), retry)
                 _record_response(span, resp)
         except ModelError as exc:
-            await conv.write_call(
+            failed = {"recall": _ms(t0, t_recall), "model": _ms(t_call), "total": _ms(t0)}
+            record = conv.call_record(
                 opts, turn, recalled=recalled, block=block, stream=False, text="", tool_calls=(),
                 finish_reason="error", usage=Usage(), reply=None, error=f"model error: {exc}",
-                latency={"recall": _ms(t0, t_recall), "model": _ms(t_call), "total": _ms(t0)},
             )  # fmt: skip
+            await conv.persist(None, record, lambda: failed)  # no answer waits: the trace line alone
             raise
         model_ms = _ms(t_call)
 
