@@ -4,6 +4,7 @@ the exact top k, for dense queries and for sparse ones (scored on their non-zero
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from remem_agent.index.flat import FlatIndex
 
@@ -47,14 +48,17 @@ def test_candidates_are_the_exact_top_k() -> None:
     assert list(sims) == sorted(sims, reverse=True)
 
 
-def test_a_sparse_query_scores_what_the_full_product_scores() -> None:
+@pytest.mark.parametrize("row_nonzero", [20, 2])
+def test_a_sparse_query_scores_what_the_full_product_scores(row_nonzero: int) -> None:
     """The hash embedder's queries have few non-zero dimensions; they are scored on those only, which must
-    give the full product's scores (to float32 rounding) and the same top k, also after the matrix grew."""
+    give the full product's scores (to float32 rounding) and the same top k, also after the matrix grew.
+    With 20 non-zero dimensions a row half the rows score above 0 (every row is ranked); with 2 about 7% do,
+    and only those are partitioned (``FlatIndex._top``)."""
     rng = np.random.default_rng(8)
     n, dim = 5000, 256
     vecs = np.zeros((n, dim), dtype=np.float32)
     for i in range(n):
-        vecs[i, rng.choice(dim, 20, replace=False)] = rng.random(20)
+        vecs[i, rng.choice(dim, row_nonzero, replace=False)] = rng.random(row_nonzero)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     ids = [f"m{i}" for i in range(n)]
     idx = FlatIndex(dim, capacity=16)
@@ -68,6 +72,9 @@ def test_a_sparse_query_scores_what_the_full_product_scores() -> None:
         got, sims = idx.candidates(q, 30)
         np.testing.assert_allclose(sims, exact[[int(g[1:]) for g in got]], rtol=0, atol=1e-6)
         assert sims[-1] >= np.sort(exact)[-30] - 1e-6  # nothing better was left out
+        assert list(sims) == sorted(sims, reverse=True)
+        positive = int((exact > 0).sum())
+        assert (30 <= positive <= n // 8) == (row_nonzero == 2)  # each case takes the path it names
         some = [*got[:5], "m1", "m4999", "absent"]
         by_id = idx.similarities(q, some)
         assert set(by_id) == set(some) - {"absent"}

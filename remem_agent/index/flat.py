@@ -162,7 +162,7 @@ class FlatIndex:
             # cheaper than partitioning every row (10k rows: about 0.15 ms).
             positive = np.flatnonzero(sims > 0)
             if k <= len(positive) <= n // 8:
-                part = positive[np.argpartition(-sims[positive], k - 1)[:k]] if k < len(positive) else positive
+                part = positive[np.argpartition(-sims[positive], k - 1)[:k]]
                 top = part[np.argsort(-sims[part], kind="stable")]
             else:
                 # Keep ``-sims`` with a small kth: hash-embedder scores are heavily tied (a third exact 0.0), and
