@@ -1,4 +1,4 @@
-"""The lexical channel's word counts are remembered between searches (``sqlite._TermCounts``) but are never
+"""The lexical channel's word counts are remembered between searches (``sqlite._ReadCache``) but are never
 stale: after an insert through this or another connection, a text update (compression), or a rolled-back
 write, each count equals a fresh count of the full-text index."""
 

@@ -114,54 +114,38 @@ def is_damage(exc: BaseException) -> bool:
     )
 
 
-class _RowCache:
-    """Decoded memory rows by id, for the search hot path (one per store object).
+class _ReadCache:
+    """What the search hot path keeps between transactions (one per store object): decoded memory rows by id
+    and capped match counts of search words (the lexical channel's choice of words).
 
-    Valid while no other connection has changed a memories row, and kept exact for this connection's own
-    writes: ``LedgerTx.transition`` (the only statement that updates a memories row) drops the id, and a
-    rolled-back write transaction drops everything. Another connection's commit changes ``PRAGMA
-    data_version``; the cache then survives if ``SQLiteTx.memories_version`` is unchanged (the other
-    connection only recorded searches or feedback without a transition: gateway workers, two ``ReMem``
-    objects on one folder), else it is dropped.
+    Both hold while no other connection has changed a memories row. Another connection's commit changes
+    ``PRAGMA data_version``; the caches then survive if ``SQLiteTx.memories_version`` is unchanged (the other
+    connection only recorded searches or feedback without a transition: gateway workers, two ``ReMem`` objects
+    on one folder), else both are dropped (``SQLiteTx.check_cache``). This connection's own writes keep them
+    exact: ``LedgerTx.transition`` (the only statement that updates a memories row) drops the row and, when it
+    changed the text, every count (``SQLiteTx.forget_row``); a rolled-back write transaction drops everything
+    (it may have read or counted rows that were never committed).
+
+    A word's count changes only when a memory is inserted (``seq`` grows; rows are never deleted) or a text is
+    updated, so counts are also kept while the highest ``seq`` is unchanged; when it grew through this
+    connection's own inserts, only matches can have been added, and a count that reached its cap still holds.
     """
 
-    def __init__(self, max_items: int = 100_000) -> None:
+    def __init__(self, max_rows: int = 100_000, max_counts: int = 50_000) -> None:
         self.rows: dict[str, Memory] = {}
+        self.counts: dict[tuple[str, int], int] = {}
+        self.counts_seq = -1  # the highest memory seq the counts were read at
         self.data_version = -1
         self.memories_version: tuple[int, int] = (-1, -1)
-        self.max_items = max_items
+        self.max_rows = max_rows
+        self.max_counts = max_counts
 
     def clear(self) -> None:
         self.rows.clear()
-        self.data_version = -1
-        self.memories_version = (-1, -1)
-
-
-class _TermCounts:
-    """Capped match counts of search words, for the lexical channel's choice of words (one per store object).
-
-    A word's count changes only when a memory is inserted (``seq`` grows; rows are never deleted) or a
-    memory's text is updated (``LedgerTx.transition``, e.g. a restatement restoring the original wording).
-    So counts are kept while (a) no other connection has changed a memories row (``PRAGMA data_version``
-    unchanged, or changed with ``SQLiteTx.memories_version`` unchanged; a change might have updated a
-    text), (b) this connection updated no text (``SQLiteTx.forget_row`` clears them) and (c) the highest
-    ``seq`` is unchanged; when only (c) fails, this connection's own inserts can only have added matches,
-    so a count that reached its cap still holds and is kept. A rolled-back write transaction drops
-    everything (it may have counted rows that were never committed).
-    """
-
-    def __init__(self, max_items: int = 50_000) -> None:
-        self.counts: dict[tuple[str, int], int] = {}
-        self.data_version = -1
-        self.memories_version: tuple[int, int] = (-1, -1)
-        self.seq = -1
-        self.max_items = max_items
-
-    def clear(self) -> None:
         self.counts.clear()
+        self.counts_seq = -1
         self.data_version = -1
         self.memories_version = (-1, -1)
-        self.seq = -1
 
 
 # What the buffered rows of ``SQLiteTx`` are recognised by (see ``SQLiteTx.run``).
@@ -210,12 +194,9 @@ class SQLiteTx(LedgerTx):
     dialect = "sqlite"
     search_order = "rowid"
 
-    def __init__(
-        self, conn: sqlite3.Connection, cache: _RowCache | None = None, term_counts: _TermCounts | None = None
-    ) -> None:
+    def __init__(self, conn: sqlite3.Connection, cache: _ReadCache | None = None) -> None:
         self.c = conn
         self._cache = cache
-        self._term_counts = term_counts
         self._new_memories: list[tuple[Any, ...]] = []  # buffered memories rows (MEMORY_INSERT_COLS), in order
         self._new_events: list[tuple[Any, ...]] = []  # buffered events rows, each led by its seq
         self._new_ids: set[str] = set()
@@ -318,28 +299,22 @@ class SQLiteTx(LedgerTx):
     def _lexical_counts(self, terms: list[str], cap: int) -> list[int]:
         """One capped count per word: FTS5 stops reading a posting list after ``cap`` rows (cheap; the
         expensive part of a query is scoring the matches). Counts known to be current come from
-        ``_TermCounts`` (two thirds of the words of the benchmark's queries recur)."""
+        ``_ReadCache`` (two thirds of the words of the benchmark's queries recur)."""
         q = "SELECT count(*) FROM (SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? LIMIT ?)"
-        known = self._term_counts
+        known = self._cache
         if known is None:
             return [int(self.c.execute(q, (lexical.fts5_match([t]), cap)).fetchone()[0]) for t in terms]
-        dv = self.c.execute("PRAGMA data_version").fetchone()[0]
+        self.check_cache(known)
         seq = self.max_seq()
-        if dv != known.data_version:  # another connection committed: it may have changed any text
-            version = self.memories_version()
-            if version != known.memories_version:
-                known.counts.clear()
-                known.seq = seq
-            known.data_version, known.memories_version = dv, version
-        elif seq != known.seq:  # this connection added memories: only counts at their cap still hold
+        if seq != known.counts_seq:  # this connection added memories: only counts at their cap still hold
             known.counts = {key: n for key, n in known.counts.items() if n >= key[1]}
-            known.seq = seq
+            known.counts_seq = seq
         out: list[int] = []
         for t in terms:
             n = known.counts.get((t, cap))
             if n is None:
                 n = int(self.c.execute(q, (lexical.fts5_match([t]), cap)).fetchone()[0])
-                if len(known.counts) >= known.max_items:
+                if len(known.counts) >= known.max_counts:
                     known.counts.clear()
                 known.counts[(t, cap)] = n
             out.append(n)
@@ -398,28 +373,33 @@ class SQLiteTx(LedgerTx):
         row = r.fetchone()
         return int(row[0]), int(row[1])
 
+    def check_cache(self, cache: _ReadCache) -> None:
+        """Drop ``cache`` if another connection changed a memories row since it was last checked (see
+        ``_ReadCache``); read before the rows it guards, so they are at least as new as its stamp."""
+        dv = self.c.execute("PRAGMA data_version").fetchone()[0]
+        if dv != cache.data_version:
+            version = self.memories_version()
+            if version != cache.memories_version:
+                cache.clear()
+            cache.data_version, cache.memories_version = dv, version
+
     def forget_row(self, memory_id: str, *, text_changed: bool = False) -> None:
         if self._cache is not None:
             self._cache.rows.pop(memory_id, None)
-        if text_changed and self._term_counts is not None:
-            self._term_counts.clear()  # the full-text index changed without a new seq
+            if text_changed:  # the full-text index changed without a new seq
+                self._cache.counts.clear()
+                self._cache.counts_seq = -1
 
     def memories(self, ids: Sequence[str]) -> dict[str, Memory]:
         cache = self._cache
         if cache is None:
             return super().memories(ids)
-        # Read the version before the rows: the rows are then at least as new as the stamp.
-        dv = self.c.execute("PRAGMA data_version").fetchone()[0]
-        if dv != cache.data_version:
-            version = self.memories_version()
-            if version != cache.memories_version:
-                cache.rows.clear()
-            cache.data_version, cache.memories_version = dv, version
+        self.check_cache(cache)
         rows = cache.rows
         missing = [i for i in ids if i not in rows]
         if missing:
             fetched = super().memories(missing)
-            if len(rows) + len(fetched) > cache.max_items:
+            if len(rows) + len(fetched) > cache.max_rows:
                 rows.clear()
             rows.update(fetched)
         return {i: rows[i] for i in ids if i in rows}
@@ -446,8 +426,7 @@ class SQLiteStore(StoreCommon):
         self.marker = self.folder / MARKER_FILE
         self._lock = threading.RLock()
         self._lock_retry_s = lock_retry_s
-        self._row_cache = _RowCache()
-        self._term_counts = _TermCounts()
+        self._read_cache = _ReadCache()
         initialised = self.marker.is_file()
         if initialised and (not self.path.is_file() or self.path.stat().st_size == 0):
             state = "is missing" if not self.path.exists() else "is empty (0 bytes)"
@@ -560,7 +539,7 @@ class SQLiteStore(StoreCommon):
         """A write transaction (BEGIN IMMEDIATE): all or nothing."""
         with self._lock:
             self._retry(lambda: self._conn.execute("BEGIN IMMEDIATE"))
-            tx = SQLiteTx(self._conn, self._row_cache, self._term_counts)
+            tx = SQLiteTx(self._conn, self._read_cache)
             try:
                 yield tx
                 tx.insert_buffered()  # before the commit: the rows the transaction still buffers
@@ -585,8 +564,7 @@ class SQLiteStore(StoreCommon):
             return fn(tx)
 
     def _rollback(self) -> None:
-        self._row_cache.clear()  # rows read or changed inside the aborted transaction may be stale
-        self._term_counts.clear()  # and counts may include rows that were never committed
+        self._read_cache.clear()  # rows and counts read inside the aborted transaction may be of uncommitted rows
         # SQLite may already have rolled back by itself (disk full, I/O error): only roll back what is open.
         if self._conn.in_transaction:
             self._conn.execute("ROLLBACK")
@@ -596,7 +574,7 @@ class SQLiteStore(StoreCommon):
         """A read transaction: a consistent snapshot for several queries."""
         with self._lock:
             self._retry(lambda: self._conn.execute("BEGIN"))
-            tx = SQLiteTx(self._conn, self._row_cache, self._term_counts)
+            tx = SQLiteTx(self._conn, self._read_cache)
             try:
                 yield tx
                 tx.insert_buffered()  # nothing, unless a caller wrote in a read transaction: never lose rows
