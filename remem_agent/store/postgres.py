@@ -187,7 +187,7 @@ class PostgresTx(LedgerTx):
         return np.asarray(value, dtype=np.float32)
 
     def _lexical_query(
-        self, terms: list[str], where: list[str], args: list[Any], limit: int
+        self, terms: list[str], *, scopes: frozenset[str] | None, current_only: bool, limit: int
     ) -> list[tuple[str, float]]:
         """BM25-like ranking over the GIN-indexed ``lexemes``: the sum over query words of
         idf(word) x ``ts_rank`` (normalisation 1: divided by 1 + log of the text's length).
@@ -200,6 +200,7 @@ class PostgresTx(LedgerTx):
         highest ``seq`` (memories are never deleted). Words the configuration drops (stopwords) are
         skipped (``numnode = 0``).
         """
+        where, args = self.lexical_filters(scopes, current_only)
         cond = "".join(f" AND {w}" for w in where)
         cfg = f"'{lexical.PG_CONFIG}'::regconfig"
         rows = self.run(

@@ -194,6 +194,24 @@ class LedgerTx:
         terms = lexical.query_terms(query)
         if not terms or limit <= 0 or (scopes is not None and not scopes):
             return []
+        kept = lexical.choose_terms(terms, self._lexical_counts(terms, lexical.MAX_MATCHES + 1))
+        if not kept:
+            return []
+        return self._lexical_query(kept, scopes=scopes, current_only=current_only, limit=int(limit))
+
+    def _lexical_counts(self, terms: list[str], cap: int) -> list[int]:
+        """How many memories (of every scope) match each word, counted up to ``cap``."""
+        raise NotImplementedError
+
+    def _lexical_query(
+        self, terms: list[str], *, scopes: frozenset[str] | None, current_only: bool, limit: int
+    ) -> list[tuple[str, float]]:
+        """The backend's full-text query over ``terms``, filtered as ``lexical_candidates`` says."""
+        raise NotImplementedError
+
+    @staticmethod
+    def lexical_filters(scopes: frozenset[str] | None, current_only: bool) -> tuple[list[str], list[Any]]:
+        """``lexical_candidates``' filters as SQL conditions on ``memories m`` and their arguments."""
         where: list[str] = []
         args: list[Any] = []
         if scopes is not None:
@@ -202,20 +220,7 @@ class LedgerTx:
             args += ordered
         if current_only:
             where.append("m.state NOT IN ('INVALIDATED', 'ARCHIVED')")
-        kept = lexical.choose_terms(terms, self._lexical_counts(terms, lexical.MAX_MATCHES + 1))
-        if not kept:
-            return []
-        return self._lexical_query(kept, where, args, int(limit))
-
-    def _lexical_counts(self, terms: list[str], cap: int) -> list[int]:
-        """How many memories (of every scope) match each word, counted up to ``cap``."""
-        raise NotImplementedError
-
-    def _lexical_query(
-        self, terms: list[str], where: list[str], args: list[Any], limit: int
-    ) -> list[tuple[str, float]]:
-        """The backend's full-text query: ``where`` are extra conditions on ``memories m``."""
-        raise NotImplementedError
+        return where, args
 
     def lexical_index_problems(self) -> list[str]:
         """Every memory indexed exactly once, with its current text (``verify()``); problems as text."""

@@ -59,7 +59,7 @@ from remem_agent.store.sql import (
     MEMORY_INSERT_WIDTH,
     LedgerTx,
 )
-from remem_agent.types import Memory
+from remem_agent.types import Memory, State
 
 T = TypeVar("T")
 
@@ -135,6 +135,7 @@ class _ReadCache:
         self.rows: dict[str, Memory] = {}
         self.counts: dict[tuple[str, int], int] = {}
         self.counts_seq = -1  # the highest memory seq the counts were read at
+        self.ids_by_seq: dict[int, str] = {}  # the full-text index's rowid -> memory id
         self.data_version = -1
         self.memories_version: tuple[int, int] = (-1, -1)
         self.max_rows = max_rows
@@ -143,6 +144,7 @@ class _ReadCache:
     def clear(self) -> None:
         self.rows.clear()
         self.counts.clear()
+        self.ids_by_seq.clear()
         self.counts_seq = -1
         self.data_version = -1
         self.memories_version = (-1, -1)
@@ -159,6 +161,15 @@ _NEXT_EVENT_SEQ = (
     "SELECT max(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0), "
     "COALESCE((SELECT MAX(seq) FROM events), 0)) + 1"
 )
+
+
+# The lexical channel's full-text query alone (SQLiteTx._lexical_query): its matches ranked, no join.
+_FTS_RANKED = (
+    "SELECT rowid, bm25(memories_fts) AS score FROM memories_fts WHERE memories_fts MATCH ? "
+    "ORDER BY score, rowid LIMIT ?"
+)
+_RETIRED = frozenset({State.INVALIDATED, State.ARCHIVED})  # what a present-tense lexical search leaves out
+_SEQ_CHUNK = 500
 
 
 @functools.cache
@@ -284,17 +295,59 @@ class SQLiteTx(LedgerTx):
             ) from exc
 
     def _lexical_query(
-        self, terms: list[str], where: list[str], args: list[Any], limit: int
+        self, terms: list[str], *, scopes: frozenset[str] | None, current_only: bool, limit: int
     ) -> list[tuple[str, float]]:
-        """FTS5 ``bm25()`` (lower is better, so negated). CROSS JOIN keeps the full-text match the outer
-        loop: the planner must not walk a large scope's rows and probe the index once per row."""
+        """FTS5 ``bm25()`` (lower is better, so negated), best first, ties by seq.
+
+        Why the full-text query runs alone first: testing scope and state in SQL joins memories once per
+        *match* (hundreds of row lookups for a common word; half the query's cost at 10k memories), while
+        only the best ``limit`` eligible ones are wanted. So FTS5 ranks its matches, and the best
+        ``2 * limit`` are filtered here on the cached rows (a filter never reorders, so the first
+        ``limit`` that pass are the joined query's answer). Only when that window had too few eligible
+        rows (other scopes' or retired memories) does the joined query run, as before.
+        """
+        cache = self._cache
+        if cache is not None:
+            window = 2 * limit
+            ranked = self.c.execute(_FTS_RANKED, (lexical.fts5_match(terms), window)).fetchall()
+            ids = self._ids_of_seqs(cache, [seq for seq, _ in ranked])
+            rows = self.memories(list(ids.values()))
+            out: list[tuple[str, float]] = []
+            for seq, score in ranked:
+                m = rows.get(ids.get(seq, ""))
+                if m is None or (scopes is not None and m.scope not in scopes):
+                    continue
+                if current_only and m.state in _RETIRED:
+                    continue
+                out.append((m.id, -float(score)))
+                if len(out) == limit:
+                    return out
+            if len(ranked) < window:  # every match was seen
+                return out
+        where, args = self.lexical_filters(scopes, current_only)
         cond = "".join(f" AND {w}" for w in where)
-        rows = self.c.execute(
+        # CROSS JOIN keeps the full-text match the outer loop: the planner must not walk a large scope's rows
+        # and probe the index once per row.
+        rows_ = self.c.execute(
             "SELECT m.id, bm25(memories_fts) AS score FROM memories_fts CROSS JOIN memories m "
             f"ON m.seq = memories_fts.rowid WHERE memories_fts MATCH ?{cond} ORDER BY score, m.seq LIMIT ?",
             (lexical.fts5_match(terms), *args, limit),
         )
-        return [(str(mid), -float(score)) for mid, score in rows]
+        return [(str(mid), -float(score)) for mid, score in rows_]
+
+    def _ids_of_seqs(self, cache: _ReadCache, seqs: list[int]) -> dict[int, str]:
+        """Memory ids by seq (the full-text rowid). A seq names one memory forever (rows are never deleted;
+        a rolled-back insert's seq, which could be given again, clears the cache with the rollback)."""
+        self.check_cache(cache)
+        known = cache.ids_by_seq
+        missing = [s for s in seqs if s not in known]
+        for start in range(0, len(missing), _SEQ_CHUNK):
+            chunk = missing[start : start + _SEQ_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            known.update(self.c.execute(f"SELECT seq, id FROM memories WHERE seq IN ({marks})", chunk).fetchall())
+        if len(known) > cache.max_rows:
+            cache.ids_by_seq = known = {s: known[s] for s in seqs if s in known}
+        return {s: known[s] for s in seqs if s in known}
 
     def _lexical_counts(self, terms: list[str], cap: int) -> list[int]:
         """One capped count per word: FTS5 stops reading a posting list after ``cap`` rows (cheap; the
