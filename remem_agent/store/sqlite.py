@@ -46,7 +46,7 @@ from remem_agent.errors import (
     StoreError,
     UserInputError,
 )
-from remem_agent.store import lexical
+from remem_agent.store import bm25, lexical
 from remem_agent.store.base import StoreCommon, backoff_retry
 from remem_agent.store.hashing import BACKFILLS
 from remem_agent.store.migrations import LATEST, MIGRATIONS
@@ -136,6 +136,15 @@ class _ReadCache:
         self.counts: dict[tuple[str, int], int] = {}
         self.counts_seq = -1  # the highest memory seq the counts were read at
         self.ids_by_seq: dict[int, str] = {}  # the full-text index's rowid -> memory id
+        # The lexical channel's postings (store/bm25.py): a token's rows and frequencies and the index's
+        # totals, read at memory seq ``postings_seq`` (a new memory may hold any token: dropped when it grows);
+        # the token count of each row by seq (-1: not read), which only a text update changes.
+        self.postings: dict[str, bm25.Postings] = {}
+        self.postings_entries = 0
+        self.postings_seq = -1
+        self.totals: tuple[int, int] | None = None
+        self.sizes = np.full(0, -1, dtype=np.int64)
+        self.max_postings = 2_000_000
         self.data_version = -1
         self.memories_version: tuple[int, int] = (-1, -1)
         self.max_rows = max_rows
@@ -145,9 +154,18 @@ class _ReadCache:
         self.rows.clear()
         self.counts.clear()
         self.ids_by_seq.clear()
+        self.forget_postings()
+        self.sizes = np.full(0, -1, dtype=np.int64)
         self.counts_seq = -1
         self.data_version = -1
         self.memories_version = (-1, -1)
+
+
+    def forget_postings(self) -> None:
+        self.postings.clear()
+        self.postings_entries = 0
+        self.postings_seq = -1
+        self.totals = None
 
 
 # What the buffered rows of ``SQLiteTx`` are recognised by (see ``SQLiteTx.run``).
@@ -163,11 +181,6 @@ _NEXT_EVENT_SEQ = (
 )
 
 
-# The lexical channel's full-text query alone (SQLiteTx._lexical_query): its matches ranked, no join.
-_FTS_RANKED = (
-    "SELECT rowid, bm25(memories_fts) AS score FROM memories_fts WHERE memories_fts MATCH ? "
-    "ORDER BY score, rowid LIMIT ?"
-)
 _RETIRED = frozenset({State.INVALIDATED, State.ARCHIVED})  # what a present-tense lexical search leaves out
 _SEQ_CHUNK = 500
 
@@ -213,6 +226,7 @@ class SQLiteTx(LedgerTx):
         self._new_ids: set[str] = set()
         self._new_keys: set[tuple[Any, ...]] = set()  # (scope, entity, attribute) of the buffered memories
         self._next_event_seq = 0
+        self._changes_at_start = conn.total_changes  # unchanged: this transaction has written nothing
 
     def run(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Cursor:
         # "memor": memories, memories_fts, and the memory_id of events, stats and credits (foreign keys)
@@ -299,41 +313,116 @@ class SQLiteTx(LedgerTx):
     ) -> list[tuple[str, float]]:
         """FTS5 ``bm25()`` (lower is better, so negated), best first, ties by seq.
 
-        Why the full-text query runs alone first: testing scope and state in SQL joins memories once per
-        *match* (hundreds of row lookups for a common word; half the query's cost at 10k memories), while
-        only the best ``limit`` eligible ones are wanted. So FTS5 ranks its matches, and the best
-        ``2 * limit`` are filtered here on the cached rows (a filter never reorders, so the first
-        ``limit`` that pass are the joined query's answer). Only when that window had too few eligible
-        rows (other scopes' or retired memories) does the joined query run, as before.
+        With the read cache, the matches are scored in process from remembered postings (store/bm25.py:
+        the same numbers as SQLite's ``bm25()``) and filtered on the cached rows, best first, until ``limit``
+        pass: testing scope and state in SQL would join memories once per *match*, and ``bm25()`` in SQL
+        reads every match's instances again on every query. SQLite ranks instead when there is no cache,
+        when this transaction has written (FTS5 keeps uncommitted index changes and totals in memory, where
+        postings read through ``fts5vocab`` do not see them), or when a word is several tokens (a phrase).
         """
         cache = self._cache
-        if cache is not None:
-            window = 2 * limit
-            ranked = self.c.execute(_FTS_RANKED, (lexical.fts5_match(terms), window)).fetchall()
-            ids = self._ids_of_seqs(cache, [seq for seq, _ in ranked])
-            rows = self.memories(list(ids.values()))
-            out: list[tuple[str, float]] = []
-            for seq, score in ranked:
-                m = rows.get(ids.get(seq, ""))
-                if m is None or (scopes is not None and m.scope not in scopes):
-                    continue
-                if current_only and m.state in _RETIRED:
-                    continue
-                out.append((m.id, -float(score)))
-                if len(out) == limit:
-                    return out
-            if len(ranked) < window:  # every match was seen
-                return out
+        if cache is not None and self.c.total_changes == self._changes_at_start:
+            tokens = [bm25.TOKENIZER.tokens(t) for t in terms]
+            if all(len(t) == 1 for t in tokens):
+                return self._lexical_in_process(cache, [t[0] for t in tokens], scopes, current_only, limit)
         where, args = self.lexical_filters(scopes, current_only)
         cond = "".join(f" AND {w}" for w in where)
         # CROSS JOIN keeps the full-text match the outer loop: the planner must not walk a large scope's rows
         # and probe the index once per row.
-        rows_ = self.c.execute(
+        rows = self.c.execute(
             "SELECT m.id, bm25(memories_fts) AS score FROM memories_fts CROSS JOIN memories m "
             f"ON m.seq = memories_fts.rowid WHERE memories_fts MATCH ?{cond} ORDER BY score, m.seq LIMIT ?",
             (lexical.fts5_match(terms), *args, limit),
         )
-        return [(str(mid), -float(score)) for mid, score in rows_]
+        return [(str(mid), -float(score)) for mid, score in rows]
+
+    def _lexical_in_process(
+        self,
+        cache: _ReadCache,
+        tokens: list[str],
+        scopes: frozenset[str] | None,
+        current_only: bool,
+        limit: int,
+    ) -> list[tuple[str, float]]:
+        """``_lexical_query`` from postings: every match scored, then the best filtered in growing windows."""
+        self.check_cache(cache)
+        seq = self.max_seq()
+        if seq != cache.postings_seq:  # a new memory may hold any of the tokens
+            cache.forget_postings()
+            cache.postings_seq = seq
+        phrases = [self._postings(cache, t) for t in tokens]
+        docs = np.unique(np.concatenate([p.rows for p in phrases]))
+        if len(docs) == 0:
+            return []
+        n_rows, n_tokens = self._totals(cache)
+        scores = bm25.scores(phrases, rows=n_rows, tokens=n_tokens, sizes=self._sizes(cache, docs), docs=docs)
+        order = np.lexsort((docs, scores))  # bm25 ascending (best first), then seq: SQLite's ORDER BY
+        ranked_docs, ranked_scores = docs[order].tolist(), scores[order].tolist()
+        out: list[tuple[str, float]] = []
+        start, window = 0, 2 * limit
+        while start < len(ranked_docs):
+            seqs = ranked_docs[start : start + window]
+            ids = self._ids_of_seqs(cache, seqs)
+            rows = self.memories(list(ids.values()))
+            for seq_, score in zip(seqs, ranked_scores[start : start + window], strict=True):
+                m = rows.get(ids.get(seq_, ""))
+                if m is None or (scopes is not None and m.scope not in scopes):
+                    continue
+                if current_only and m.state in _RETIRED:
+                    continue
+                out.append((m.id, -score))
+                if len(out) == limit:
+                    return out
+            start += window
+            window *= 4
+        return out
+
+    def _postings(self, cache: _ReadCache, token: str) -> bm25.Postings:
+        """A token's rows and frequencies, through ``fts5vocab`` over the index (remembered)."""
+        known = cache.postings.get(token)
+        if known is not None:
+            return known
+        self.c.execute(
+            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.remem_postings USING fts5vocab(main, memories_fts, instance)"
+        )
+        found = self.c.execute(
+            "SELECT doc, count(*) FROM temp.remem_postings WHERE term = ? GROUP BY doc ORDER BY doc", (token,)
+        ).fetchall()
+        posting = bm25.Postings(
+            rows=np.array([d for d, _ in found], dtype=np.int64),
+            freq=np.array([f for _, f in found], dtype=np.float64),
+        )
+        if cache.postings_entries + len(found) > cache.max_postings:
+            cache.postings.clear()
+            cache.postings_entries = 0
+        cache.postings[token] = posting
+        cache.postings_entries += len(found)
+        return posting
+
+    def _totals(self, cache: _ReadCache) -> tuple[int, int]:
+        """The index's rows and tokens: FTS5's totals record (``%_data`` block 1), what ``bm25()`` reads."""
+        if cache.totals is None:
+            row = self.c.execute("SELECT block FROM memories_fts_data WHERE id = 1").fetchone()
+            values = bm25.varints(bytes(row[0])) if row is not None else []
+            cache.totals = (values[0], values[1]) if len(values) >= 2 and values[0] > 0 else (1, 0)
+        return cache.totals
+
+    def _sizes(self, cache: _ReadCache, docs: NDArray[np.int64]) -> NDArray[np.float64]:
+        """Token counts of ``docs`` (the index's ``%_docsize`` rows), remembered by seq."""
+        if len(cache.sizes) <= int(docs[-1]):
+            grown = np.full(max(int(docs[-1]) + 1, 2 * len(cache.sizes)), -1, dtype=np.int64)
+            grown[: len(cache.sizes)] = cache.sizes
+            cache.sizes = grown
+        sizes = cache.sizes[docs]
+        missing = docs[sizes < 0].tolist()
+        for start in range(0, len(missing), _SEQ_CHUNK):
+            chunk = missing[start : start + _SEQ_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            for seq, blob in self.c.execute(f"SELECT id, sz FROM memories_fts_docsize WHERE id IN ({marks})", chunk):
+                cache.sizes[int(seq)] = bm25.varints(bytes(blob))[0]
+        if missing:
+            sizes = cache.sizes[docs]
+        return sizes.astype(np.float64)
 
     def _ids_of_seqs(self, cache: _ReadCache, seqs: list[int]) -> dict[int, str]:
         """Memory ids by seq (the full-text rowid). A seq names one memory forever (rows are never deleted;
@@ -442,6 +531,8 @@ class SQLiteTx(LedgerTx):
             if text_changed:  # the full-text index changed without a new seq
                 self._cache.counts.clear()
                 self._cache.counts_seq = -1
+                self._cache.forget_postings()
+                self._cache.sizes = np.full(0, -1, dtype=np.int64)
 
     def memories(self, ids: Sequence[str]) -> dict[str, Memory]:
         cache = self._cache

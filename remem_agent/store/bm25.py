@@ -1,0 +1,124 @@
+"""FTS5's ``bm25()`` computed in process from postings read out of the index (SQLite's lexical channel).
+
+Why: ranking a query's matches inside SQLite costs a ``bm25()`` call per match (the auxiliary function
+reads each row's instances and size), about 0.4 ms for the few hundred matches of a typical query at 10k
+memories, the largest single cost of a search after the join was gone. The same numbers are cheap to keep:
+a word's postings (which memories hold it, how often) change only when a memory is inserted or its text
+updated, and queries repeat words. So ``SQLiteTx`` reads postings once through ``fts5vocab`` (the index's
+own tokens: nothing is tokenized twice), remembers them under the read cache's rules, and scores here.
+
+The arithmetic is FTS5's (``fts5Bm25Function`` in SQLite's ext/fts5/fts5_aux.c), operation for operation
+in double precision and in the same order, so the scores are the same numbers, not approximations:
+``idf = log((N - n + 0.5) / (n + 0.5))`` (1e-6 when not positive) with ``N`` the rows of the index and
+``n`` the rows holding the phrase; per row ``sum_i idf_i * (f_i * (k1 + 1)) / (f_i + k1 * (1 - b + b * D /
+avgdl))`` over the query's phrases in order, ``k1 = 1.2``, ``b = 0.75``, ``D`` the row's token count,
+``avgdl`` the index's tokens per row; ``bm25()`` returns the negated sum. tests/test_lexical_bm25.py
+compares every score with SQLite's own.
+
+One query word is one phrase of one token here (``lexical.query_terms`` keeps letter and digit runs);
+a word the tokenizer splits into several tokens is a phrase FTS5 matches by position, which postings
+alone cannot score: ``SQLiteTx`` then lets SQLite rank that query.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from remem_agent.store import lexical
+
+K1 = 1.2
+B = 0.75
+
+
+@dataclass(frozen=True)
+class Postings:
+    """The rows (full-text rowids = memory seqs, ascending) holding one token, and how often each does."""
+
+    rows: NDArray[np.int64]
+    freq: NDArray[np.float64]
+
+
+def varints(blob: bytes) -> list[int]:
+    """SQLite's variable-length integers (FTS5 stores row sizes and the totals record in them): big-endian
+    groups of 7 bits, high bit set on all but the last byte, the 9th byte contributing all 8 bits."""
+    out: list[int] = []
+    i, n = 0, len(blob)
+    while i < n:
+        value = 0
+        for j in range(9):
+            if i >= n:
+                raise ValueError("truncated varint")
+            byte = blob[i]
+            i += 1
+            if j == 8:
+                value = (value << 8) | byte
+                break
+            value = (value << 7) | (byte & 0x7F)
+            if not byte & 0x80:
+                break
+        out.append(value)
+    return out
+
+
+def scores(
+    phrases: Sequence[Postings], *, rows: int, tokens: int, sizes: NDArray[np.float64], docs: NDArray[np.int64]
+) -> NDArray[np.float64]:
+    """``bm25()`` of each of ``docs`` (the union of the phrases' rows, ascending) for the query of
+    ``phrases`` in order; ``sizes`` are the docs' token counts, ``rows``/``tokens`` the index's totals."""
+    avgdl = float(tokens) / float(rows)
+    norm = K1 * ((1 - B) + B * sizes / avgdl)
+    total = np.zeros(len(docs), dtype=np.float64)
+    for p in phrases:
+        n_hit = len(p.rows)
+        idf = math.log((rows - n_hit + 0.5) / (n_hit + 0.5))  # libm's log, as SQLite's
+        if idf <= 0.0:
+            idf = 1e-6
+        f = np.zeros(len(docs), dtype=np.float64)
+        f[np.searchsorted(docs, p.rows)] = p.freq
+        total = total + idf * ((f * (K1 + 1.0)) / (f + norm))
+    return -1.0 * total
+
+
+class Tokenizer:
+    """The ledger's FTS5 tokenizer applied to a query word, remembered (a pure function of the word).
+
+    A private in-memory FTS5 table with the index's tokenizer (``lexical.SQLITE_TOKENIZE``): the tokens a
+    word becomes are read back from it, so stemming and case and diacritic folding are SQLite's own.
+    """
+
+    def __init__(self, max_words: int = 100_000) -> None:
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._known: dict[str, tuple[str, ...]] = {}
+        self._max = max_words
+
+    def tokens(self, word: str) -> tuple[str, ...]:
+        known = self._known.get(word)
+        if known is not None:
+            return known
+        with self._lock:
+            c = self._conn
+            if c is None:
+                c = self._conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+                c.execute(f"CREATE VIRTUAL TABLE t USING fts5(text, tokenize = '{lexical.SQLITE_TOKENIZE}')")
+                c.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)")
+            c.execute("BEGIN")
+            try:
+                c.execute("INSERT INTO t (rowid, text) VALUES (1, ?)", (word,))
+                out = tuple(str(t) for (t,) in c.execute("SELECT term FROM v ORDER BY offset"))
+            finally:
+                c.execute("ROLLBACK")
+            if len(self._known) >= self._max:
+                self._known.clear()
+            self._known[word] = out
+            return out
+
+
+TOKENIZER = Tokenizer()
