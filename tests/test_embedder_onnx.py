@@ -55,6 +55,17 @@ def test_identity_unit_rows_and_batch_independence(onnx: OnnxEmbedder) -> None:
     assert onnx.embed([]).shape == (0, 384)
 
 
+def test_length_sorted_batches_return_rows_in_the_callers_order(onnx: OnnxEmbedder) -> None:
+    # Inputs of very different token counts, longest first, so sorting reorders them across several chunks.
+    texts = [" ".join(f"w{j}" for j in range(n)) for n in (40, 1, 25, 3, 60, 2, 12, 33, 7, 19)]
+    texts[3] = "The deploy window is Friday."
+    small = OnnxEmbedder(batch_size=3)
+    batch = small.embed(texts)
+    alone = np.stack([onnx.embed([t])[0] for t in texts])
+    assert np.allclose(batch, alone, atol=1e-5)
+    assert np.allclose(onnx.embed(texts), alone, atol=1e-5)  # default batch size: the same rows
+
+
 def test_inputs_are_truncated_at_max_seq_length(onnx: OnnxEmbedder) -> None:
     head = " ".join(f"word{i}" for i in range(300))  # far more than 256 tokens
     long_a, long_b = onnx.embed([head, head + " and a tail that falls past the limit"])

