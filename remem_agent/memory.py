@@ -29,7 +29,7 @@ from remem_agent.embedders.cache import QueryCache
 from remem_agent.embedders.compat import vectors_compatible
 from remem_agent.errors import LedgerIntegrityError, UnknownMemoryError, UnknownSearchError, UserInputError
 from remem_agent.index.base import IndexBackend
-from remem_agent.index.flat import FlatIndex
+from remem_agent.index.flat import FlatIndex, Scan
 from remem_agent.ingest import (
     FactExtractor,
     MemoryInput,
@@ -380,9 +380,11 @@ class ReMem:
         while True:
             ids: Sequence[str] = []
             sims: Sequence[float] | NDArray[np.float32] = []
+            scan: Scan | None = None
             if mode != "lexical":
                 if self._flat is not None:
-                    ids, sims = self._flat.candidates(qvec, pool, groups=scopes)
+                    scan = self._flat.scan(qvec, pool, groups=scopes)
+                    ids, sims = scan.ids, scan.sims
                 else:  # a caller's backend or the ledger's own index: filtered by scope below, widening if needed
                     ids, sims = self.index.candidates(qvec, pool)
             with self.store.read() as tx:
@@ -402,7 +404,7 @@ class ReMem:
                     continue
                 dense = dense[:want]
                 lex = [(mid, float(s)) for mid, s in lexical if mid in eligible]
-                fused = fuse(dense, lex, self._cosines(qvec, dense, lex), config=self.config)
+                fused = fuse(dense, lex, self._cosines(qvec, dense, lex, scan), config=self.config)
                 if not fused.ids:
                     return Candidates(memories=(), similarities=np.zeros(0, dtype=np.float64))
                 cands = [eligible[mid] for mid in fused.ids]
@@ -423,15 +425,23 @@ class ReMem:
                 )
 
     def _cosines(
-        self, qvec: NDArray[np.float32], dense: Sequence[tuple[str, float]], lexical: Sequence[tuple[str, float]]
+        self,
+        qvec: NDArray[np.float32],
+        dense: Sequence[tuple[str, float]],
+        lexical: Sequence[tuple[str, float]],
+        scan: Scan | None = None,
     ) -> dict[str, float]:
-        """Every pooled id's cosine: the dense channel's own, the flat index's for lexical-only candidates.
+        """Every pooled id's cosine: the dense channel's own, the flat index's for lexical-only candidates
+        (from its scan when there was one: every row was scored there).
 
         A caller's backend or pgvector cannot score a given id, so a lexical-only candidate there gets the
         dense pool's lowest cosine: it was not in the dense top list, so its true cosine is at most that.
         """
         out = dict(dense)
         missing = [mid for mid, _ in lexical if mid not in out]
+        if missing and scan is not None:
+            out.update(scan.similarities(missing))
+            missing = [mid for mid in missing if mid not in out]  # rows ingested after the scan (none in a search)
         if missing:
             if self._flat is not None:
                 out.update(self._flat.similarities(qvec, missing))

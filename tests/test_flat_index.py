@@ -3,6 +3,8 @@ the exact top k, for dense queries and for sparse ones (scored on their non-zero
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -81,3 +83,48 @@ def test_a_sparse_query_scores_what_the_full_product_scores(row_nonzero: int) ->
         for mid, v in by_id.items():
             assert abs(v - exact[int(mid[1:])]) < 1e-6
     assert idx.candidates(np.zeros(dim, dtype=np.float32), 3)[1].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_a_scan_keeps_every_row_s_score_for_the_fused_pool() -> None:
+    """``FlatIndex.scan`` returns ``candidates``' answer and, for any row it scanned (of any group), the score
+    the scan gave it: what a fused pool's lexical-only candidates read instead of gathering their columns."""
+    ids, vecs, groups = _data(3000, 128, seed=9)
+    idx = FlatIndex(128)
+    idx.ingest(ids, vecs, groups)
+    q = np.random.default_rng(10).standard_normal(128).astype(np.float32)
+    scan = idx.scan(q, 20, groups=["b"])
+    want_ids, want_sims = idx.candidates(q, 20, groups=["b"])
+    assert scan.ids == want_ids and np.array_equal(scan.sims, want_sims)
+    every = scan.similarities(ids)
+    assert list(every) == ids  # rows of other groups too
+    np.testing.assert_allclose([every[i] for i in ids], vecs @ q, rtol=0, atol=1e-5)
+    assert all(every[i] == float(s) for i, s in zip(scan.ids, scan.sims, strict=True))
+    idx.ingest(["late"], vecs[:1], ["a"])
+    assert scan.similarities(["late", ids[0]]) == {ids[0]: every[ids[0]]}  # ingested after the scan: unknown
+
+
+def test_a_hybrid_search_takes_lexical_only_cosines_from_its_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from remem_agent import ReMem
+
+    mem = ReMem(tmp_path / "store")
+    # many memories near the query's dense side, a few that only the lexical channel finds
+    mem.add_many([f"gardening tomatoes greenhouse soil {i}" for i in range(300)] + ["the zeppelin hangar"] * 3)
+    assert mem._flat is not None
+    calls: list[int] = []
+    real = type(mem._flat).similarities
+    monkeypatch.setattr(
+        type(mem._flat), "similarities", lambda self, q, ids: calls.append(len(ids)) or real(self, q, ids)
+    )
+    q = mem.embedder.embed(["gardening zeppelin"])[0]
+    pooled = mem.candidates(q, k=5, at=2e9, query="gardening zeppelin")
+    assert calls == []  # every lexical-only candidate's cosine came from the scan
+    assert any(m.text == "the zeppelin hangar" for m in pooled.memories)
+    monkeypatch.undo()
+
+    cosine = {m.id: float(s) for m, s in zip(pooled.memories, pooled.similarities, strict=True)}
+    vecs = {m.id: mem.embedder.embed([m.text])[0] for m in pooled.memories}
+    for mid, s in cosine.items():
+        assert abs(s - float(vecs[mid] @ q)) < 1e-5
+    mem.close()

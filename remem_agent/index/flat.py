@@ -74,6 +74,22 @@ def _matvec(cols: NDArray[np.float32], q: NDArray[np.float32], threads: int | No
         return q @ cols
 
 
+class Scan:
+    """One query's scan of a ``FlatIndex``: its top rows, and the score of every row it scanned."""
+
+    __slots__ = ("_all", "_row", "ids", "sims")
+
+    def __init__(
+        self, ids: list[str], sims: NDArray[np.float32], scores: NDArray[np.float32], rows: dict[str, int]
+    ) -> None:
+        self.ids, self.sims, self._all, self._row = ids, sims, scores, rows
+
+    def similarities(self, ids: Sequence[str]) -> dict[str, float]:
+        """The scan's score of each of ``ids`` it covered (rows ingested since are left out)."""
+        n = len(self._all)
+        return {mid: float(self._all[r]) for mid in ids if (r := self._row.get(mid)) is not None and r < n}
+
+
 class FlatIndex:
     """Brute-force inner product over unit vectors; exact, fast to ~1e5-1e6 rows on one core.
 
@@ -135,8 +151,15 @@ class FlatIndex:
         self, query: NDArray[np.float32], k: int, *, groups: Collection[str] | None = None
     ) -> tuple[list[str], NDArray[np.float32]]:
         """The ``k`` most similar rows (of ``groups`` only, when given), best first."""
+        scan = self.scan(query, k, groups=groups)
+        return scan.ids, scan.sims
+
+    def scan(self, query: NDArray[np.float32], k: int, *, groups: Collection[str] | None = None) -> Scan:
+        """``candidates``, keeping the scan's score of every row: a fused pool's lexical-only candidates read
+        their cosines from it (``Scan.similarities``) instead of gathering their columns again (a column of
+        the column-major matrix is one float per cache line: 40 of them at 384 dimensions cost ~0.2 ms)."""
         if self._n == 0 or k <= 0:
-            return [], np.zeros(0, dtype=np.float32)
+            return Scan([], np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.float32), {})
         q = np.asarray(query, dtype=np.float32).reshape(-1)
         if q.shape[0] != self.dim:
             raise EmbeddingError(f"query has dimension {q.shape[0]}, index has {self.dim}")
@@ -146,8 +169,8 @@ class FlatIndex:
             codes = [self._codes[g] for g in groups if g in self._codes]
             if len(codes) < len(self._codes):  # some rows belong to other groups: rank only the asked ones
                 keep = np.flatnonzero(np.isin(self._group[:n], codes))
-                return self._top(sims[keep], k, keep)
-        return self._top(sims, k, None)
+                return Scan(*self._top(sims[keep], k, keep), sims, self._row)
+        return Scan(*self._top(sims, k, None), sims, self._row)
 
     def _top(
         self, sims: NDArray[np.float32], k: int, rows: NDArray[np.intp] | None
