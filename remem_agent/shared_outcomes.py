@@ -82,11 +82,21 @@ class LedgerPendingOutcomes:
         self._store.transact(lambda tx: pending.put(tx, rec))
 
     async def take(self, answer_id: str, *, scope: str | None = None) -> Waiting | None:
-        rec = await self._write(lambda tx: pending.claim(tx, answer_id, scope=scope, by=self._claimant, at=time.time()))
+        return await asyncio.to_thread(self.take_blocking, answer_id, scope=scope)
+
+    def take_blocking(self, answer_id: str, *, scope: str | None = None) -> Waiting | None:
+        """``take`` itself, for a caller already in a worker thread."""
+        rec = self._store.transact(
+            lambda tx: pending.claim(tx, answer_id, scope=scope, by=self._claimant, at=time.time())
+        )
         return _waiting(rec) if rec is not None else None
 
     async def release(self, item: Waiting) -> None:
-        await self._write(lambda tx: pending.release(tx, item.answer_id))
+        await asyncio.to_thread(self.release_blocking, item)
+
+    def release_blocking(self, item: Waiting) -> None:
+        """``release`` itself, for a caller already in a worker thread."""
+        self._store.transact(lambda tx: pending.release(tx, item.answer_id))
 
     async def take_latest(self, thread: Thread) -> Waiting | None:
         key = thread_key(thread)
@@ -94,8 +104,13 @@ class LedgerPendingOutcomes:
         return _waiting(rec) if rec is not None else None
 
     async def latest(self, thread: Thread) -> Waiting | None:
+        return await asyncio.to_thread(self.latest_blocking, thread)
+
+    def latest_blocking(self, thread: Thread) -> Waiting | None:
+        """``latest`` itself, for a caller already in a worker thread."""
         key = thread_key(thread)
-        rec = await self._read(lambda tx: pending.latest(tx, key))
+        with self._store.read() as tx:
+            rec = pending.latest(tx, key)
         return _waiting(rec) if rec is not None else None
 
     async def take_relying_on(self, memory_ids: Collection[str]) -> list[tuple[Waiting, list[str]]]:

@@ -2,9 +2,10 @@
 
 Each shortcut skips work the profile of the gateway under load showed (issue 13): the trace line written
 without copying the record through ``redact`` when its JSON line holds nothing to redact, the memory block's
-dates from a per-day cache, memoised value tokens and conversation keys, the retry loop without tenacity, and
-one worker-thread hop for a chat call's waiting answer and its trace line. Each test compares a shortcut with
-the computation it replaces.
+dates from a per-day cache, memoised value tokens and conversation keys, the retry loop without tenacity,
+one worker-thread hop for a chat call's waiting answer and its trace line, and one hop for a new turn's
+settling of the previous answer (newest waiting answer, claim, feedback, outcome line) and its recall. Each test
+compares a shortcut with the computation it replaces.
 """
 
 from __future__ import annotations
@@ -253,3 +254,191 @@ async def test_a_chat_call_adds_its_waiting_answer_and_trace_line_in_one_thread_
     (line,) = load_traces(tmp_path / "t.jsonl")
     assert line["answer_id"] == reply.answer_id and line["latency_ms"]["total"] > 0 and line["stream"] is stream
     mem.close()
+
+
+class _LongWayReMem(ReMem):
+    """A ReMem whose ``asearch`` is overridden (here: the same call), so the agent takes its long way: the
+    previous turn settled through the pending store's async calls and ``afeedback``, then ``asearch``."""
+
+    async def asearch(self, query: str, **kw: Any) -> Any:
+        return await super().asearch(query, **kw)
+
+
+FACTS = [("Our server moved to west-2.", "server", "region"), ("The database is postgres.", "database", "kind")]
+TURNS = [
+    ("Where is our server?", "It is in west-2 [M1]."),
+    ("Thanks. And which database do we run?", "It is postgres [M1]."),  # moved on: a weak success of turn 1
+    ("No, that is wrong, we moved off it.", "Sorry."),  # a correction of turn 2
+    ("And where was the server again?", "west-2 [M1]."),
+]
+
+
+def _normal(line: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """An outcome trace line without what differs between two runs (times, ids), memory ids as their texts."""
+    out = {k: v for k, v in line.items() if k not in ("ts", "answer_id", "search_id", "after_s", "run")}
+    out["after_s"] = line["after_s"] is not None
+    for key in ("credit", "blame"):
+        out[key] = {names[m]: v for m, v in line[key].items()}
+    return out
+
+
+async def _converse(
+    mem: ReMem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, turns: list[tuple[str, str]], stream: bool
+) -> tuple[list[list[str]], list[dict[str, Any]], dict[str, str]]:
+    names = {mem.add(t, entity=e, attribute=a, timestamp=i + 1): t for i, (t, e, a) in enumerate(FACTS)}
+    hops: list[str] = []
+    real = asyncio.to_thread
+
+    async def counting(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        hops.append(getattr(fn, "__qualname__", repr(fn)))
+        return await real(fn, *args, **kwargs)
+
+    replies = iter([r for _, r in turns])
+    agent = MemoryAgent(
+        mem,
+        FunctionChatModel(lambda req: next(replies)),
+        trace=tmp_path / f"{type(mem).__name__}.jsonl",
+        pending=LedgerPendingOutcomes(mem.store),
+    )
+    per_turn: list[list[str]] = []
+    msgs: list[dict[str, str]] = []
+    with monkeypatch.context() as m:
+        m.setattr(asyncio, "to_thread", counting)
+        for user, _ in turns:
+            msgs.append({"role": "user", "content": user})
+            hops.clear()
+            if stream:
+                async with agent.chat_stream(msgs) as s:
+                    text = "".join([c.text async for c in s])
+            else:
+                text = (await agent.chat(msgs)).text
+            per_turn.append(list(hops))
+            msgs.append({"role": "assistant", "content": text})
+        # the last turn again at another agent on the store (another gateway): a retry of that turn settles nothing
+        other = MemoryAgent(
+            mem,
+            FunctionChatModel(lambda req: "west-2 [M1]."),
+            trace=tmp_path / f"{type(mem).__name__}.jsonl",
+            pending=LedgerPendingOutcomes(mem.store),
+        )
+        hops.clear()
+        await other.chat(msgs[:-1])
+        per_turn.append(list(hops))
+    outcomes = [ln for ln in load_traces(tmp_path / f"{type(mem).__name__}.jsonl") if ln["kind"] == "outcome"]
+    return per_turn, outcomes, names
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_new_turn_settles_the_last_answer_and_recalls_in_one_thread_hop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
+    fast, slow = ReMem(tmp_path / "fast"), _LongWayReMem(tmp_path / "slow")
+    hops, outcomes, names = await _converse(fast, tmp_path, monkeypatch, TURNS, stream)
+    long_hops, long_outcomes, long_names = await _converse(slow, tmp_path, monkeypatch, TURNS, stream)
+    merged, persist = "Conversations._settle_and_search", "Conversations.persist.<locals>.work"
+    assert hops[0][-1] == persist and merged not in hops[0]  # the opening turn: recall, then its answer
+    for later in hops[1:]:
+        assert later == [merged, persist], later  # latest, claim, feedback, outcome line and recall: one hop
+    assert all(len(h) >= 5 for h in long_hops[1:-1])  # the long way: latest, take, feedback, outcome line, search
+    assert [o["reason"] for o in outcomes] == [
+        "the user moved on", "the next user turn reads as a correction", "the user moved on"
+    ]  # fmt: skip
+    assert [_normal(o, names) for o in outcomes] == [_normal(o, long_names) for o in long_outcomes]
+    for m in (fast, slow):
+        stats = m.stats()
+        assert (stats.searches, stats.feedbacks) == (len(TURNS) + 1, len(TURNS) - 1) and m.verify().ok
+    assert {names[i]: s for i, s in _states(fast).items()} == {long_names[i]: s for i, s in _states(slow).items()}
+    fast.close()
+    slow.close()
+
+
+def _states(mem: ReMem) -> dict[str, tuple[Any, ...]]:
+    """Each memory's state and outcome counts per task (no times)."""
+    out: dict[str, tuple[Any, ...]] = {}
+    for m in mem.list():
+        info = mem.inspect(m.id)
+        counts = sorted(
+            (t, s.retrieved, s.shown, s.credited, s.wasted, s.blamed, round(s.credit_sum, 9), round(s.blame_sum, 9))
+            for t, s in info.stats.items()
+        )
+        out[m.id] = (info.memory.state.value, tuple(counts))
+    return out
+
+
+async def test_a_refused_settlement_releases_its_claim_and_recalls_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mem = ReMem(tmp_path / "store")
+    mem.add("Our server moved to west-2.", entity="server", attribute="region", timestamp=1)
+    agent = MemoryAgent(
+        mem,
+        FunctionChatModel(lambda req: "west-2 [M1]."),
+        trace=tmp_path / "t.jsonl",
+        pending=LedgerPendingOutcomes(mem.store),
+    )
+    msgs = [{"role": "user", "content": "Where is our server?"}]
+    first = await agent.chat(msgs)
+    from remem_agent.errors import StoreError
+
+    def refuse(self: ReMem, *a: Any, **k: Any) -> Any:
+        raise StoreError("ledger refused")
+
+    monkeypatch.setattr(ReMem, "feedback", refuse)  # on the class: the one-hop path still applies
+    searches = mem.stats().searches
+    msgs += [{"role": "assistant", "content": first.text}, {"role": "user", "content": "Thanks, and since when?"}]
+    with pytest.raises(StoreError, match="ledger refused"):
+        await agent.chat(msgs)
+    monkeypatch.undo()
+    assert mem.stats().searches == searches  # nothing recalled for the refused turn
+    thread = ("conv", f"default|{first.conversation_id}")
+    waiting = await LedgerPendingOutcomes(mem.store).latest(thread)
+    assert waiting is not None and waiting.answer_id == first.answer_id  # the claim was released
+    lines = load_traces(tmp_path / "t.jsonl")
+    assert lines[-1]["error"] == "recall failed: StoreError: ledger refused"
+    assert [ln["kind"] for ln in lines] == ["chat", "chat"]  # no outcome line
+    second = await agent.chat(msgs)  # the turn again: now it settles
+    assert (await LedgerPendingOutcomes(mem.store).latest(thread)).answer_id == second.answer_id  # type: ignore[union-attr]
+    assert [ln["kind"] for ln in load_traces(tmp_path / "t.jsonl")][-2:] == ["outcome", "chat"]
+    mem.close()
+
+
+def test_can_stream_is_the_protocol_check() -> None:
+    import typing
+
+    from remem_agent.adapters.base import STREAMING_MEMBERS, StreamingChatModel, can_stream
+
+    members = getattr(StreamingChatModel, "__protocol_attrs__", None) or typing._get_protocol_attrs(  # type: ignore[attr-defined]
+        StreamingChatModel
+    )
+    assert set(STREAMING_MEMBERS) == set(members)  # a member added to the protocol must be added there too
+
+    class Full:
+        name, adapter, capabilities = "m", "x", None
+
+        async def complete(self, request: Any) -> Any: ...
+
+        def stream(self, request: Any) -> Any: ...
+
+    class NoStream(Full):
+        stream = None  # type: ignore[assignment]
+
+    class Raising(Full):
+        @property
+        def name(self) -> str:  # type: ignore[override]
+            raise AttributeError("no name")
+
+    blocked = Full()
+    blocked.complete = None  # type: ignore[method-assign,assignment]
+    given = type("Given", (), {})()
+    for attr in STREAMING_MEMBERS:
+        setattr(given, attr, lambda *a: None)
+    model = FunctionChatModel(lambda req: "x")
+    zoo: list[object] = [Full(), NoStream(), Raising(), blocked, given, model, object(), "text", None]
+
+    def missing(self: Any) -> Any:
+        raise AttributeError("not here")
+
+    zoo += [type(f"Missing_{m}", (Full,), {m: property(missing)})() for m in STREAMING_MEMBERS]
+    for obj in zoo:
+        assert can_stream(obj) is isinstance(obj, StreamingChatModel), obj
+    assert can_stream(Full()) and not can_stream(NoStream()) and not can_stream(blocked) and can_stream(given)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 MessageRole = Literal["system", "user", "assistant", "tool"]
 FinishReason = Literal["stop", "length", "tool_calls", "error", "other"]
@@ -177,10 +177,23 @@ class StreamingChatModel(ChatModel, Protocol):
         ...
 
 
+# StreamingChatModel's members: ``isinstance(model, StreamingChatModel)`` is these present on the model (a method
+# set to None does not count); typing recomputes them from the MRO on every check (~27 us, twice per stream)
+STREAMING_MEMBERS = ("adapter", "capabilities", "complete", "name", "stream")
+_STREAMING_METHODS = ("complete", "stream")
+
+
+def can_stream(model: object) -> bool:
+    """``isinstance(model, StreamingChatModel)`` without typing's per-call member scan (the same test, by name)."""
+    return all(hasattr(model, m) for m in STREAMING_MEMBERS) and all(
+        getattr(model, m) is not None for m in _STREAMING_METHODS
+    )
+
+
 async def stream_reply(model: ChatModel, request: ChatRequest) -> AsyncGenerator[StreamChunk]:
     """Stream from any model: its own ``stream`` when it has one, else one chunk holding the whole reply."""
-    if model.capabilities.streaming and isinstance(model, StreamingChatModel):
-        stream = model.stream(request)
+    if model.capabilities.streaming and can_stream(model):
+        stream = cast(StreamingChatModel, model).stream(request)
         try:
             async for chunk in stream:
                 yield chunk

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -29,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from remem_agent._time import Timestamp
 from remem_agent.adapters.base import (
@@ -62,8 +63,8 @@ from remem_agent.agent.conversation import (
     strip_citations,
     tool_arguments,
 )
-from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, BlockingAdd, PendingStore, Waiting
-from remem_agent.agent.ports import AgentMemory
+from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, BlockingAdd, BlockingClaims, PendingStore, Waiting
+from remem_agent.agent.ports import AgentMemory, BlockingMemory
 from remem_agent.agent.prompt import citation_aliases, render_memories
 from remem_agent.agent.telemetry import AttributeValue, NoTelemetry, Span, Telemetry
 from remem_agent.agent.trace import TraceWriter
@@ -184,6 +185,10 @@ class Conversations:
         self.memory, self.model, self.pending = memory, model, pending
         # the ledger's pending store adds in the caller's worker thread (see ``persist``); decided once
         self._add_blocking = pending.add_blocking if isinstance(pending, BlockingAdd) else None
+        # ... and reads and claims there too: a new turn then settles the previous answer and recalls in ONE
+        # worker-thread hop (``_settle_and_search``) when nothing async sits between those steps (no judge to
+        # ask, no fact capture to defer "moved on" to); the memory's side is checked per call (``_blocking``)
+        self._claims = pending if isinstance(pending, BlockingClaims) and pending.shared else None
         self.capture = capture
         self.telemetry: Telemetry = telemetry or NoTelemetry()
         self._tracer, self.run_id, self.retry = tracer, run_id, retry
@@ -253,19 +258,26 @@ class Conversations:
             # turn under its derived id: the only earlier answers are then of this very turn)
             opening = ui == min(i for i, m in enumerate(opts.messages) if m.role == "user")
             derived = opts.conversation_id == conversation_key(opts.messages)
-            if prev is not None or (self.pending.shared and not (opening and derived)):
-                deferred = await self.settle_from_next_turn(
-                    prev, cid, user, defer_moved_on=self.capture is not None, turn=_turn_key(key)
-                )
+            settling = prev is not None or (self.pending.shared and not (opening and derived))
             query = recall_query(opts.messages)
-            res = await self.memory.asearch(
-                query,
-                k=opts.k or self.k,
-                task=opts.task,
-                now=opts.now,
-                token_budget=self.token_budget if opts.token_budget is None else opts.token_budget,
-                scope=opts.scope,
-            )
+            search: dict[str, Any] = {
+                "k": opts.k or self.k,
+                "task": opts.task,
+                "now": opts.now,
+                "token_budget": self.token_budget if opts.token_budget is None else opts.token_budget,
+                "scope": opts.scope,
+            }
+            blocking = self._blocking() if settling else None
+            if blocking is not None:
+                res = await asyncio.to_thread(
+                    self._settle_and_search, blocking, prev, cid, user, _turn_key(key), query, search
+                )
+            else:
+                if settling:
+                    deferred = await self.settle_from_next_turn(
+                        prev, cid, user, defer_moved_on=self.capture is not None, turn=_turn_key(key)
+                    )
+                res = await self.memory.asearch(query, **search)
             turn = _Turn(
                 key=key,
                 answer_id=f"a_{uuid.uuid4().hex[:16]}",
@@ -430,12 +442,7 @@ class Conversations:
             answer_id = prev.answer_id
         own = prev if prev is not None and prev.answer_id == answer_id else None  # what the judge reads
         correction = looks_like_correction(next_user)
-        heuristic = Verdict(
-            success=not correction,
-            source="inferred",
-            weight=1.0 if correction else WEAK_SUCCESS_WEIGHT,
-            reason="the next user turn reads as a correction" if correction else "the user moved on",
-        )
+        heuristic = _heuristic(correction)
         judged = await self._judge(own, next_user) if self.judge is not None and own is not None else None
         verdict = judged if judged is not None and judged.success is not None else heuristic
         judge = judged.to_dict() if judged else None
@@ -447,6 +454,68 @@ class Conversations:
             return settle
         await settle()
         return None
+
+    def _blocking(self) -> BlockingMemory | None:
+        """The memory, when a new turn may settle and recall in one hop (``_settle_and_search``): the pending store
+        is shared and claims blocking, no judge, no fact capture, and the memory's ``asearch``/``afeedback`` are
+        its own blocking ``search``/``feedback`` in a worker thread (none overridden on its class or the
+        instance: a subclass that changes ``asearch``, say, keeps its ``asearch``)."""
+        if self._claims is None or self.judge is not None or self.capture is not None:
+            return None
+        memory = self.memory
+        if not _blocking_class(type(memory)) or not _OVERRIDABLE.isdisjoint(getattr(memory, "__dict__", ())):
+            return None
+        return cast(BlockingMemory, memory)  # _blocking_class checked it (an isinstance here costs ~20 us)
+
+    def _settle_and_search(
+        self,
+        memory: BlockingMemory,
+        prev: _Turn | None,
+        cid: str,
+        next_user: str,
+        turn: str,
+        query: str,
+        search: Mapping[str, Any],
+    ) -> SearchResult:
+        """In a worker thread: what ``settle_from_next_turn`` then ``memory.asearch`` do, for a shared pending store
+        with no judge and no fact capture (the only case ``begin`` sends here), blocking, in the same order: the
+        conversation's newest waiting answer, its claim, its feedback (a refused one releases the claim and
+        raises, before any recall), its outcome line, then the recall of this turn."""
+        claims = self._claims
+        assert claims is not None and self.judge is None and self.capture is None
+        latest = claims.latest_blocking(("conv", cid))
+        if latest is not None and latest.turn != turn:
+            own = prev if prev is not None and prev.answer_id == latest.answer_id else None
+            verdict = _heuristic(looks_like_correction(next_user))
+            item = claims.take_blocking(latest.answer_id)
+            if item is not None:  # else already judged (explicit feedback, a correction by a new fact)
+                try:
+                    receipt = memory.feedback(
+                        item.search_id,
+                        success=verdict.success is True,
+                        used_ids=list(item.used_ids),
+                        cited_ids=list(item.cited_ids),
+                        answer=None,
+                        weight=verdict.weight,
+                        source=verdict.source,
+                    )
+                except BaseException:
+                    claims.release_blocking(item)
+                    raise
+                tracer = self._tracer()
+                if tracer is not None:
+                    tracer.write_sync(
+                        self.outcome_record(
+                            item,
+                            cid.split("|", 1)[-1],
+                            verdict,
+                            receipt,
+                            started=own.started if own is not None else None,
+                            heuristic=verdict.to_dict(),
+                            judge=None,
+                        )
+                    )
+        return memory.search(query, **search)
 
     async def _settle(
         self,
@@ -549,23 +618,37 @@ class Conversations:
         if tracer is None:
             return
         await tracer.write(
-            {
-                "v": 2,
-                "kind": "outcome",
-                "ts": datetime.now(UTC).isoformat(),
-                "run": self.run_id,
-                "answer_id": item.answer_id,
-                "conversation_id": cid,
-                "search_id": item.search_id,
-                "outcome": {"success": verdict.success, "source": verdict.source, "weight": verdict.weight},
-                "reason": verdict.reason,
-                "heuristic": dict(heuristic) if heuristic is not None else None,
-                "judge": dict(judge) if judge is not None else None,
-                "credit": dict(receipt.credit),
-                "blame": dict(receipt.blame),
-                "after_s": round(time.time() - started, 3) if started is not None else None,
-            }
+            self.outcome_record(item, cid, verdict, receipt, started=started, heuristic=heuristic, judge=judge)
         )
+
+    def outcome_record(
+        self,
+        item: Waiting,
+        cid: str | None,
+        verdict: Verdict,
+        receipt: FeedbackReceipt,
+        *,
+        started: float | None,
+        heuristic: Mapping[str, Any] | None,
+        judge: Mapping[str, Any] | None,
+    ) -> dict[str, Any]:
+        """The trace line of one outcome."""
+        return {
+            "v": 2,
+            "kind": "outcome",
+            "ts": datetime.now(UTC).isoformat(),
+            "run": self.run_id,
+            "answer_id": item.answer_id,
+            "conversation_id": cid,
+            "search_id": item.search_id,
+            "outcome": {"success": verdict.success, "source": verdict.source, "weight": verdict.weight},
+            "reason": verdict.reason,
+            "heuristic": dict(heuristic) if heuristic is not None else None,
+            "judge": dict(judge) if judge is not None else None,
+            "credit": dict(receipt.credit),
+            "blame": dict(receipt.blame),
+            "after_s": round(time.time() - started, 3) if started is not None else None,
+        }
 
     # -- traces -----------------------------------------------------------------------------------
     def call_record(
@@ -621,6 +704,33 @@ class Conversations:
             "error": error,
             "latency_ms": {},
         }
+
+
+def _heuristic(correction: bool) -> Verdict:
+    """The next user turn's verdict on the previous answer without a judge: a correction, or "moved on"."""
+    return Verdict(
+        success=not correction,
+        source="inferred",
+        weight=1.0 if correction else WEAK_SUCCESS_WEIGHT,
+        reason="the next user turn reads as a correction" if correction else "the user moved on",
+    )
+
+
+_OVERRIDABLE = frozenset({"search", "feedback", "asearch", "afeedback"})
+
+
+@functools.cache
+def _blocking_class(cls: type) -> bool:
+    """True when ``cls`` has blocking ``search``/``feedback`` and its ``asearch``/``afeedback`` come from the
+    class that defines those (``ReMem``'s: its blocking twin in a worker thread), not from an override."""
+
+    def owner(name: str) -> type | None:
+        return next((k for k in cls.__mro__ if name in vars(k)), None)
+
+    if not issubclass(cls, BlockingMemory):
+        return False
+    pairs = (("asearch", "search"), ("afeedback", "feedback"))
+    return all(owner(a) is not None and owner(a) is owner(s) for a, s in pairs)
 
 
 def _turn_key(key: tuple[int, str]) -> str:

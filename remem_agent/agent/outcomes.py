@@ -84,6 +84,19 @@ class BlockingAdd(Protocol):
     def add_blocking(self, item: Waiting, thread: Thread) -> None: ...
 
 
+@runtime_checkable
+class BlockingClaims(Protocol):
+    """A pending store whose reads and claims are blocking work it runs in a worker thread (the ledger's):
+    these are that work itself, each what its async twin (``latest``, ``take``, ``release``) does, so a caller
+    already in a worker thread settles the previous turn and recalls the next in one thread hop."""
+
+    def latest_blocking(self, thread: Thread) -> Waiting | None: ...
+
+    def take_blocking(self, answer_id: str, *, scope: str | None = None) -> Waiting | None: ...
+
+    def release_blocking(self, item: Waiting) -> None: ...
+
+
 class PendingOutcomes(Generic[K]):
     """Waiting answers, oldest first, and the latest one per thread key (a task, or a conversation)."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from remem_agent._time import Timestamp
 from remem_agent.ingest import MemoryInput
@@ -68,3 +68,33 @@ class AgentMemory(Protocol):
     ) -> list[str]: ...
 
     async def ainspect(self, memory_id: str, *, scope: str | None = None) -> MemoryInfo: ...
+
+
+@runtime_checkable
+class BlockingMemory(Protocol):
+    """An :class:`AgentMemory` whose ``asearch``/``afeedback`` are its blocking ``search``/``feedback`` run in a
+    worker thread (``ReMem``): a caller already in a worker thread calls these instead, so a chat turn that
+    settles the previous answer and recalls spends one thread hop on both (``Conversations.begin``)."""
+
+    def search(
+        self,
+        query: str,
+        *,
+        k: int | None = None,
+        task: str | None = None,
+        now: Timestamp | None = None,
+        token_budget: int | None = None,
+        scope: str | None = None,
+    ) -> SearchResult: ...
+
+    def feedback(
+        self,
+        search_id: str,
+        *,
+        success: bool,
+        used_ids: Sequence[str] | None = None,
+        cited_ids: Sequence[str] | None = None,
+        answer: Any = None,
+        weight: float = 1.0,
+        source: OutcomeSource = "api",
+    ) -> FeedbackReceipt: ...
