@@ -66,6 +66,17 @@ def test_length_sorted_batches_return_rows_in_the_callers_order(onnx: OnnxEmbedd
     assert np.allclose(onnx.embed(texts), alone, atol=1e-5)  # default batch size: the same rows
 
 
+def test_token_counts_include_the_special_tokens_and_the_truncation() -> None:
+    emb = OnnxEmbedder()
+    head = " ".join(f"word{i}" for i in range(300))
+    assert emb.token_counts(["hi", "The deploy window is Friday.", head]) == [3, 8, 256]  # [CLS] ... [SEP]
+    assert emb._session is None  # the tokenizer alone: no model load
+    assert OnnxEmbedder(max_seq_length=16).token_counts([head]) == [16]
+    assert emb.token_counts([]) == []
+    with pytest.raises(UserInputError):
+        emb.token_counts("a bare string")
+
+
 def test_inputs_are_truncated_at_max_seq_length(onnx: OnnxEmbedder) -> None:
     head = " ".join(f"word{i}" for i in range(300))  # far more than 256 tokens
     long_a, long_b = onnx.embed([head, head + " and a tail that falls past the limit"])

@@ -5,8 +5,10 @@ Two measurements (a benchmark, not a test):
 * **threads under load**: for each engine (``onnx``: :class:`~remem_agent.embedders.onnx.OnnxEmbedder`;
   ``st``: the torch ``SentenceTransformerEmbedder``) and thread count (1, 2), in its own process: the
   latency of one query embedding (``--queries`` queries per block, batch size 1) and batched throughput
-  (``--batch-texts`` texts), in ``--blocks`` alternating blocks on the machine as it is ("idle") and with one
-  competing CPU-bound process that this script starts and stops ("loaded": one of the two cores busy);
+  (``--batch-texts`` texts), each also as the process's CPU time, in ``--blocks`` alternating blocks on the
+  machine as it is ("idle") and with one competing CPU-bound process that this script starts and stops
+  ("loaded": one of the two cores busy); ``tokens`` records the queries' and texts' token counts, since an
+  embedding's cost grows with them;
 * **query-cache hit rate** of the benchmark harness: the synthetic protocol (``evals.harness.runner.run``,
   system ``C``, every core family, ``--seeds`` seeds) with the query cache on, counting its hits and misses
   over every store the runs open (read-only use of the harness: its ``temp_store`` is wrapped).
@@ -51,25 +53,51 @@ def _worker(engine: str, threads: int, queries: list[str], texts: list[str], blo
     emb.embed(queries[:5])
     samples: dict[str, list[int]] = {"idle": [], "loaded": []}
     rates: dict[str, list[float]] = {"idle": [], "loaded": []}
+    # CPU time of this process (every thread of the engine's pool), which a busy machine inflates less than wall time.
+    cpu_query: dict[str, list[float]] = {"idle": [], "loaded": []}
+    cpu_text: dict[str, list[float]] = {"idle": [], "loaded": []}
     for block in range(blocks):
         condition = ("idle", "loaded")[block % 2]
         with competing_process() if condition == "loaded" else contextlib.nullcontext(0):
+            c0 = time.process_time()
             for q in queries:
                 t_ns = time.perf_counter_ns()
                 emb.embed([q])
                 samples[condition].append(time.perf_counter_ns() - t_ns)
-            t0 = time.perf_counter()
+            cpu_query[condition].append((time.process_time() - c0) / max(len(queries), 1))
+            t0, c0 = time.perf_counter(), time.process_time()
             emb.embed(texts)
             rates[condition].append(len(texts) / (time.perf_counter() - t0))
+            cpu_text[condition].append((time.process_time() - c0) / max(len(texts), 1))
     return [
         {
             "condition": c,
             "embedder": emb.name,
             "query": latency_ms(samples[c]),
+            "query_cpu_ms": [round(1e3 * x, 3) for x in cpu_query[c]],
             "batched_per_s": [round(r, 1) for r in rates[c]],
+            "batched_cpu_ms_per_text": [round(1e3 * x, 3) for x in cpu_text[c]],
         }
         for c in ("idle", "loaded")
     ]
+
+
+def token_stats(queries: Sequence[str], texts: Sequence[str]) -> dict[str, Any]:
+    """Mean and max tokens of the queries and texts (all-MiniLM-L6-v2's tokenizer, [CLS] and [SEP] included):
+    an embedder's cost grows with tokens, so a rate means little without them. Empty without ``tokenizers``."""
+    from importlib.util import find_spec
+
+    if find_spec("tokenizers") is None:
+        return {}
+    from remem_agent.embedders.onnx import OnnxEmbedder
+
+    emb = OnnxEmbedder()
+    out: dict[str, Any] = {}
+    for key, items in (("queries", queries), ("texts", texts)):
+        counts = emb.token_counts(items)
+        if counts:
+            out[key] = {"n": len(counts), "mean": round(sum(counts) / len(counts), 1), "max": max(counts)}
+    return out
 
 
 @contextlib.contextmanager
@@ -84,9 +112,13 @@ def competing_process() -> Iterator[int]:
         proc.wait()
 
 
-def threads_under_load(n_queries: int, n_texts: int, blocks: int, timeout: float) -> list[dict[str, Any]]:
+def bench_data(n_queries: int, n_texts: int) -> dict[str, list[str]]:
     texts = _texts(max(n_texts, n_queries), seed=11)
-    data = {"queries": [" ".join(t.split()[:8]) + "?" for t in texts[:n_queries]], "texts": texts[:n_texts]}
+    return {"queries": [" ".join(t.split()[:8]) + "?" for t in texts[:n_queries]], "texts": texts[:n_texts]}
+
+
+def threads_under_load(n_queries: int, n_texts: int, blocks: int, timeout: float) -> list[dict[str, Any]]:
+    data = bench_data(n_queries, n_texts)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     rows: list[dict[str, Any]] = []
@@ -179,6 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "git_dirty": git_dirty(),
         "machine": machine_facts(),
         "loadavg": load,
+        "tokens": token_stats(**bench_data(args.queries, args.batch_texts)),
         "threads_under_load": rows,
         "query_cache": cache,
     }
@@ -187,8 +220,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         q = r.get("query", {})
         print(
             f"{r['engine']:>4} threads={r['threads']} {r.get('condition', 'error'):>6}: query p50 {q.get('p50_ms')} ms "
-            f"p99 {q.get('p99_ms')} ms, batched {r.get('batched_per_s')}/s"
+            f"p99 {q.get('p99_ms')} ms (CPU {r.get('query_cpu_ms')}), batched {r.get('batched_per_s')}/s "
+            f"(CPU per text {r.get('batched_cpu_ms_per_text')} ms)"
         )
+    print(f"tokens: {doc['tokens']}")
     print(f"query cache: {cache['hits']} hits / {cache['hits'] + cache['misses']} = {cache['hit_rate']}")
     return 0
 

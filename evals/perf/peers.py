@@ -291,6 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from evals.harness.jsonio import write_json
     from evals.perf.core import make_world
+    from evals.perf.embedders import token_stats
 
     world = make_world(args.n, args.queries, seed=args.seed)
     texts = [it.text for it in world.items]
@@ -337,6 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "queries": len(queries),
         "k": args.k,
         "batch": args.batch,
+        "tokens": token_stats(queries, texts),
         "systems": systems,
         "ratios": {"mem0_vs_remem_onnx": ratios(systems), "mem0_vs_remem_st": ratios(systems, "remem-st")},
     }

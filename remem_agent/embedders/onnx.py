@@ -204,6 +204,16 @@ class OnnxEmbedder:
         out: Vectors = (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
         return out
 
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        """Tokens each text becomes (with [CLS] and [SEP], truncated at ``max_seq_length``): what a run computes
+        over before padding. Loads the tokenizer only."""
+        items = check_texts(texts)
+        if self._tokenizer is None:
+            with self._lock:
+                if self._tokenizer is None:
+                    self._tokenizer = _load_tokenizer(self._max_len)
+        return [len(e.ids) for e in self._tokenizer.encode_batch(items)]
+
     def embed(self, texts: Sequence[str]) -> Vectors:
         items = check_texts(texts)
         session, tokenizer = self._load()
