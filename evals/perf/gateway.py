@@ -9,9 +9,11 @@ Everything runs on loopback on this machine, each server in its own process:
 
 Measured, interleaved so machine load hits every system alike: the latency of sequential non-streaming calls
 (gateway overhead = p50 through the gateway - p50 calling the fake directly), the time to the first content
-chunk of streamed calls (added TTFT), then for each proxy ``--seconds`` of load at ``--concurrency`` with
-requests/s, p50/p99 and errors, and ``/v1/verify`` of the store afterwards. The load generator shares the two
-cores with the servers, so these are numbers of the whole system on one machine, not of the gateway alone.
+chunk of streamed calls (added TTFT), the same overhead for a conversation's second user turn (its opening
+turn sent first, unmeasured: the gateway then settles the first answer before recalling), then for each
+proxy ``--seconds`` of load at ``--concurrency`` with requests/s, p50/p99 and errors, and ``/v1/verify`` of
+the store afterwards. The load generator shares the two cores with the servers, so these are numbers of the
+whole system on one machine, not of the gateway alone.
 
 Usage::
 
@@ -230,7 +232,17 @@ async def _call(conn: RawConnection, prefix: str, body: dict[str, Any], headers:
     return status, time.perf_counter() - t0, first
 
 
-async def sequential(targets: dict[str, Target], n: int, stream: bool, seed: int) -> dict[str, Any]:
+def _follow_up(rng: random.Random, opening: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The second user turn of the conversation ``opening`` began (after the fake's reply)."""
+    question = f"And what is the {rng.choice(ATTRS)} of {rng.choice(ENTITIES)}, by the way?"
+    return [*opening, {"role": "assistant", "content": REPLY}, {"role": "user", "content": question}]
+
+
+async def sequential(
+    targets: dict[str, Target], n: int, stream: bool, seed: int, *, follow_up: bool = False
+) -> dict[str, Any]:
+    """Sequential calls, interleaved over the targets; with ``follow_up`` each conversation's opening turn is sent
+    first (not measured) and the measured call is its second user turn (the gateway settles the first answer)."""
     rng = random.Random(seed)
     totals: dict[str, list[float]] = {k: [] for k in targets}
     firsts: dict[str, list[float]] = {k: [] for k in targets}
@@ -240,8 +252,17 @@ async def sequential(targets: dict[str, Target], n: int, stream: bool, seed: int
     try:
         for i in range(n + 20):
             msgs = _question(rng, i)
+            opening = msgs
+            if follow_up:
+                msgs = _follow_up(rng, opening)
             for name, (_, headers) in targets.items():
                 conn, prefix = conns[name]
+                if follow_up:
+                    status, _, _ = await _call(conn, prefix, {"model": MODEL, "messages": opening}, headers)
+                    if status != 200:
+                        errors[name] += 1
+                        refused[name][str(status)] = refused[name].get(str(status), 0) + 1
+                        continue
                 body = {"model": MODEL, "messages": msgs, "stream": stream}
                 status, total, first = await _call(conn, prefix, body, headers)
                 if i < 20:  # warm-up
@@ -402,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         load_before = loadavg()
         plain = asyncio.run(sequential(targets, args.requests, False, args.seed))
         streamed = asyncio.run(sequential(targets, args.requests, True, args.seed + 1))
+        followed = asyncio.run(sequential(targets, args.requests, False, args.seed + 6, follow_up=True))
         procs = {"gateway": gw_proc.pid, "litellm": ll_proc.pid if "litellm" in targets else 0}
         loads: dict[str, Any] = {}
         for name, target in targets.items():
@@ -440,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict[str, Any] = {
         "gateway_overhead_p50_ms": diff(plain["gateway"], plain["direct"], "total"),
         "gateway_added_ttft_p50_ms": diff(streamed["gateway"], streamed["direct"], "first_token"),
+        "gateway_follow_up_overhead_p50_ms": diff(followed["gateway"], followed["direct"], "total"),
         "gateway_load": {k: loads["gateway"][k] for k in ("requests_per_s", "errors")}
         | {"p99_ms": loads["gateway"]["latency"].get("p99_ms")},
         "verify_ok": bool(verify.get("ok")),
@@ -457,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
     if "litellm" in plain:
         summary["litellm_overhead_p50_ms"] = diff(plain["litellm"], plain["direct"], "total")
         summary["litellm_added_ttft_p50_ms"] = diff(streamed["litellm"], streamed["direct"], "first_token")
+        summary["litellm_follow_up_overhead_p50_ms"] = diff(followed["litellm"], followed["direct"], "total")
         summary["litellm_load"] = {k: loads["litellm"][k] for k in ("requests_per_s", "errors")} | {
             "p99_ms": loads["litellm"]["latency"].get("p99_ms")
         }
@@ -481,6 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary,
         "sequential_non_streaming": plain,
         "sequential_streaming": streamed,
+        "sequential_follow_up": followed,
         "load": loads,
         "verify": verify,
         "workers_phase": workers,
