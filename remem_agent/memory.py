@@ -13,7 +13,7 @@ import json
 import logging
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -209,18 +209,39 @@ class ReMem:
             self.embedder.embed([c.text for c in clean]), len(clean), self.dim, source=self.embedder.name
         )
 
-        def insert_all(tx: LedgerTx) -> tuple[list[str], list[str]]:
+        def insert_all(tx: LedgerTx) -> tuple[list[str], list[str], _NewRows]:
             ids: list[str] = []
             warned: list[str] = []  # fresh per attempt: a retried transaction must not warn twice
+            before = tx.max_seq()
+            tx.inserted = []
             for c, vec in zip(clean, vecs, strict=True):
                 ids.append(insert_fact(tx, c, vec, warned, self.config.staleness))
-            return ids, warned
+            new_rows = _NewRows(before, tx.max_seq(), tx.inserted)
+            tx.inserted = None
+            return ids, warned, new_rows
 
-        ids, pending_warnings = self.store.transact(insert_all)
+        ids, pending_warnings, new_rows = self.store.transact(insert_all)
         for msg in pending_warnings:
             warnings.warn(msg, UserWarning, stacklevel=3)
+        self._index_new_rows(new_rows)
         self._sync_index()
         return ids
+
+    def _index_new_rows(self, new: _NewRows) -> None:
+        """Give the flat index the rows this ``add_many`` just committed, without reading them back: when the
+        index held every row up to the transaction's start and the transaction's new seqs are exactly its
+        own inserts (in order), those are the rows ``_sync_index`` would read. Otherwise it reads them."""
+        if self._flat is None or self._index_synced_by_ledger or not new.rows:
+            return
+        with self._index_lock:
+            if self._index_seq != new.before or new.after - new.before != len(new.rows):
+                return
+            self._flat.ingest(
+                [mid for mid, _, _ in new.rows],
+                np.stack([vec for _, vec, _ in new.rows]).astype(np.float32, copy=False),
+                groups=[scope for _, _, scope in new.rows],
+            )
+            self._index_seq = new.after
 
     def add_conversation(
         self,
@@ -687,6 +708,16 @@ class ReMem:
 
     async def ainspect(self, memory_id: str, *, scope: str | None = None) -> MemoryInfo:
         return await asyncio.to_thread(self.inspect, memory_id, scope=scope)
+
+
+@dataclass(frozen=True)
+class _NewRows:
+    """What one ``add_many`` transaction inserted: the highest seq before and after it, and its new memories
+    (id, embedding, scope) in insertion order."""
+
+    before: int
+    after: int
+    rows: list[tuple[str, NDArray[np.float32], str]]
 
 
 def _in_scope(memory: Memory, scope: str | None) -> Memory:

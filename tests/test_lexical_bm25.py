@@ -56,7 +56,8 @@ def test_in_process_bm25_equals_sqlite_bm25(tmp_path: Path) -> None:
         with writer.store.write() as tx:
             state = tx.memory(victim).state.value
             if state == "ACTIVE":
-                tx.transition(victim, rng.choice([LifecycleEvent.INVALIDATE, LifecycleEvent.DEMOTE]), reason="t", at=2e9)
+                event = rng.choice([LifecycleEvent.INVALIDATE, LifecycleEvent.DEMOTE])
+                tx.transition(victim, event, reason="t", at=2e9)
             elif state == "LOW_VALUE":  # a text update: postings and the row's size change without a new seq
                 tx.transition(victim, LifecycleEvent.COMPRESS, reason="t", at=2e9, updates={"text": _text(rng, step)})
         with mem.store.read() as tx:

@@ -263,9 +263,15 @@ class LedgerTx:
         claims = [m for m in rows if m.valid_from == valid_from]  # one valid_from: in seq order
         return current, claims
 
+    # When a list, ``insert_memory`` appends (id, embedding, scope) of each memory it inserts (``ReMem.add_many``
+    # hands its own new rows to the in-process index instead of reading them back after the commit).
+    inserted: list[tuple[str, NDArray[np.float32], str]] | None = None
+
     def insert_memory(self, m: Memory, embedding: NDArray[np.float32], *, reason: str, at: float) -> Event:
         """Insert a new memory in ACTIVE and log its ``add`` event."""
         state = next_state(None, LifecycleEvent.ADD, memory_id=m.id)
+        if self.inserted is not None:
+            self.inserted.append((m.id, embedding, m.scope))
         tasks = json.dumps(list(m.tasks)) if m.tasks else "[]"
         content_hash = hashing.memory_hash(
             m.id,
