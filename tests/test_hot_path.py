@@ -442,3 +442,58 @@ def test_can_stream_is_the_protocol_check() -> None:
     for obj in zoo:
         assert can_stream(obj) is isinstance(obj, StreamingChatModel), obj
     assert can_stream(Full()) and not can_stream(NoStream()) and not can_stream(blocked) and can_stream(given)
+
+
+async def _sse_messages(app: Any, body: dict[str, Any]) -> list[bytes]:
+    """The body messages of one streamed chat completion, the ASGI app called as uvicorn calls it (spec 2.3)."""
+    raw = json.dumps(body).encode()
+    scope = {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions", "query_string": b"",
+        "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2),
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())],
+    }  # fmt: skip
+    sent = asyncio.Event()
+    out: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        if not sent.is_set():
+            sent.set()
+            return {"type": "http.request", "body": raw, "more_body": False}
+        await asyncio.sleep(3600)  # the client stays
+        raise AssertionError
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            assert message["status"] == 200
+        elif message.get("body"):
+            out.append(message["body"])
+
+    await app(scope, receive, send)
+    return out
+
+
+@pytest.mark.parametrize("include_usage", [False, True])
+async def test_ready_sse_frames_go_out_together_as_the_same_bytes(tmp_path: Path, include_usage: bool) -> None:
+    from remem_agent.gateway.app import create_app
+    from remem_agent.gateway.config import GatewayConfig
+
+    mem = ReMem(tmp_path / "store")
+    mem.add("Our server moved to west-2.", entity="server", attribute="region", timestamp=1)
+    model = FunctionChatModel(lambda req: "It is in west-2 [M1].", name="m")
+    app = create_app(GatewayConfig(models=("m",), trace=str(tmp_path / "t.jsonl")), memory=mem, model=model, keys={})
+    body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "Where is our server?"}]}
+    body |= {"stream": True, "stream_options": {"include_usage": include_usage}}
+    messages = await _sse_messages(app, body)
+    events = [e for m in messages for e in m.decode().split("\n\n") if e]
+    assert all(e.startswith("data: ") for e in events) and b"".join(messages).endswith(b"data: [DONE]\n\n")
+    data = [json.loads(e[6:]) for e in events[:-1]]
+    deltas = [d["choices"][0]["delta"] for d in data if d["choices"]]
+    pieces = ["It ", "is ", "in ", "west-2 ", "[M1]."]
+    assert deltas == [{"role": "assistant", "content": ""}, *({"content": p} for p in pieces), {}]
+    assert [d["choices"][0]["finish_reason"] for d in data if d["choices"]] == [None] * 6 + ["stop"]
+    closing = [*(["usage"] if include_usage else []), "remem"]
+    assert [next(k for k in ("usage", "remem") if k in d) for d in data if not d["choices"]] == closing
+    # the role chunk travels with the first piece, the closing frames with [DONE]; every other frame alone
+    assert [m.count(b"\n\n") for m in messages] == [2, *[1] * 5, len(closing) + 1]
+    mem.close()

@@ -208,22 +208,35 @@ async def _sse(
             {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [choice]}
         )
 
+    def piece(c: StreamChunk) -> bytes:
+        delta = _delta(c)
+        if delta or c.finish_reason is not None:
+            return chunk(delta, finish_reason(c.finish_reason) if c.finish_reason is not None else None)
+        return b""
+
+    # Frames that are ready together go out as one body message (one socket write, the same bytes): the role
+    # chunk with the upstream's first chunk (received before the response started), and the closing frames.
     usage: Usage | None = None
     try:
-        yield chunk({"role": "assistant", "content": ""})
-        async for c in gw.service.chunks(chat, first, call):
+        head = chunk({"role": "assistant", "content": ""})
+        if first is not None:
+            usage = first.usage or usage
+            head += piece(first)
+        yield head
+        async for c in gw.service.chunks(chat, None, call):
             usage = c.usage or usage
-            delta = _delta(c)
-            if delta or c.finish_reason is not None:
-                yield chunk(delta, finish_reason(c.finish_reason) if c.finish_reason is not None else None)
+            frame = piece(c)
+            if frame:
+                yield frame
         reply = chat.reply
         tail = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": []}
+        end_frames = b""
         if include_usage:
-            yield _frame({**tail, "usage": _usage(usage or Usage())})
+            end_frames += _frame({**tail, "usage": _usage(usage or Usage())})
         if reply is not None:
             done = gw.service.meta(call, meta.conversation_id, reply)
-            yield _frame({**tail, "remem": done.body()})
-        yield b"data: [DONE]\n\n"
+            end_frames += _frame({**tail, "remem": done.body()})
+        yield end_frames + b"data: [DONE]\n\n"
     except (ModelError, TimeoutError) as exc:
         err = (
             error_of(exc)
