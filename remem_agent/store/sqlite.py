@@ -236,6 +236,8 @@ class SQLiteTx(LedgerTx):
         self._new_keys: set[tuple[Any, ...]] = set()  # (scope, entity, attribute) of the buffered memories
         self._next_event_seq = 0
         self._changes_at_start = conn.total_changes  # unchanged: this transaction has written nothing
+        self._cache_checked = False  # check_cache ran in this transaction (its snapshot cannot change after)
+        self._max_seq: tuple[int, int] | None = None  # (total_changes when read, max seq)
 
     def run(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Cursor:
         # "memor": memories, memories_fts, and the memory_id of events, stats and credits (foreign keys)
@@ -526,13 +528,30 @@ class SQLiteTx(LedgerTx):
 
     def check_cache(self, cache: _ReadCache) -> None:
         """Drop ``cache`` if another connection changed a memories row since it was last checked (see
-        ``_ReadCache``); read before the rows it guards, so they are at least as new as its stamp."""
+        ``_ReadCache``); read before the rows it guards, so they are at least as new as its stamp.
+
+        Once per transaction: ``PRAGMA data_version`` opens the transaction's snapshot when it is its first
+        statement and changes only when a new snapshot sees another connection's commit, so after the first
+        check nothing another connection commits is visible until the transaction ends (this connection's
+        own writes keep the cache exact through ``forget_row`` and the rollback)."""
+        if self._cache_checked:
+            return
+        self._cache_checked = True
         dv = self.c.execute("PRAGMA data_version").fetchone()[0]
         if dv != cache.data_version:
             version = self.memories_version()
             if version != cache.memories_version:
                 cache.clear()
             cache.data_version, cache.memories_version = dv, version
+
+    def max_seq(self) -> int:
+        """As ``LedgerTx.max_seq``, read once until this transaction writes (the lexical channel asks twice)."""
+        known = self._max_seq
+        if known is not None and known[0] == self.c.total_changes and not self._new_memories:
+            return known[1]
+        seq = super().max_seq()
+        self._max_seq = (self.c.total_changes, seq)
+        return seq
 
     def forget_row(self, memory_id: str, *, text_changed: bool = False) -> None:
         if self._cache is not None:
