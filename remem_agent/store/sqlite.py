@@ -59,7 +59,7 @@ from remem_agent.store.sql import (
     MEMORY_INSERT_WIDTH,
     LedgerTx,
 )
-from remem_agent.types import Memory, State
+from remem_agent.types import ALL_TASKS, Memory, State, TaskStats
 
 T = TypeVar("T")
 
@@ -136,6 +136,10 @@ class _ReadCache:
         self.counts: dict[tuple[str, int], int] = {}
         self.counts_seq = -1  # the highest memory seq the counts were read at
         self.ids_by_seq: dict[int, str] = {}  # the full-text index's rowid -> memory id
+        # Outcome statistics by (memory id, task), None where no row exists. Unlike the rows, every commit of
+        # another connection drops them (its searches and feedback update stats without touching memories);
+        # this connection's own stats writes drop the keys they write (``SQLiteTx.run``/``run_many``).
+        self.stats: dict[tuple[str, str], TaskStats | None] = {}
         # The lexical channel's postings (store/bm25.py): a token's rows and frequencies and the index's
         # totals, read at memory seq ``postings_seq`` (a new memory may hold any token: dropped when it grows);
         # the token count of each row by seq (-1: not read), which only a text update changes.
@@ -154,6 +158,7 @@ class _ReadCache:
         self.rows.clear()
         self.counts.clear()
         self.ids_by_seq.clear()
+        self.stats.clear()
         self.forget_postings()
         self.sizes = np.full(0, -1, dtype=np.int64)
         self.counts_seq = -1
@@ -191,6 +196,14 @@ _NEXT_EVENT_SEQ = (
 
 
 _RETIRED = frozenset({State.INVALIDATED, State.ARCHIVED})  # what a present-tense lexical search leaves out
+_STATS_UPSERT = "INSERT INTO stats (memory_id, task,"
+
+
+def _writes_stats(sql: str) -> bool:
+    """Whether a statement may write the stats table (the read cache's stats then drop what it wrote)."""
+    return "stats" in sql and sql.lstrip()[:6].upper() in {"INSERT", "UPDATE", "DELETE", "REPLAC"}
+
+
 _SEQ_CHUNK = 500
 
 
@@ -243,11 +256,20 @@ class SQLiteTx(LedgerTx):
         # "memor": memories, memories_fts, and the memory_id of events, stats and credits (foreign keys)
         if self._new_memories and ("memor" in sql or "events" in sql) and self._may_see_buffered(sql, args):
             self.insert_buffered()
+        if self._cache is not None and _writes_stats(sql):
+            self._cache.stats.clear()  # a stats write of unknown rows (none in this library's own writers)
         return self.c.execute(sql, args)
 
     def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if self._new_memories and ("memor" in sql or "events" in sql):
             self.insert_buffered()
+        if self._cache is not None and _writes_stats(sql):
+            known = self._cache.stats
+            if sql.startswith(_STATS_UPSERT):  # rows lead with (memory_id, task): drop exactly those keys
+                for row in rows:
+                    known.pop((row[0], row[1]), None)
+            else:
+                known.clear()
         self.c.executemany(sql, rows)
 
     def _may_see_buffered(self, sql: str, args: Sequence[Any]) -> bool:
@@ -539,6 +561,7 @@ class SQLiteTx(LedgerTx):
         self._cache_checked = True
         dv = self.c.execute("PRAGMA data_version").fetchone()[0]
         if dv != cache.data_version:
+            cache.stats.clear()  # another connection committed: its searches and feedback move stats
             version = self.memories_version()
             if version != cache.memories_version:
                 cache.clear()
@@ -561,6 +584,29 @@ class SQLiteTx(LedgerTx):
                 self._cache.counts_seq = -1
                 self._cache.forget_postings()
                 self._cache.sizes = np.full(0, -1, dtype=np.int64)
+
+    def stats(self, ids: Sequence[str], tasks: Sequence[str] = (ALL_TASKS,)) -> dict[tuple[str, str], TaskStats]:
+        """As ``LedgerTx.stats``, remembered in the read cache (a search reads the stats of its whole pool)."""
+        cache = self._cache
+        if cache is None:
+            return super().stats(ids, tasks)
+        self.check_cache(cache)
+        known = cache.stats
+        missing = list(dict.fromkeys(i for i in ids for t in tasks if (i, t) not in known))
+        if missing:
+            fetched = super().stats(missing, tasks)
+            if len(known) + len(missing) * len(tasks) > cache.max_rows:
+                known.clear()
+            for i in missing:
+                for t in tasks:
+                    known[(i, t)] = fetched.get((i, t))
+        out: dict[tuple[str, str], TaskStats] = {}
+        for i in ids:
+            for t in tasks:
+                s = known.get((i, t))
+                if s is not None:
+                    out[(i, t)] = s
+        return out
 
     def memories(self, ids: Sequence[str]) -> dict[str, Memory]:
         cache = self._cache

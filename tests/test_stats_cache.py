@@ -1,0 +1,74 @@
+"""The SQLite read cache remembers outcome statistics between searches (``SQLiteTx.stats``) and must never
+serve a stale one: after this connection's searches and feedback, another connection's searches and
+feedback (which change no memories row), an import and a rolled-back write, every cached value equals a
+fresh read of the stats table."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from remem_agent import ReMem
+from remem_agent.store.sqlite import SQLiteTx
+from remem_agent.types import ALL_TASKS
+
+TASKS = (ALL_TASKS, "deploy", "billing")
+
+
+def _cached_and_fresh(mem: ReMem, ids: list[str]) -> tuple[dict[object, object], dict[object, object], int]:
+    """(cached stats, fresh stats, stats statements the cached read needed)."""
+    statements: list[str] = []
+    with mem.store.read() as tx:
+        assert isinstance(tx, SQLiteTx)
+        tx.c.set_trace_callback(statements.append)
+        try:
+            got = tx.stats(ids, TASKS)
+        finally:
+            tx.c.set_trace_callback(None)
+        want = SQLiteTx(tx.c, None).stats(ids, TASKS)
+    return dict(got), dict(want), sum("FROM stats" in s for s in statements)
+
+
+def test_cached_stats_equal_fresh_stats_through_every_writer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(7)
+    folder = tmp_path / "store"
+    mem, other = ReMem(folder), ReMem(folder)
+    ids = mem.add_many([f"fact {i} about {rng.choice(['deploys', 'billing', 'regions'])}" for i in range(30)])
+    reused = 0
+    for step in range(60):
+        actor = mem if rng.random() < 0.6 else other
+        action = rng.random()
+        task = rng.choice([None, "deploy", "billing"])
+        if action < 0.5:
+            actor.search(rng.choice(["deploys", "billing", "regions fact"]), k=4, task=task)
+        else:
+            res = actor.search(rng.choice(["deploys", "billing"]), k=4, task=task)
+            if res.items:
+                used = [h.id for h in res.items[: rng.randint(0, len(res.items))]]
+                actor.feedback(res.search_id, success=rng.random() < 0.5, used_ids=used)
+        got, want, reads = _cached_and_fresh(mem, ids)
+        assert got == want, step
+        got, want, reads = _cached_and_fresh(mem, ids)
+        assert got == want and reads == 0  # nothing changed in between: all remembered
+        reused += 1
+
+    # a committed stats write of another shape (an operator's fix, a future writer): everything is dropped
+    _cached_and_fresh(mem, ids)
+    with mem.store.write() as tx:
+        tx.run("UPDATE stats SET wasted = wasted + 1 WHERE task = ?", (ALL_TASKS,))
+    got, want, _ = _cached_and_fresh(mem, ids)
+    assert got == want
+
+    # a write that updates stats and then rolls back: the cache must not keep what was read inside it
+    with pytest.raises(RuntimeError), mem.store.write() as tx:
+        tx.run("UPDATE stats SET shown = shown + 100")
+        assert isinstance(tx, SQLiteTx)
+        tx.stats(ids, TASKS)  # read (and remembered) inside the doomed transaction
+        raise RuntimeError("abort")
+    got, want, _ = _cached_and_fresh(mem, ids)
+    assert got == want
+    assert reused == 60
+    mem.close()
+    other.close()
