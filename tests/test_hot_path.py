@@ -497,3 +497,100 @@ async def test_ready_sse_frames_go_out_together_as_the_same_bytes(tmp_path: Path
     # the role chunk travels with the first piece, the closing frames with [DONE]; every other frame alone
     assert [m.count(b"\n\n") for m in messages] == [2, *[1] * 5, len(closing) + 1]
     mem.close()
+
+
+async def _long_way_chunks(stream: Any, deadline: float) -> Any:
+    """``ChatService.chunks`` as it was: ``asyncio.timeout`` armed and cancelled around every chunk."""
+    import time
+
+    while True:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            raise TimeoutError
+        try:
+            async with asyncio.timeout(left):
+                chunk = await stream.__anext__()
+        except StopAsyncIteration:
+            return
+        yield chunk
+
+
+class _Upstream:
+    """A stream whose chunks come as the test releases them (``None``: wait forever; a number: sleep that long)."""
+
+    def __init__(self, plan: list[Any], *, swallow: bool = False) -> None:
+        self.plan, self.swallow, self.cancelled = list(plan), swallow, 0
+
+    async def __anext__(self) -> Any:
+        if not self.plan:
+            raise StopAsyncIteration
+        step = self.plan.pop(0)
+        try:
+            if step is None:
+                await asyncio.Event().wait()
+            elif isinstance(step, float):
+                await asyncio.sleep(step)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            if not self.swallow:
+                raise
+        return "chunk"
+
+
+async def _outcome(make: Callable[[Any, float], Any], plan: list[Any], left: float, **kw: Any) -> tuple[Any, ...]:
+    """What consuming the stream gives: the chunks, how it ended, upstream cancellations, the task's cancel count."""
+    import time
+
+    up = _Upstream(plan, **kw.pop("upstream", {}))
+    got: list[str] = []
+    consumer_sleep, external = kw.get("consumer_sleep", 0.0), kw.get("external_cancel", False)
+
+    async def consume() -> str:
+        gen = make(up, time.perf_counter() + left)
+        try:
+            async for c in gen:
+                got.append(c)
+                if consumer_sleep:
+                    await asyncio.sleep(consumer_sleep)  # the consumer past the deadline: never cancelled
+            return "done"
+        except TimeoutError:
+            return "timeout"
+        finally:
+            await gen.aclose()
+
+    task = asyncio.ensure_future(consume())
+    if external:
+        await asyncio.sleep(0.005)
+        task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=30)  # a stream the timer never ended would hang: fail instead
+    assert done, "the stream did not end"
+    end = "cancelled" if task.cancelled() else task.result()
+    return tuple(got), end, up.cancelled, task.cancelling()
+
+
+def _one_timer_chunks(up: Any, deadline: float) -> Any:
+    from types import SimpleNamespace
+
+    from remem_agent.gateway.config import Limits
+    from remem_agent.gateway.service import ChatService
+    from remem_agent.gateway.upstream import Timing
+
+    timing = Timing(started=deadline - 1.0)
+    service = SimpleNamespace(limits=Limits(max_stream_seconds=1.0))
+    return ChatService.chunks(service, up, None, SimpleNamespace(timing=timing))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "plan, left, kw",
+    [
+        (["now", "now", "now"], 5.0, {}),  # a stream that ends in time
+        (["now", None], 0.2, {}),  # the next chunk never comes: TimeoutError, the upstream's wait cancelled
+        (["now", "now", "now"], 0.2, {"consumer_sleep": 0.3}),  # the consumer, not the upstream, runs late
+        (["now", None], 5.0, {"external_cancel": True}),  # someone else cancels: CancelledError, not a timeout
+        (["now", None, "now"], 0.2, {"upstream": {"swallow": True}}),  # the upstream ignores the cancellation
+    ],
+)
+async def test_one_stream_timer_is_a_timeout_around_every_chunk(plan: list[Any], left: float, kw: Any) -> None:
+    one = await _outcome(_one_timer_chunks, plan, left, **dict(kw))
+    long = await _outcome(_long_way_chunks, plan, left, **dict(kw))
+    assert one == long, (one, long)

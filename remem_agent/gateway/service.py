@@ -202,20 +202,34 @@ class ChatService:
         return stream, first, meta
 
     async def chunks(self, stream: ChatStream, first: StreamChunk | None, call: ChatCall) -> AsyncIterator[StreamChunk]:
-        """The rest of the stream, bounded by ``max_stream_seconds`` (an ``asyncio.TimeoutError`` past it)."""
+        """The rest of the stream, bounded by ``max_stream_seconds`` (an ``asyncio.TimeoutError`` past it).
+
+        Each wait for the next chunk is ``asyncio.timeout(left)``'s, with one timer for the whole stream
+        (:class:`StreamDeadline`) instead of a timer armed and cancelled around every chunk.
+        """
         deadline = call.timing.started + self.limits.max_stream_seconds
         if first is not None:
             yield first
-        while True:
-            left = deadline - time.perf_counter()
-            if left <= 0:
-                raise TimeoutError
-            try:
-                async with asyncio.timeout(left):  # in this task: the stream's generator never changes task
-                    chunk = await stream.__anext__()
-            except StopAsyncIteration:
-                return
-            yield chunk
+        guard: StreamDeadline | None = None
+        try:
+            while True:
+                left = deadline - time.perf_counter()
+                if left <= 0:
+                    raise TimeoutError
+                if guard is None:
+                    guard = StreamDeadline(left)
+                try:
+                    if guard.task is asyncio.current_task():
+                        chunk = await guard.wait(stream)
+                    else:  # another task iterates (never, in this gateway): the timer cannot be its
+                        async with asyncio.timeout(left):
+                            chunk = await stream.__anext__()
+                except StopAsyncIteration:
+                    return
+                yield chunk
+        finally:
+            if guard is not None:
+                guard.close()
 
     def observe(self, call: ChatCall) -> None:
         t = call.timing
@@ -255,6 +269,53 @@ class ChatService:
                 code="scope_forbidden",
             )
         return await self.agent.feedback(answer_id, success=success, reason=reason, used_ids=used_ids, **scoped(scope))
+
+
+class StreamDeadline:
+    """``async with asyncio.timeout(left): await stream.__anext__()`` for every chunk of one stream, with ONE
+    timer: armed once at the stream's deadline, it cancels the task that created it only while that task waits
+    in :meth:`wait` (past the deadline between waits, the caller's own check raises before the next wait, as
+    there was no timer then either). A cancellation it caused is turned into ``TimeoutError`` exactly as
+    ``asyncio.Timeout.__aexit__`` does (``uncancel``, and only when no other cancellation is pending)."""
+
+    def __init__(self, left: float) -> None:
+        self.task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        self._handle: asyncio.TimerHandle | None = loop.call_at(loop.time() + left, self._expire)
+        self._waiting = False
+        self._expiring = False
+        self._cancelling = 0
+
+    def _expire(self) -> None:
+        self._handle = None
+        if self._waiting and self.task is not None:
+            self._expiring = True
+            self.task.cancel()
+
+    async def wait(self, stream: ChatStream) -> StreamChunk:
+        task = self.task
+        assert task is not None
+        self._cancelling = task.cancelling()
+        self._waiting = True
+        try:
+            chunk = await stream.__anext__()
+        except BaseException as exc:
+            self._waiting = False
+            if self._expiring:
+                self._expiring = False
+                if task.uncancel() <= self._cancelling and isinstance(exc, asyncio.CancelledError):
+                    raise TimeoutError from exc
+            raise
+        self._waiting = False
+        if self._expiring:  # the chunk came anyway (its generator swallowed the cancellation)
+            self._expiring = False
+            task.uncancel()
+        return chunk
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 class StreamEnd:
