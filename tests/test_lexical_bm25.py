@@ -147,3 +147,34 @@ def test_totals_and_sizes_are_what_fts5_stores(tmp_path: Path) -> None:
         sizes = tx._sizes(cache, np.array(seqs, dtype=np.int64)).tolist()
     assert rows == 3 and sizes == [3.0, 300.0, 2.0] and tokens == 305
     mem.close()
+
+
+def test_own_inserts_extend_the_postings_and_scores_stay_sqlite_s(tmp_path: Path) -> None:
+    """An agent stores turns between searches: this connection's new memories are added to the remembered
+    postings (tokenized by the index's tokenizer) instead of dropping them, and every answer is still
+    SQLite's own."""
+    rng = random.Random(5)
+    mem = ReMem(tmp_path / "store")
+    mem.add_many([_text(rng, i) for i in range(40)])
+    with mem.store.read() as tx:  # every word's postings read once
+        for word in WORDS:
+            tx.lexical_candidates(word, limit=5, scopes=None)
+    vocab_reads = 0
+    for step in range(30):
+        mem.add_many([_text(rng, 100 + step) for _ in range(rng.randint(1, 3))], scope=rng.choice(SCOPES))
+        with mem.store.read() as tx:
+            assert isinstance(tx, SQLiteTx)
+            for _ in range(4):
+                query = " ".join(rng.sample(WORDS, rng.randint(1, 3)))
+                kw: dict[str, Any] = {"limit": rng.choice([2, 10, 50]), "scopes": None, "current_only": True}
+                statements: list[str] = []
+                tx.c.set_trace_callback(statements.append)
+                try:
+                    got = tx.lexical_candidates(query, **kw)
+                finally:
+                    tx.c.set_trace_callback(None)
+                assert got == _sql(tx, query, **kw), (step, query)
+                vocab_reads += sum("remem_postings WHERE term" in s for s in statements)
+    # every word's postings were extended with the new rows, never read from the index again
+    assert vocab_reads == 0
+    mem.close()

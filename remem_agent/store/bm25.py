@@ -100,9 +100,19 @@ class Tokenizer:
         self._max = max_words
 
     def tokens(self, word: str) -> tuple[str, ...]:
+        """The tokens of a query word (remembered)."""
         known = self._known.get(word)
         if known is not None:
             return known
+        out = tuple(self.text_tokens(word))
+        with self._lock:
+            if len(self._known) >= self._max:
+                self._known.clear()
+            self._known[word] = out
+        return out
+
+    def text_tokens(self, text: str) -> list[str]:
+        """The tokens FTS5 indexes for ``text``, in order (their count is the row size it stores)."""
         with self._lock:
             c = self._conn
             if c is None:
@@ -111,14 +121,10 @@ class Tokenizer:
                 c.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)")
             c.execute("BEGIN")
             try:
-                c.execute("INSERT INTO t (rowid, text) VALUES (1, ?)", (word,))
-                out = tuple(str(t) for (t,) in c.execute("SELECT term FROM v ORDER BY offset"))
+                c.execute("INSERT INTO t (rowid, text) VALUES (1, ?)", (text,))
+                return [str(t) for (t,) in c.execute("SELECT term FROM v ORDER BY offset")]
             finally:
                 c.execute("ROLLBACK")
-            if len(self._known) >= self._max:
-                self._known.clear()
-            self._known[word] = out
-            return out
 
 
 TOKENIZER = Tokenizer()

@@ -22,6 +22,7 @@ Why these choices:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import json
@@ -205,6 +206,7 @@ def _writes_stats(sql: str) -> bool:
 
 
 _SEQ_CHUNK = 500
+_EXTEND_POSTINGS_ROWS = 1000  # more new memories than this since the postings were read: read them again
 
 
 @functools.cache
@@ -380,9 +382,14 @@ class SQLiteTx(LedgerTx):
         """``_lexical_query`` from postings: every match scored, then the best filtered in growing windows."""
         self.check_cache(cache)
         seq = self.max_seq()
-        if seq != cache.postings_seq:  # a new memory may hold any of the tokens
-            cache.forget_postings()
+        if seq != cache.postings_seq:  # new memories may hold any of the tokens
+            grown = seq - cache.postings_seq
+            if cache.postings and cache.postings_seq >= 0 and 0 < grown <= _EXTEND_POSTINGS_ROWS:
+                self._extend_postings(cache, cache.postings_seq)
+            else:
+                cache.forget_postings()
             cache.postings_seq = seq
+            cache.totals = None
         phrases = [self._postings(cache, t) for t in tokens]
         docs = np.unique(np.concatenate([p.rows for p in phrases]))
         if len(docs) == 0:
@@ -409,6 +416,37 @@ class SQLiteTx(LedgerTx):
             start += window
             window *= 4
         return out
+
+    def _extend_postings(self, cache: _ReadCache, after: int) -> None:
+        """Add the memories this connection inserted since seq ``after`` to the remembered postings (an agent
+        that stores a turn between two searches must not lose every posting to it).
+
+        Only this connection's inserts get here: another connection's drop the whole cache first
+        (``check_cache``). Each new text is tokenized by the index's own tokenizer (``bm25.TOKENIZER``), so
+        its tokens and its row size are the ones FTS5 stored; new seqs are higher than every remembered row,
+        so appending keeps each posting in row order."""
+        new = self.c.execute("SELECT seq, text FROM memories WHERE seq > ? ORDER BY seq", (after,)).fetchall()
+        grown: dict[str, tuple[list[int], list[float]]] = {}
+        top = int(new[-1][0]) if new else 0
+        if len(cache.sizes) <= top:
+            sizes = np.full(max(top + 1, 2 * len(cache.sizes)), -1, dtype=np.int64)
+            sizes[: len(cache.sizes)] = cache.sizes
+            cache.sizes = sizes
+        for seq, text in new:
+            tokens = bm25.TOKENIZER.text_tokens(str(text))
+            cache.sizes[int(seq)] = len(tokens)
+            for token, freq in collections.Counter(tokens).items():
+                if token in cache.postings:
+                    rows, freqs = grown.setdefault(token, ([], []))
+                    rows.append(int(seq))
+                    freqs.append(float(freq))
+        for token, (rows, freqs) in grown.items():
+            old = cache.postings[token]
+            cache.postings[token] = bm25.Postings(
+                rows=np.concatenate([old.rows, np.array(rows, dtype=np.int64)]),
+                freq=np.concatenate([old.freq, np.array(freqs, dtype=np.float64)]),
+            )
+            cache.postings_entries += len(rows)
 
     def _postings(self, cache: _ReadCache, token: str) -> bm25.Postings:
         """A token's rows and frequencies, through ``fts5vocab`` over the index (remembered)."""
@@ -575,6 +613,11 @@ class SQLiteTx(LedgerTx):
         seq = super().max_seq()
         self._max_seq = (self.c.total_changes, seq)
         return seq
+
+    def after_import(self) -> None:
+        """Imported rows arrive with their own seqs and history: nothing remembered can be trusted."""
+        if self._cache is not None:
+            self._cache.clear()
 
     def forget_row(self, memory_id: str, *, text_changed: bool = False) -> None:
         if self._cache is not None:
