@@ -7,6 +7,7 @@ from pathlib import Path
 
 from evals.perf import core as perf_core
 from evals.perf import middleware as perf_middleware
+from evals.perf import search_stages
 
 
 def test_perf_core_quick_writes_its_report(tmp_path: Path) -> None:
@@ -20,6 +21,19 @@ def test_perf_core_quick_writes_its_report(tmp_path: Path) -> None:
     for path in ("full", "budgeted", "similarity_only", "remem_similarity_only"):
         assert size["search"][path]["p50_ms"] > 0
     assert rep["machine"]["cpu_count"] >= 1 and rep["wall_time_s"] > 0
+
+
+def test_search_stages_times_every_stage_and_restores_the_methods(tmp_path: Path) -> None:
+    from remem_agent.index.flat import FlatIndex
+
+    scan = FlatIndex.scan
+    out = tmp_path / "stages.json"
+    assert search_stages.main(["--size", "300", "--queries", "10", "--warmup", "5", "--out", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    assert set(rep["stages"]) == {"flat", "lexical", "rows", "stats", "attributes", "fuse", "rank", "record", "total"}
+    assert all(rep["stages"][s]["n"] == 10 for s in rep["stages"])
+    assert rep["stages"]["total"]["p50_ms"] >= rep["stages"]["rank"]["p50_ms"] > 0
+    assert FlatIndex.scan is scan  # the timers are gone after the run
 
 
 def test_perf_middleware_quick_writes_its_report(tmp_path: Path) -> None:
