@@ -153,12 +153,13 @@ def rank_and_select(
         guard_exempt=exempt,
         method=config.selection,
     )
-    fmat = feature_matrix(feats)
+    # the feature snapshots of the served rows only (a search records them; the rest of the pool is not kept)
+    picked = feature_matrix({name: v[chosen] for name, v in feats.items()}).round(5).tolist() if chosen else []
     hits: list[Hit] = []
     snapshots: list[tuple[float, ...]] = []
     for rank, i in enumerate(chosen):
         m = cands[i]
-        snapshots.append(tuple(fmat[i].round(5).tolist()))
+        snapshots.append(tuple(picked[rank]))
         detail = None
         if explain:
             detail = {f"feature.{n}": float(v[i]) for n, v in feats.items()}
