@@ -594,3 +594,44 @@ async def test_one_stream_timer_is_a_timeout_around_every_chunk(plan: list[Any],
     one = await _outcome(_one_timer_chunks, plan, left, **dict(kw))
     long = await _outcome(_long_way_chunks, plan, left, **dict(kw))
     assert one == long, (one, long)
+
+
+async def test_open_stream_is_stream_reply_without_its_relay() -> None:
+    from remem_agent.adapters.base import ChatRequest, StreamChunk, open_stream, stream_reply
+    from remem_agent.adapters.fakes import FAKE_CAPABILITIES
+
+    class Iterating(FunctionChatModel):
+        def stream(self, request: Any) -> Any:  # an async iterator, not an async generator function
+            return _Iter([StreamChunk(text="a"), StreamChunk(text="b", finish_reason="stop")])
+
+    class Whole(FunctionChatModel):  # no streaming: one chunk holding the reply
+        pass
+
+    class _Iter:
+        def __init__(self, items: list[StreamChunk]) -> None:
+            self.items = items
+
+        def __aiter__(self) -> Any:
+            return self
+
+        async def __anext__(self) -> StreamChunk:
+            if not self.items:
+                raise StopAsyncIteration
+            return self.items.pop(0)
+
+    from dataclasses import replace as dc_replace
+
+    req = ChatRequest(messages=(), max_tokens=None)
+    models = [
+        FunctionChatModel(lambda r: "It is in west-2 [M1]."),
+        Iterating(lambda r: "unused"),
+        Whole(lambda r: "one piece", capabilities=dc_replace(FAKE_CAPABILITIES, streaming=False)),
+    ]
+    for model in models:
+        direct = open_stream(model, req)
+        assert [c async for c in direct] == [c async for c in stream_reply(model, req)]
+    gen = open_stream(models[0], req)
+    assert gen.ag_code is FunctionChatModel.stream.__code__  # the model's own generator: no relay
+    for model in models[1:]:
+        assert open_stream(model, req).ag_code is stream_reply.__code__  # type: ignore[attr-defined]
+    await gen.aclose()

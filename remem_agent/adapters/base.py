@@ -9,6 +9,7 @@ themselves: retries live in one place, :mod:`remem_agent.adapters.retry`.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, cast, runtime_checkable
@@ -188,6 +189,21 @@ def can_stream(model: object) -> bool:
     return all(hasattr(model, m) for m in STREAMING_MEMBERS) and all(
         getattr(model, m) is not None for m in _STREAMING_METHODS
     )
+
+
+def open_stream(model: ChatModel, request: ChatRequest) -> AsyncGenerator[StreamChunk]:
+    """``stream_reply(model, request)``, without its relay when the model's ``stream`` is an async generator
+    function: then that generator itself (created, not started, as ``stream_reply`` would create it on its first
+    step), so each chunk passes one generator fewer; any other model gets ``stream_reply``."""
+    try:
+        direct = model.capabilities.streaming and can_stream(model)
+        stream = cast(StreamingChatModel, model).stream if direct else None
+    except Exception:  # noqa: BLE001 - stream_reply raises it at its first step, as before
+        stream = None
+    if stream is not None and inspect.isasyncgenfunction(stream):
+        gen: AsyncGenerator[StreamChunk] = stream(request)
+        return gen
+    return stream_reply(model, request)
 
 
 async def stream_reply(model: ChatModel, request: ChatRequest) -> AsyncGenerator[StreamChunk]:

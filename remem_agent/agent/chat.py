@@ -44,7 +44,7 @@ from remem_agent.adapters.base import (
     ToolCall,
     ToolSpec,
     Usage,
-    stream_reply,
+    open_stream,
 )
 from remem_agent.adapters.retry import RetryPolicy, call_with_retries
 from remem_agent.agent.call import Sampling
@@ -989,7 +989,7 @@ async def _open_stream(model: ChatModel, req: ChatRequest, retry: RetryPolicy) -
     """The model's stream with its first chunk already received: failures before any byte are retried."""
 
     async def first() -> tuple[StreamChunk | None, AsyncGenerator[StreamChunk]]:
-        gen = stream_reply(model, req)
+        gen = open_stream(model, req)  # the model's own generator when it is one (one relay fewer)
         try:
             return await gen.__anext__(), gen
         except StopAsyncIteration:

@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from remem_agent.adapters.base import Capabilities, ChatModel, ChatRequest, ChatResponse, StreamChunk, stream_reply
+from remem_agent.adapters.base import Capabilities, ChatModel, ChatRequest, ChatResponse, StreamChunk, open_stream
 from remem_agent.errors import ModelError
 from remem_agent.gateway.config import GatewayConfig
 
@@ -160,7 +160,7 @@ class ModelRouter:
         t0 = time.perf_counter()
         if timing is not None and timing.upstream_start is None:
             timing.upstream_start = t0
-        gen = stream_reply(model, req)
+        gen = open_stream(model, req)  # the adapter's own generator when it is one (one relay fewer)
         try:
             async for chunk in gen:
                 if timing is not None and timing.first_chunk is None:
