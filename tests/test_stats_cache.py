@@ -72,3 +72,29 @@ def test_cached_stats_equal_fresh_stats_through_every_writer(tmp_path: Path, mon
     assert reused == 60
     mem.close()
     other.close()
+
+
+def test_the_cache_is_checked_once_per_transaction_and_again_in_the_next(tmp_path: Path) -> None:
+    """One PRAGMA data_version per transaction (its snapshot cannot change inside it); the next transaction
+    checks again and sees another connection's change."""
+    folder = tmp_path / "store"
+    mem, other = ReMem(folder), ReMem(folder)
+    ids = mem.add_many(["amber note", "cedar note", "lotus note"])
+    mem.search("amber cedar", k=2)
+    statements: list[str] = []
+    with mem.store.read() as tx:
+        assert isinstance(tx, SQLiteTx)
+        tx.c.set_trace_callback(statements.append)
+        try:
+            tx.memories(ids)
+            tx.stats(ids, TASKS)
+            tx.lexical_candidates("amber lotus", limit=3, scopes=None)
+            tx.memories(ids[:1])
+        finally:
+            tx.c.set_trace_callback(None)
+    assert sum(s.startswith("PRAGMA data_version") for s in statements) == 1  # (FTS5 runs its own, "-- PRAGMA")
+    res = other.search("amber", k=1)  # another connection's search record moves the stats of what it served
+    got, want, _ = _cached_and_fresh(mem, ids)
+    assert got == want and want[(res.items[0].id, ALL_TASKS)].retrieved == 2
+    mem.close()
+    other.close()
