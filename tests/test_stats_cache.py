@@ -98,3 +98,31 @@ def test_the_cache_is_checked_once_per_transaction_and_again_in_the_next(tmp_pat
     assert got == want and want[(res.items[0].id, ALL_TASKS)].retrieved == 2
     mem.close()
     other.close()
+
+
+def test_cached_attributes_equal_fresh_ones_through_adds_and_updates(tmp_path: Path) -> None:
+    """Attribute change counts (the confidence decay of changing attributes) are remembered the same way:
+    this connection's supersessions and update wordings, another connection's, never stale."""
+    from remem_agent import MemoryInput
+
+    rng = random.Random(9)
+    folder = tmp_path / "store"
+    mem, other = ReMem(folder), ReMem(folder)
+    names = ["region", "owner", "plan", "never-used"]
+    for step in range(40):
+        actor = mem if rng.random() < 0.6 else other
+        attr = rng.choice(names[:3])
+        wording = rng.choice(["is", "is now", "moved to"])
+        fact = MemoryInput(f"svc{step % 4} {attr} {wording} v{step}", entity=f"svc{step % 4}", attribute=attr)
+        actor.add_many([fact])
+        for change in (False, True, False):
+            if change:  # another connection changes counts without touching a memories row
+                with other.store.write() as tx:
+                    tx.run("UPDATE attributes SET changes = changes + 1 WHERE attribute = ?", (attr,))
+            with mem.store.read() as tx:
+                assert isinstance(tx, SQLiteTx)
+                got = tx.attributes(names)
+                want = SQLiteTx(tx.c, None).attributes(names)
+            assert got == want, step
+    mem.close()
+    other.close()

@@ -60,7 +60,7 @@ from remem_agent.store.sql import (
     MEMORY_INSERT_WIDTH,
     LedgerTx,
 )
-from remem_agent.types import ALL_TASKS, Memory, State, TaskStats
+from remem_agent.types import ALL_TASKS, AttributeInfo, Memory, State, TaskStats
 
 T = TypeVar("T")
 
@@ -141,6 +141,7 @@ class _ReadCache:
         # another connection drops them (its searches and feedback update stats without touching memories);
         # this connection's own stats writes drop the keys they write (``SQLiteTx.run``/``run_many``).
         self.stats: dict[tuple[str, str], TaskStats | None] = {}
+        self.attributes: dict[str, AttributeInfo | None] = {}  # the same rules, for the attributes table
         # The lexical channel's postings (store/bm25.py): a token's rows and frequencies and the index's
         # totals, read at memory seq ``postings_seq`` (a new memory may hold any token: dropped when it grows);
         # the token count of each row by seq (-1: not read), which only a text update changes.
@@ -160,6 +161,7 @@ class _ReadCache:
         self.counts.clear()
         self.ids_by_seq.clear()
         self.stats.clear()
+        self.attributes.clear()
         self.forget_postings()
         self.sizes = np.full(0, -1, dtype=np.int64)
         self.counts_seq = -1
@@ -200,9 +202,9 @@ _RETIRED = frozenset({State.INVALIDATED, State.ARCHIVED})  # what a present-tens
 _STATS_UPSERT = "INSERT INTO stats (memory_id, task,"
 
 
-def _writes_stats(sql: str) -> bool:
-    """Whether a statement may write the stats table (the read cache's stats then drop what it wrote)."""
-    return "stats" in sql and sql.lstrip()[:6].upper() in {"INSERT", "UPDATE", "DELETE", "REPLAC"}
+def _writes(sql: str, table: str) -> bool:
+    """Whether a statement may write ``table`` (the read cache then drops what it remembers of it)."""
+    return table in sql and sql.lstrip()[:6].upper() in {"INSERT", "UPDATE", "DELETE", "REPLAC"}
 
 
 _SEQ_CHUNK = 500
@@ -258,14 +260,19 @@ class SQLiteTx(LedgerTx):
         # "memor": memories, memories_fts, and the memory_id of events, stats and credits (foreign keys)
         if self._new_memories and ("memor" in sql or "events" in sql) and self._may_see_buffered(sql, args):
             self.insert_buffered()
-        if self._cache is not None and _writes_stats(sql):
-            self._cache.stats.clear()  # a stats write of unknown rows (none in this library's own writers)
+        if self._cache is not None:
+            if _writes(sql, "stats"):
+                self._cache.stats.clear()  # a stats write of unknown rows (none in this library's own writers)
+            if _writes(sql, "attributes"):
+                self._cache.attributes.clear()
         return self.c.execute(sql, args)
 
     def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if self._new_memories and ("memor" in sql or "events" in sql):
             self.insert_buffered()
-        if self._cache is not None and _writes_stats(sql):
+        if self._cache is not None and _writes(sql, "attributes"):
+            self._cache.attributes.clear()
+        if self._cache is not None and _writes(sql, "stats"):
             known = self._cache.stats
             if sql.startswith(_STATS_UPSERT):  # rows lead with (memory_id, task): drop exactly those keys
                 for row in rows:
@@ -600,6 +607,7 @@ class SQLiteTx(LedgerTx):
         dv = self.c.execute("PRAGMA data_version").fetchone()[0]
         if dv != cache.data_version:
             cache.stats.clear()  # another connection committed: its searches and feedback move stats
+            cache.attributes.clear()  # and its adds move attribute counts
             version = self.memories_version()
             if version != cache.memories_version:
                 cache.clear()
@@ -650,6 +658,22 @@ class SQLiteTx(LedgerTx):
                 if s is not None:
                     out[(i, t)] = s
         return out
+
+    def attributes(self, names: Sequence[str]) -> dict[str, AttributeInfo]:
+        """As ``LedgerTx.attributes``, remembered in the read cache (a search asks about its pool's keys)."""
+        cache = self._cache
+        if cache is None:
+            return super().attributes(names)
+        self.check_cache(cache)
+        known = cache.attributes
+        missing = [n for n in dict.fromkeys(names) if n not in known]
+        if missing:
+            fetched = super().attributes(missing)
+            if len(known) + len(missing) > cache.max_counts:
+                known.clear()
+            for n in missing:
+                known[n] = fetched.get(n)
+        return {n: info for n in sorted(set(names)) if (info := known.get(n)) is not None}
 
     def memories(self, ids: Sequence[str]) -> dict[str, Memory]:
         cache = self._cache
