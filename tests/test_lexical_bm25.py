@@ -178,3 +178,18 @@ def test_own_inserts_extend_the_postings_and_scores_stay_sqlite_s(tmp_path: Path
     # every word's postings were extended with the new rows, never read from the index again
     assert vocab_reads == 0
     mem.close()
+
+
+def test_past_the_cached_seq_range_sqlite_ranks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row sizes are remembered by seq in an array; a store whose seqs run past its bound is ranked by SQLite
+    (the same answer), never by a huge allocation."""
+    import remem_agent.store.sqlite as sqlite_module
+
+    mem = ReMem(tmp_path / "store")
+    mem.add_many(["camping by the river", "river stones", "a quartz river"])
+    monkeypatch.setattr(sqlite_module, "_MAX_CACHED_SEQ", 2)
+    with mem.store.read() as tx:
+        assert isinstance(tx, SQLiteTx)
+        got, ranked_by_sqlite = _traced(tx, "river", limit=5, scopes=None)
+        assert ranked_by_sqlite and got == _sql(tx, "river", limit=5, scopes=None)
+    mem.close()

@@ -149,7 +149,7 @@ class _ReadCache:
         self.postings_entries = 0
         self.postings_seq = -1
         self.totals: tuple[int, int] | None = None
-        self.sizes = np.full(0, -1, dtype=np.int64)
+        self.sizes = np.full(0, -1, dtype=np.int32)
         self.max_postings = 2_000_000
         self.data_version = -1
         self.memories_version: tuple[int, int] = (-1, -1)
@@ -163,7 +163,7 @@ class _ReadCache:
         self.stats.clear()
         self.attributes.clear()
         self.forget_postings()
-        self.sizes = np.full(0, -1, dtype=np.int64)
+        self.sizes = np.full(0, -1, dtype=np.int32)
         self.counts_seq = -1
         self.data_version = -1
         self.memories_version = (-1, -1)
@@ -209,6 +209,9 @@ def _writes(sql: str, table: str) -> bool:
 
 _SEQ_CHUNK = 500
 _EXTEND_POSTINGS_ROWS = 1000  # more new memories than this since the postings were read: read them again
+# Row sizes are remembered in an array indexed by seq (int32, 4 bytes a seq): past this seq (16.7M memories,
+# or seqs imported that high) SQLite ranks the lexical channel itself instead.
+_MAX_CACHED_SEQ = 1 << 24
 
 
 @functools.cache
@@ -363,7 +366,7 @@ class SQLiteTx(LedgerTx):
         postings read through ``fts5vocab`` do not see them), or when a word is several tokens (a phrase).
         """
         cache = self._cache
-        if cache is not None and self.c.total_changes == self._changes_at_start:
+        if cache is not None and self.c.total_changes == self._changes_at_start and self.max_seq() < _MAX_CACHED_SEQ:
             tokens = [bm25.TOKENIZER.tokens(t) for t in terms]
             if all(len(t) == 1 for t in tokens):
                 return self._lexical_in_process(cache, [t[0] for t in tokens], scopes, current_only, limit)
@@ -436,7 +439,7 @@ class SQLiteTx(LedgerTx):
         grown: dict[str, tuple[list[int], list[float]]] = {}
         top = int(new[-1][0]) if new else 0
         if len(cache.sizes) <= top:
-            sizes = np.full(max(top + 1, 2 * len(cache.sizes)), -1, dtype=np.int64)
+            sizes = np.full(max(top + 1, 2 * len(cache.sizes)), -1, dtype=np.int32)
             sizes[: len(cache.sizes)] = cache.sizes
             cache.sizes = sizes
         for seq, text in new:
@@ -488,7 +491,7 @@ class SQLiteTx(LedgerTx):
     def _sizes(self, cache: _ReadCache, docs: NDArray[np.int64]) -> NDArray[np.float64]:
         """Token counts of ``docs`` (the index's ``%_docsize`` rows), remembered by seq."""
         if len(cache.sizes) <= int(docs[-1]):
-            grown = np.full(max(int(docs[-1]) + 1, 2 * len(cache.sizes)), -1, dtype=np.int64)
+            grown = np.full(max(int(docs[-1]) + 1, 2 * len(cache.sizes)), -1, dtype=np.int32)
             grown[: len(cache.sizes)] = cache.sizes
             cache.sizes = grown
         sizes = cache.sizes[docs]
@@ -634,7 +637,7 @@ class SQLiteTx(LedgerTx):
                 self._cache.counts.clear()
                 self._cache.counts_seq = -1
                 self._cache.forget_postings()
-                self._cache.sizes = np.full(0, -1, dtype=np.int64)
+                self._cache.sizes = np.full(0, -1, dtype=np.int32)
 
     def stats(self, ids: Sequence[str], tasks: Sequence[str] = (ALL_TASKS,)) -> dict[tuple[str, str], TaskStats]:
         """As ``LedgerTx.stats``, remembered in the read cache (a search reads the stats of its whole pool)."""
