@@ -32,7 +32,7 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -63,6 +63,8 @@ from remem_agent.store.sql import (
 from remem_agent.types import ALL_TASKS, AttributeInfo, Memory, State, TaskStats
 
 T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
 
 LEDGER_FILE = "ledger.db"
 MARKER_FILE = "store.json"  # written once the ledger's schema has committed (see the module doc)
@@ -158,16 +160,26 @@ class _ReadCache:
 
     def clear(self) -> None:
         self.rows.clear()
-        self.counts.clear()
         self.ids_by_seq.clear()
         self.stats.clear()
         self.attributes.clear()
-        self.forget_postings()
-        self.sizes = np.full(0, -1, dtype=np.int32)
-        self.counts_seq = -1
+        self.forget_texts()
         self.data_version = -1
         self.memories_version = (-1, -1)
 
+    def forget_texts(self) -> None:
+        """Drop everything derived from the indexed texts (a text changed without a new seq, or anything)."""
+        self.counts.clear()
+        self.counts_seq = -1
+        self.forget_postings()
+        self.sizes = np.full(0, -1, dtype=np.int32)
+
+    def hold_sizes_to(self, seq: int) -> None:
+        """Grow the row-size array (doubling, -1 = not read) so it holds ``seq``."""
+        if len(self.sizes) <= seq:
+            grown = np.full(max(seq + 1, 2 * len(self.sizes)), -1, dtype=np.int32)
+            grown[: len(self.sizes)] = self.sizes
+            self.sizes = grown
 
     def forget_postings(self) -> None:
         self.postings.clear()
@@ -437,11 +449,7 @@ class SQLiteTx(LedgerTx):
         so appending keeps each posting in row order."""
         new = self.c.execute("SELECT seq, text FROM memories WHERE seq > ? ORDER BY seq", (after,)).fetchall()
         grown: dict[str, tuple[list[int], list[float]]] = {}
-        top = int(new[-1][0]) if new else 0
-        if len(cache.sizes) <= top:
-            sizes = np.full(max(top + 1, 2 * len(cache.sizes)), -1, dtype=np.int32)
-            sizes[: len(cache.sizes)] = cache.sizes
-            cache.sizes = sizes
+        cache.hold_sizes_to(int(new[-1][0]) if new else 0)
         for seq, text in new:
             tokens = bm25.TOKENIZER.text_tokens(str(text))
             cache.sizes[int(seq)] = len(tokens)
@@ -490,10 +498,7 @@ class SQLiteTx(LedgerTx):
 
     def _sizes(self, cache: _ReadCache, docs: NDArray[np.int64]) -> NDArray[np.float64]:
         """Token counts of ``docs`` (the index's ``%_docsize`` rows), remembered by seq."""
-        if len(cache.sizes) <= int(docs[-1]):
-            grown = np.full(max(int(docs[-1]) + 1, 2 * len(cache.sizes)), -1, dtype=np.int32)
-            grown[: len(cache.sizes)] = cache.sizes
-            cache.sizes = grown
+        cache.hold_sizes_to(int(docs[-1]))
         sizes = cache.sizes[docs]
         missing = docs[sizes < 0].tolist()
         for start in range(0, len(missing), _SEQ_CHUNK):
@@ -634,10 +639,7 @@ class SQLiteTx(LedgerTx):
         if self._cache is not None:
             self._cache.rows.pop(memory_id, None)
             if text_changed:  # the full-text index changed without a new seq
-                self._cache.counts.clear()
-                self._cache.counts_seq = -1
-                self._cache.forget_postings()
-                self._cache.sizes = np.full(0, -1, dtype=np.int32)
+                self._cache.forget_texts()
 
     def stats(self, ids: Sequence[str], tasks: Sequence[str] = (ALL_TASKS,)) -> dict[tuple[str, str], TaskStats]:
         """As ``LedgerTx.stats``, remembered in the read cache (a search reads the stats of its whole pool)."""
@@ -645,22 +647,13 @@ class SQLiteTx(LedgerTx):
         if cache is None:
             return super().stats(ids, tasks)
         self.check_cache(cache)
-        known = cache.stats
-        missing = list(dict.fromkeys(i for i in ids for t in tasks if (i, t) not in known))
-        if missing:
-            fetched = super().stats(missing, tasks)
-            if len(known) + len(missing) * len(tasks) > cache.max_rows:
-                known.clear()
-            for i in missing:
-                for t in tasks:
-                    known[(i, t)] = fetched.get((i, t))
-        out: dict[tuple[str, str], TaskStats] = {}
-        for i in ids:
-            for t in tasks:
-                s = known.get((i, t))
-                if s is not None:
-                    out[(i, t)] = s
-        return out
+        keys = [(i, t) for i in ids for t in tasks]
+
+        def fetch(missing: list[tuple[str, str]]) -> dict[tuple[str, str], TaskStats]:
+            return LedgerTx.stats(self, list(dict.fromkeys(i for i, _ in missing)), tasks)
+
+        _read_through(cache.stats, keys, fetch, bound=cache.max_rows)
+        return {key: s for key in keys if (s := cache.stats.get(key)) is not None}
 
     def attributes(self, names: Sequence[str]) -> dict[str, AttributeInfo]:
         """As ``LedgerTx.attributes``, remembered in the read cache (a search asks about its pool's keys)."""
@@ -668,15 +661,8 @@ class SQLiteTx(LedgerTx):
         if cache is None:
             return super().attributes(names)
         self.check_cache(cache)
-        known = cache.attributes
-        missing = [n for n in dict.fromkeys(names) if n not in known]
-        if missing:
-            fetched = super().attributes(missing)
-            if len(known) + len(missing) > cache.max_counts:
-                known.clear()
-            for n in missing:
-                known[n] = fetched.get(n)
-        return {n: info for n in sorted(set(names)) if (info := known.get(n)) is not None}
+        _read_through(cache.attributes, names, super().attributes, bound=cache.max_counts)
+        return {n: info for n in sorted(set(names)) if (info := cache.attributes.get(n)) is not None}
 
     def memories(self, ids: Sequence[str]) -> dict[str, Memory]:
         cache = self._cache
@@ -691,6 +677,21 @@ class SQLiteTx(LedgerTx):
                 rows.clear()
             rows.update(fetched)
         return {i: rows[i] for i in ids if i in rows}
+
+
+def _read_through(
+    known: dict[K, V | None], keys: Iterable[K], fetch: Callable[[list[K]], Mapping[K, V]], *, bound: int
+) -> None:
+    """Fill ``known`` with each of ``keys`` it lacks, from one ``fetch`` of those (None for a key the ledger
+    has no row for: remembered as absent); emptied first when it would outgrow ``bound``."""
+    missing = [k for k in dict.fromkeys(keys) if k not in known]
+    if not missing:
+        return
+    fetched = fetch(missing)
+    if len(known) + len(missing) > bound:
+        known.clear()
+    for k in missing:
+        known[k] = fetched.get(k)
 
 
 class SQLiteStore(StoreCommon):
