@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _sqlite_trace import traced
 
 from remem_agent import ReMem
 from remem_agent.learning.lifecycle import LifecycleEvent
@@ -28,12 +29,8 @@ def _sql(tx: SQLiteTx, query: str, **kw: Any) -> list[tuple[str, float]]:
 
 def _traced(tx: SQLiteTx, query: str, **kw: Any) -> tuple[list[tuple[str, float]], bool]:
     """(the answer, whether SQLite ranked it)."""
-    statements: list[str] = []
-    tx.c.set_trace_callback(statements.append)
-    try:
+    with traced(tx) as statements:
         got = tx.lexical_candidates(query, **kw)
-    finally:
-        tx.c.set_trace_callback(None)
     return got, any("bm25(" in s for s in statements)
 
 
@@ -167,12 +164,8 @@ def test_own_inserts_extend_the_postings_and_scores_stay_sqlite_s(tmp_path: Path
             for _ in range(4):
                 query = " ".join(rng.sample(WORDS, rng.randint(1, 3)))
                 kw: dict[str, Any] = {"limit": rng.choice([2, 10, 50]), "scopes": None, "current_only": True}
-                statements: list[str] = []
-                tx.c.set_trace_callback(statements.append)
-                try:
+                with traced(tx) as statements:
                     got = tx.lexical_candidates(query, **kw)
-                finally:
-                    tx.c.set_trace_callback(None)
                 assert got == _sql(tx, query, **kw), (step, query)
                 vocab_reads += sum("remem_postings WHERE term" in s for s in statements)
     # every word's postings were extended with the new rows, never read from the index again

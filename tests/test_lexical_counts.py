@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _sqlite_trace import traced
 
 import remem_agent.memory as memory_module
 from remem_agent import ReMem
@@ -23,14 +24,10 @@ FRESH = "SELECT count(*) FROM (SELECT rowid FROM memories_fts WHERE memories_fts
 
 def _counts(mem: ReMem, cap: int) -> tuple[list[int], list[int], int]:
     """(remembered-or-read counts, fresh counts, count statements the first needed)."""
-    statements: list[str] = []
     with mem.store.read() as tx:
         assert isinstance(tx, SQLiteTx)
-        tx.c.set_trace_callback(statements.append)
-        try:
+        with traced(tx) as statements:
             got = tx._lexical_counts(WORDS, cap)
-        finally:
-            tx.c.set_trace_callback(None)
         want = [int(tx.c.execute(FRESH, (lexical.fts5_match([w]), cap)).fetchone()[0]) for w in WORDS]
     return got, want, sum("memories_fts MATCH" in s for s in statements)
 
@@ -109,11 +106,8 @@ def test_another_connections_searches_keep_the_caches_and_its_transitions_drop_t
     other.search("amber lotus")  # another connection commits a search record only
     got, want, reads = _counts(mem, cap=4)
     assert got == want and reads == 0
-    statements: list[str] = []
-    with mem.store.read() as tx:
-        tx.c.set_trace_callback(statements.append)
+    with mem.store.read() as tx, traced(tx) as statements:
         rows = tx.memories(ids)
-        tx.c.set_trace_callback(None)
     assert set(rows) == set(ids) and not any(s.startswith("SELECT id") for s in statements)  # all cached
 
     with other.store.write() as tx:  # another connection changes a row: the cached copy must not be served

@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 import pytest
+from _sqlite_trace import traced
 
 from remem_agent import ReMem
 from remem_agent.store.sqlite import SQLiteTx
@@ -19,14 +20,10 @@ TASKS = (ALL_TASKS, "deploy", "billing")
 
 def _cached_and_fresh(mem: ReMem, ids: list[str]) -> tuple[dict[object, object], dict[object, object], int]:
     """(cached stats, fresh stats, stats statements the cached read needed)."""
-    statements: list[str] = []
     with mem.store.read() as tx:
         assert isinstance(tx, SQLiteTx)
-        tx.c.set_trace_callback(statements.append)
-        try:
+        with traced(tx) as statements:
             got = tx.stats(ids, TASKS)
-        finally:
-            tx.c.set_trace_callback(None)
         want = SQLiteTx(tx.c, None).stats(ids, TASKS)
     return dict(got), dict(want), sum("FROM stats" in s for s in statements)
 
@@ -81,17 +78,12 @@ def test_the_cache_is_checked_once_per_transaction_and_again_in_the_next(tmp_pat
     mem, other = ReMem(folder), ReMem(folder)
     ids = mem.add_many(["amber note", "cedar note", "lotus note"])
     mem.search("amber cedar", k=2)
-    statements: list[str] = []
-    with mem.store.read() as tx:
+    with mem.store.read() as tx, traced(tx) as statements:
         assert isinstance(tx, SQLiteTx)
-        tx.c.set_trace_callback(statements.append)
-        try:
-            tx.memories(ids)
-            tx.stats(ids, TASKS)
-            tx.lexical_candidates("amber lotus", limit=3, scopes=None)
-            tx.memories(ids[:1])
-        finally:
-            tx.c.set_trace_callback(None)
+        tx.memories(ids)
+        tx.stats(ids, TASKS)
+        tx.lexical_candidates("amber lotus", limit=3, scopes=None)
+        tx.memories(ids[:1])
     assert sum(s.startswith("PRAGMA data_version") for s in statements) == 1  # (FTS5 runs its own, "-- PRAGMA")
     res = other.search("amber", k=1)  # another connection's search record moves the stats of what it served
     got, want, _ = _cached_and_fresh(mem, ids)
