@@ -89,3 +89,22 @@ def test_perf_postgres_quick_writes_its_report(tmp_path: Path) -> None:
     assert conc["verify_ok"] is True and conc["worker_errors"] == 0
     assert conc["sent_totals"]["shown"] == conc["ledger_totals"]["shown"] > 0
     assert conc["retries"]["learning_retries"] >= 0
+
+
+def test_embed_ceiling_counts_the_model_and_writes_its_report(tmp_path: Path) -> None:
+    import pytest
+
+    from evals.perf import embed_ceiling
+    from remem_agent.embedders.onnx import onnx_available
+
+    # 6 layers x (4 attention weights 384x384 + 384x1536 + 1536x384) per token, plus attention over 10 tokens
+    assert embed_ceiling.WEIGHT_MACS_PER_TOKEN == 6 * (4 * 384 * 384 + 2 * 384 * 1536) == 10_616_832
+    assert embed_ceiling.macs_per_text(10) == 10 * 10_616_832 + 6 * 2 * 10 * 10 * 384
+    if not onnx_available():
+        pytest.skip("the onnx extra is not installed")
+    out = tmp_path / "ceiling.json"
+    assert embed_ceiling.main(["--texts", "8", "--batch", "2", "--out", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    assert set(rep["ceiling_texts_per_s"]) == set(rep["onnx_measured"]) == {"1", "2"}
+    assert rep["texts"]["n"] == 8 and rep["texts"]["mean_tokens"] > 2
+    assert all(v > 0 for v in rep["ceiling_texts_per_s"].values())
