@@ -302,6 +302,16 @@ def same_claim(tx: LedgerTx, c: CleanFact, claims: list[Memory] | None = None) -
     return None
 
 
+def state_keys(clean: Iterable[CleanFact]) -> list[tuple[str, str, str]]:
+    """The (scope, entity, attribute) keys whose role-'state' facts ``insert_fact`` reads for these facts: the
+    keys of the keyed state facts (``LedgerTx.prefetch_keys`` reads them for a whole batch at once)."""
+    return [
+        (c.scope, c.entity, c.attribute)
+        for c in clean
+        if c.role == "state" and c.entity is not None and c.attribute is not None
+    ]
+
+
 def insert_fact(tx: LedgerTx, c: CleanFact, vec: np.ndarray, warn: list[str], staleness: StalenessPolicy) -> str:
     """Write one fact; apply supersession, restatement and backdating rules. Returns the memory id."""
     current: list[Memory] = []
@@ -367,11 +377,15 @@ def insert_fact(tx: LedgerTx, c: CleanFact, vec: np.ndarray, warn: list[str], st
     wording = update_wording(c.text)
     if wording:
         tx.bump_attribute(c.attribute, confirmations=1)
-        staleness.maybe_learn(tx, c.attribute, at=c.t)
-        current = tx.current_for_key(c.entity, c.attribute, c.scope)
-        current = [m for m in current if m.id != mem.id]
-        if not current:
-            return mem.id
+        # Learning the schema may have retired facts of this key: then it is read again. Otherwise no memories
+        # row changed since ``current`` was read but the insert of ``mem`` (maybe_learn returns every event it
+        # appended), so ``current`` is what the read would give without ``mem``. Not read again, the key costs
+        # no query, and on SQLite no insert of the buffered rows in mid-batch (the read would see ``mem``).
+        if staleness.maybe_learn(tx, c.attribute, at=c.t):
+            current = tx.current_for_key(c.entity, c.attribute, c.scope)
+            current = [m for m in current if m.id != mem.id]
+            if not current:
+                return mem.id
     if not staleness.supersedes_on_key(tx, c.attribute, wording):
         return mem.id  # learned-schema mode: a pending conflict until the attribute is known single-valued
     additive = additive_wording(c.text)

@@ -42,6 +42,7 @@ from remem_agent.ingest import (
     check_weight,
     insert_fact,
     new_id,
+    state_keys,
     validate_facts,
 )
 from remem_agent.learning.credit import Replay, leave_one_out, values_used
@@ -214,8 +215,10 @@ class ReMem:
             warned: list[str] = []  # fresh per attempt: a retried transaction must not warn twice
             before = tx.max_seq()
             tx.inserted = []
+            tx.prefetch_keys(state_keys(clean))  # the batch's key reads in a few statements, not one per fact
             for c, vec in zip(clean, vecs, strict=True):
                 ids.append(insert_fact(tx, c, vec, warned, self.config.staleness))
+            tx.drop_key_view()
             new_rows = _NewRows(before, tx.max_seq(), tx.inserted)
             tx.inserted = None
             return ids, warned, new_rows

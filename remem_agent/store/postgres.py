@@ -158,6 +158,8 @@ class PostgresTx(LedgerTx):
         self.conn = conn
 
     def run(self, sql: str, args: Sequence[Any] = ()) -> Any:
+        if self.key_view is not None:
+            self.note_write(sql, (args,))
         return self.conn.execute(_pg(sql), list(args) if args else None)
 
     def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
@@ -167,6 +169,8 @@ class PostgresTx(LedgerTx):
         terminating ... pipeline aborted" when the transaction loses a serialization conflict (a
         normal, retried event here); one statement per chunk also saves round trips.
         """
+        if self.key_view is not None:
+            self.note_write(sql, rows)
         head, values, tail = _split_values(sql)
         width = values.count("?")
         per = max(1, _MAX_PARAMS // max(width, 1))
@@ -176,6 +180,8 @@ class PostgresTx(LedgerTx):
             self.conn.execute(stmt, [v for row in chunk for v in row])
 
     def update_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if self.key_view is not None:
+            self.note_write(sql, rows)
         if rows:
             with self.conn.cursor() as cur:
                 cur.executemany(_pg(sql), [list(r) for r in rows])

@@ -9,7 +9,9 @@ middleware see only these methods, so they never know which database they run on
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -64,6 +66,62 @@ KEY_STATE_FACTS = (  # CURRENT_FOR_KEY's rows and CLAIMS_AT's of role 'state', i
     "AND (state != 'INVALIDATED' OR valid_from = ?) ORDER BY valid_from, seq"
 )
 _CHUNK = 900  # ids per IN (...) list: below SQLite's default 999 host parameters
+_KEY_CHUNK = 300  # (scope, entity, attribute) keys per statement: 900 host parameters
+
+Key = tuple[str, str, str]  # (scope, entity, attribute)
+# Where a memories row (MEMORY_INSERT_COLS) holds its key.
+MEMORY_KEY_AT = tuple(MEMORY_INSERT_COLS.split(", ").index(c) for c in ("scope", "entity", "attribute"))
+# ``transition``'s statement: an update of one row by id. When it sets only these columns (none of scope,
+# entity, attribute, role, valid_from), the row stays in its key and no other row changes.
+_ROW_UPDATE_BY_ID = re.compile(r"UPDATE memories SET ((?:\w+ = \?, )*\w+ = \?) WHERE id = \?")
+_KEY_NEUTRAL_COLUMNS = frozenset({"state", "valid_to", "superseded_by", "text", "token_cost", "confidence"})
+
+
+@functools.lru_cache(maxsize=256)
+def memories_write(sql: str) -> str:
+    """What a statement can do to memories rows, for ``KeyView``: "" nothing (it does not name the table, or
+    it is a SELECT), "insert" (``MEMORY_INSERT``: new rows, each with its key in its arguments), "row" (an
+    update by id of key-neutral columns: the row named by the last argument changes, within its key) or "any"
+    (anything else that names memories: a row of any key may have changed)."""
+    if "memories" not in sql.lower() or sql.lstrip()[:6].upper() == "SELECT":
+        return ""
+    if sql == MEMORY_INSERT:
+        return "insert"
+    m = _ROW_UPDATE_BY_ID.fullmatch(sql)
+    if m is not None and {a.split(" = ")[0] for a in m.group(1).split(", ")} <= _KEY_NEUTRAL_COLUMNS:
+        return "row"
+    return "any"
+
+
+class KeyView:
+    """Every role-'state' row of some keys, read in one go at the start of ``ReMem.add_many``'s transaction
+    (``LedgerTx.prefetch_keys``), each key's rows in ``ORDER BY valid_from, seq`` order; an empty list for a
+    key with no such row.
+
+    It answers a key only while no write of the transaction can have changed that key's rows: the
+    transaction's statements report themselves (``LedgerTx.note_write``), and an insert of a memory of the
+    key, or an update of one of the key's rows, drops the key; any other write to memories drops the whole
+    view. Rows of other keys may change without dropping anything (an update by id of a row the view does
+    not hold, setting only key-neutral columns: that row is of no held key, and stays of its own).
+    """
+
+    __slots__ = ("by_key", "key_of")
+
+    def __init__(self, by_key: dict[tuple[Any, ...], list[Memory]]) -> None:
+        self.by_key = by_key
+        self.key_of: dict[str, tuple[Any, ...]] = {m.id: k for k, rows in by_key.items() for m in rows}
+
+    def rows(self, scope: str, entity: str, attribute: str) -> list[Memory] | None:
+        """The key's role-'state' rows as the ledger holds them now, or None when the view cannot tell."""
+        return self.by_key.get((scope, entity, attribute))
+
+    def drop(self, key: tuple[Any, ...]) -> None:
+        self.by_key.pop(key, None)
+
+    def drop_row(self, memory_id: Any) -> None:
+        key = self.key_of.get(memory_id)
+        if key is not None:
+            self.by_key.pop(key, None)
 
 
 def from_json(value: Any) -> Any:
@@ -243,13 +301,69 @@ class LedgerTx:
             raise UnknownMemoryError(memory_id)
         return row_to_memory(r)
 
+    # -- one key's role-'state' facts (supersession at ingest) --------------------------------------
+    # Set by ``prefetch_keys`` (None: every key read queries). The transaction object lives for one transaction
+    # (a retried one gets a new object), so the view never outlives the snapshot it was read in.
+    key_view: KeyView | None = None
+
+    def prefetch_keys(self, keys: Iterable[Key]) -> None:
+        """Read every role-'state' row of ``keys`` in as few statements as the host-parameter limit allows, so
+        that ``current_for_key``, ``claims_at`` (of role 'state') and ``current_and_claims`` answer those keys
+        without a query, with the same rows in the same order, until a write may change them (``KeyView``).
+        ``ReMem.add_many`` calls it before its batch's ``insert_fact`` calls; ``drop_key_view`` ends it."""
+        wanted = sorted(set(keys))  # sorted: neighbouring index entries are read one after another
+        if not wanted:
+            return
+        by_key: dict[tuple[Any, ...], list[Memory]] = {k: [] for k in wanted}
+        for start in range(0, len(wanted), _KEY_CHUNK):
+            chunk = wanted[start : start + _KEY_CHUNK]
+            cond = " OR ".join(["(scope = ? AND entity = ? AND attribute = ?)"] * len(chunk))
+            q = f"SELECT {MEM_COLS} FROM memories WHERE role = 'state' AND ({cond}) ORDER BY valid_from, seq"
+            for r in self.run(q, [v for k in chunk for v in k]):
+                m = row_to_memory(r)
+                held = by_key.get((m.scope, m.entity, m.attribute))
+                if held is None:  # the database matched a key Python's equality does not: no view at all
+                    self.key_view = None
+                    return
+                held.append(m)
+        self.key_view = KeyView(by_key)
+
+    def drop_key_view(self) -> None:
+        self.key_view = None
+
+    def note_write(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Called by a backend before it runs ``sql`` with each of ``rows`` as arguments (every statement of
+        ``run``, ``run_many`` and ``update_many``, and each memories row it inserts by other means): drops what
+        the key view can no longer answer. A backend's own driver calls write no memories row that was not
+        reported here (``SQLiteTx.insert_buffered`` inserts rows reported by ``insert_memory_row``)."""
+        view = self.key_view
+        if view is None:
+            return
+        kind = memories_write(sql)
+        if kind == "insert":
+            for row in rows:
+                view.drop(tuple(row[i] for i in MEMORY_KEY_AT))
+        elif kind == "row":
+            for row in rows:
+                view.drop_row(row[-1])
+        elif kind:
+            self.key_view = None
+
     def current_for_key(self, entity: str, attribute: str, scope: str = DEFAULT_SCOPE) -> list[Memory]:
         """Role-'state' facts with this key in ``scope`` that are not invalidated, oldest first."""
+        if self.key_view is not None and (held := self.key_view.rows(scope, entity, attribute)) is not None:
+            return [m for m in held if m.state is not State.INVALIDATED]
         rows = self.run(CURRENT_FOR_KEY, (scope, entity, attribute))
         return [row_to_memory(r) for r in rows]
 
     def claims_at(self, entity: str, attribute: str, role: str, valid_from: float, scope: str) -> list[Memory]:
         """Memories of one key, role and scope stated at exactly ``valid_from``, in any state (re-add detection)."""
+        if (
+            role == "state"
+            and self.key_view is not None
+            and (held := self.key_view.rows(scope, entity, attribute)) is not None
+        ):
+            return [m for m in held if m.valid_from == valid_from]  # one valid_from: in seq order
         rows = self.run(CLAIMS_AT, (scope, entity, attribute, role, valid_from))
         return [row_to_memory(r) for r in rows]
 
@@ -258,7 +372,11 @@ class LedgerTx:
     ) -> tuple[list[Memory], list[Memory]]:
         """``current_for_key(entity, attribute, scope)`` and ``claims_at(entity, attribute, 'state', valid_from,
         scope)``, each in its own order, from one read of the key (``insert_fact`` asks both of a timed state fact)."""
-        rows = [row_to_memory(r) for r in self.run(KEY_STATE_FACTS, (scope, entity, attribute, valid_from))]
+        held = self.key_view.rows(scope, entity, attribute) if self.key_view is not None else None
+        if held is not None:
+            rows = held
+        else:
+            rows = [row_to_memory(r) for r in self.run(KEY_STATE_FACTS, (scope, entity, attribute, valid_from))]
         current = [m for m in rows if m.state is not State.INVALIDATED]
         claims = [m for m in rows if m.valid_from == valid_from]  # one valid_from: in seq order
         return current, claims

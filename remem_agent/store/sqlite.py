@@ -56,8 +56,10 @@ from remem_agent.store.sql import (
     CURRENT_FOR_KEY,
     EVENT_INSERT_COLS,
     KEY_STATE_FACTS,
+    MEMORY_INSERT,
     MEMORY_INSERT_COLS,
     MEMORY_INSERT_WIDTH,
+    MEMORY_KEY_AT,
     LedgerTx,
 )
 from remem_agent.types import ALL_TASKS, AttributeInfo, Memory, State, TaskStats
@@ -199,7 +201,6 @@ WAL_AUTOCHECKPOINT_PAGES = 10_000
 
 # What the buffered rows of ``SQLiteTx`` are recognised by (see ``SQLiteTx.run``).
 _MEMORY_ID = 0
-_MEMORY_KEY = tuple(MEMORY_INSERT_COLS.split(", ").index(c) for c in ("scope", "entity", "attribute"))
 _KEY_READS = frozenset({CURRENT_FOR_KEY, CLAIMS_AT, KEY_STATE_FACTS})
 _STATE_READ = "SELECT state FROM memories WHERE id = ?"  # LedgerTx.transition (no lock suffix on SQLite)
 _ROW_UPDATE = re.compile(r"UPDATE memories SET (?:\w+ = \?, )*\w+ = \? WHERE id = \?")  # LedgerTx.transition
@@ -272,6 +273,8 @@ class SQLiteTx(LedgerTx):
         self._max_seq: tuple[int, int] | None = None  # (total_changes when read, max seq)
 
     def run(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Cursor:
+        if self.key_view is not None:
+            self.note_write(sql, (args,))
         # "memor": memories, memories_fts, and the memory_id of events, stats and credits (foreign keys)
         if self._new_memories and ("memor" in sql or "events" in sql) and self._may_see_buffered(sql, args):
             self.insert_buffered()
@@ -283,6 +286,8 @@ class SQLiteTx(LedgerTx):
         return self.c.execute(sql, args)
 
     def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if self.key_view is not None:
+            self.note_write(sql, rows)
         if self._new_memories and ("memor" in sql or "events" in sql):
             self.insert_buffered()
         if self._cache is not None and _writes(sql, "attributes"):
@@ -305,9 +310,11 @@ class SQLiteTx(LedgerTx):
         return True
 
     def insert_memory_row(self, row: tuple[Any, ...]) -> None:
+        if self.key_view is not None:
+            self.note_write(MEMORY_INSERT, (row,))  # buffered, not run: the key's rows change all the same
         self._new_memories.append(row)
         self._new_ids.add(row[_MEMORY_ID])
-        self._new_keys.add(tuple(row[i] for i in _MEMORY_KEY))
+        self._new_keys.add(tuple(row[i] for i in MEMORY_KEY_AT))
 
     def insert_event_row(self, row: tuple[Any, ...]) -> int:
         if not self._new_memories:
