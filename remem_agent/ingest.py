@@ -381,7 +381,12 @@ def insert_fact(tx: LedgerTx, c: CleanFact, vec: np.ndarray, warn: list[str], st
         # row changed since ``current`` was read but the insert of ``mem`` (maybe_learn returns every event it
         # appended), so ``current`` is what the read would give without ``mem``. Not read again, the key costs
         # no query, and on SQLite no insert of the buffered rows in mid-batch (the read would see ``mem``).
-        if staleness.maybe_learn(tx, c.attribute, at=c.t):
+        learned = staleness.maybe_learn(tx, c.attribute, at=c.t)
+        if any(e.memory_id == mem.id for e in learned):
+            # The new fact was not the newest of its key (a backdated update): the retroactive supersession
+            # just retired it in favour of the newest one, which is where it ends anyway.
+            return mem.id
+        if learned:
             current = tx.current_for_key(c.entity, c.attribute, c.scope)
             current = [m for m in current if m.id != mem.id]
             if not current:
