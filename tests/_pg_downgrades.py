@@ -3,18 +3,25 @@
 The upgrade tests build a store with this version, undo the newest migrations with these statements (run
 with ``search_path`` set to the ledger's schema), then reopen it and check that the migrations bring it back
 with its rows intact. The statements exist once, here, because two tests start from the same undoing of
-migrations 6 and 5: tests/test_lexical_store.py (a version-4 store gains the lexical index) and
-tests/test_postgres_store.py (a version-2 store upgrades through every later migration). A change to those
-migrations is then one edit here.
+migrations 7, 6 and 5: tests/test_lexical_store.py (a version-4 store gains the lexical index) and
+tests/test_postgres_store.py (a version-2 store upgrades through every later migration); tests/test_key_index.py
+undoes migration 7 alone. A change to those migrations is then one edit here.
 """
 
 from __future__ import annotations
 
-DOWNGRADE_6_TO_5 = [  # what migration 6 (the shared pending outcomes) added
+DOWNGRADE_7_TO_6 = [  # from the latest schema: what migration 7 (valid_from in the key index) changed
+    "DROP INDEX memories_scope_key_valid_from",
+    "CREATE INDEX memories_scope_key ON memories (scope, entity, attribute) "
+    "WHERE entity IS NOT NULL AND attribute IS NOT NULL",
+    "DELETE FROM schema_migrations WHERE version = 7",
+]
+DOWNGRADE_6_TO_5 = [  # migration 7 undone first, then what migration 6 (the shared pending outcomes) added
+    *DOWNGRADE_7_TO_6,
     "DROP TABLE pending_outcomes",
     "DELETE FROM schema_migrations WHERE version = 6",
 ]
-DOWNGRADE_5_TO_4 = [  # from the latest schema: migration 6 undone first, then what migration 5 added
+DOWNGRADE_5_TO_4 = [  # from the latest schema: migrations 7 and 6 undone first, then what migration 5 added
     *DOWNGRADE_6_TO_5,
     # migration 5: speaker, session, the lexical column and its index; the memory trigger of version 4
     "DROP INDEX memories_lexemes",

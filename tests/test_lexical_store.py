@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from _pg_downgrades import DOWNGRADE_5_TO_4
+from _sqlite_downgrades import SQLITE_7_TO_6
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -221,7 +222,8 @@ def test_speaker_and_session_are_immutable_in_the_ledger(store_location: StoreLo
 
 
 _SQLITE_5_TO_4 = [
-    "DROP TABLE pending_outcomes",  # migration 6, undone first
+    *SQLITE_7_TO_6,  # migrations 7 and 6, undone first
+    "DROP TABLE pending_outcomes",
     "DROP TRIGGER memories_fts_insert",
     "DROP TRIGGER memories_fts_update",
     "DROP TRIGGER memories_conversation_fixed",

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _sqlite_downgrades import SQLITE_7_TO_6
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -130,7 +131,8 @@ def test_random_operations_in_several_scopes_never_leak(store_location: StoreLoc
     prop()
 
 
-_SQLITE_5_TO_4 = [  # migrations 6 and 5 undone (pending outcomes; the lexical index, speaker and session)
+_SQLITE_5_TO_4 = [  # migrations 7, 6, 5 undone (key index; pending outcomes; lexical index, speaker and session)
+    *SQLITE_7_TO_6,
     "DROP TABLE pending_outcomes",
     "DROP TRIGGER memories_fts_insert",
     "DROP TRIGGER memories_fts_update",

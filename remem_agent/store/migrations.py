@@ -229,6 +229,19 @@ MIGRATIONS: list[tuple[int, str]] = [
         CREATE INDEX pending_outcomes_waiting ON pending_outcomes (seq) WHERE claimed_at IS NULL;
         """,
     ),
+    (
+        7,
+        """
+        -- The key index gains valid_from (issue 17): re-add detection (sql.CLAIMS_AT: one key, role and
+        -- valid_from) seeks straight to the claims stated at that time instead of reading every row of the
+        -- key, and the reads of a whole key (equality on its first three columns) get their rows already in
+        -- ORDER BY valid_from, seq order. It replaces the index of migration 4, whose columns are its prefix,
+        -- so an insert maintains one key index, not two.
+        DROP INDEX memories_scope_key;
+        CREATE INDEX memories_scope_key_valid_from ON memories (scope, entity, attribute, valid_from)
+            WHERE entity IS NOT NULL AND attribute IS NOT NULL;
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -255,6 +255,15 @@ MIGRATIONS: list[tuple[int, str]] = [
         CREATE INDEX pending_outcomes_waiting ON pending_outcomes (seq) WHERE claimed_at IS NULL;
         """,
     ),
+    (
+        7,
+        """
+        -- The key index gains valid_from: see the SQLite migration 7 (store/migrations.py).
+        DROP INDEX memories_scope_key;
+        CREATE INDEX memories_scope_key_valid_from ON memories (scope, entity, attribute, valid_from)
+            WHERE entity IS NOT NULL AND attribute IS NOT NULL;
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]
