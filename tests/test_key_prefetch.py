@@ -17,7 +17,6 @@ rows. These tests pin down that
 from __future__ import annotations
 
 import itertools
-import json
 import random
 import warnings
 from collections.abc import Callable, Iterator
@@ -27,12 +26,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _ledger_dump import dump_ledger
 from _sqlite_trace import traced
 
 from remem_agent import MemoryInput, ReMem, RememConfig
 from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.learning.staleness import StalenessPolicy
-from remem_agent.store.copy import TABLES, export_rows
+from remem_agent.store.copy import TABLES
 from remem_agent.store.sql import MEMORY_INSERT, LedgerTx
 from remem_agent.store.sqlite import SQLiteTx
 from remem_agent.types import Memory, State
@@ -153,22 +153,6 @@ def _build(mem: ReMem, batches: list[tuple[str | None, list[MemoryInput]]], *, o
     return ids
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.astype(np.float32).tobytes().hex()
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, dict | list):
-        return json.dumps(value, sort_keys=True)  # jsonb does not keep the order of a mapping's keys
-    return value
-
-
-def _dump(mem: ReMem) -> dict[str, list[Any]]:
-    """Every ledger table, row for row (memories, events with their hashes, attributes, ...)."""
-    with mem.store.read() as tx:
-        return {t: [tuple(_plain(v) for v in r) for rows in export_rows(tx, t) for r in rows] for t in TABLES}
-
-
 @pytest.mark.parametrize("mode", ["key", "learned"])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_a_store_built_with_the_prefetch_is_the_one_built_without_it(
@@ -190,7 +174,7 @@ def test_a_store_built_with_the_prefetch_is_the_one_built_without_it(
                 ids = _build(mem, batches, one_by_one=name == "one_by_one")
                 report = mem.verify()
                 assert report.ok, (name, report.problems)
-                built[name] = (ids, _dump(mem))
+                built[name] = (ids, dump_ledger(mem))
     ids, dump = built["prefetch"]
     for name in ("no_prefetch", "one_by_one"):
         assert built[name][0] == ids, name

@@ -22,20 +22,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
+from _ledger_dump import dump_ledger
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remem_agent import MemoryInput, ReMem
 from remem_agent.learning.lifecycle import LifecycleEvent
-from remem_agent.store.copy import TABLES, export_rows
+from remem_agent.store.copy import TABLES
 from remem_agent.store.sql import LedgerTx
 
 StoreLocation = Callable[[str], "str | Path"]
 Fact = MemoryInput | dict[str, Any] | str
 
-# sha256 of _dump() after _workload(batched=True), recorded with the row-by-row writer (see the module doc);
+# sha256 of dump_ledger() after _workload(batched=True), recorded with the row-by-row writer (see the module doc);
 # the same on SQLite and PostgreSQL.
 GOLDEN = "e069cf752f578e0681c73d6bbaaa2bb6709e55591a78b94fe93845212936a574"
 
@@ -131,22 +131,6 @@ def _workload(mem: ReMem, *, batched: bool) -> list[list[str]]:
     return ids
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.astype(np.float32).tobytes().hex()
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, dict | list):
-        return json.dumps(value, sort_keys=True)  # jsonb does not keep the order of a mapping's keys
-    return value
-
-
-def _dump(mem: ReMem) -> dict[str, list[Any]]:
-    """Every ledger table, row for row, as portable values (the export of `remem migrate`)."""
-    with mem.store.read() as tx:
-        return {t: [tuple(_plain(v) for v in r) for rows in export_rows(tx, t) for r in rows] for t in TABLES}
-
-
 def _digest(dump: dict[str, list[Any]]) -> str:
     return hashlib.sha256(repr(sorted(dump.items())).encode()).hexdigest()
 
@@ -175,7 +159,7 @@ def test_a_batched_add_stores_exactly_what_adding_one_by_one_stores(
             ids = _workload(mem, batched=batched)
             report = mem.verify()
             assert report.ok, report.problems
-            dumps.append((ids, _dump(mem)))
+            dumps.append((ids, dump_ledger(mem)))
     (ids_b, dump_b), (ids_o, dump_o) = dumps
     assert ids_b == ids_o
     for table in TABLES:
@@ -200,7 +184,7 @@ def test_the_ledger_contents_are_those_the_row_by_row_writer_stored(
     with ReMem(store_location("s")) as mem:
         _workload(mem, batched=True)
         assert mem.verify().ok
-        assert _digest(_dump(mem)) == GOLDEN
+        assert _digest(dump_ledger(mem)) == GOLDEN
 
 
 _json_scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
