@@ -14,6 +14,7 @@ DOWNGRADE_7_TO_6 = [  # from the latest schema: what migration 7 (valid_from in 
     "DROP INDEX memories_scope_key_valid_from",
     "CREATE INDEX memories_scope_key ON memories (scope, entity, attribute) "
     "WHERE entity IS NOT NULL AND attribute IS NOT NULL",
+    "CREATE INDEX memories_key ON memories (entity, attribute) WHERE entity IS NOT NULL AND attribute IS NOT NULL",
     "DELETE FROM schema_migrations WHERE version = 7",
 ]
 DOWNGRADE_6_TO_5 = [  # migration 7 undone first, then what migration 6 (the shared pending outcomes) added

@@ -12,5 +12,6 @@ SQLITE_7_TO_6 = [  # what migration 7 (valid_from in the key index) changed, fro
     "DROP INDEX memories_scope_key_valid_from",
     "CREATE INDEX memories_scope_key ON memories (scope, entity, attribute) "
     "WHERE entity IS NOT NULL AND attribute IS NOT NULL",
+    "CREATE INDEX memories_key ON memories (entity, attribute) WHERE entity IS NOT NULL AND attribute IS NOT NULL",
     "PRAGMA user_version = 6",
 ]

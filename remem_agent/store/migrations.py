@@ -236,8 +236,11 @@ MIGRATIONS: list[tuple[int, str]] = [
         -- valid_from) seeks straight to the claims stated at that time instead of reading every row of the
         -- key, and the reads of a whole key (equality on its first three columns) get their rows already in
         -- ORDER BY valid_from, seq order. It replaces the index of migration 4, whose columns are its prefix,
-        -- so an insert maintains one key index, not two.
+        -- and schema 1's memories_key (entity, attribute), which no query used once every key read named its
+        -- scope (migration 4): an insert of a keyed memory maintains one key index, not three (about 9% less
+        -- CPU per add at 100k memories, measured in issue 17).
         DROP INDEX memories_scope_key;
+        DROP INDEX memories_key;
         CREATE INDEX memories_scope_key_valid_from ON memories (scope, entity, attribute, valid_from)
             WHERE entity IS NOT NULL AND attribute IS NOT NULL;
         """,

@@ -258,8 +258,10 @@ MIGRATIONS: list[tuple[int, str]] = [
     (
         7,
         """
-        -- The key index gains valid_from: see the SQLite migration 7 (store/migrations.py).
+        -- The key index gains valid_from and replaces the two older key indexes: see the SQLite migration 7
+        -- (store/migrations.py).
         DROP INDEX memories_scope_key;
+        DROP INDEX memories_key;
         CREATE INDEX memories_scope_key_valid_from ON memories (scope, entity, attribute, valid_from)
             WHERE entity IS NOT NULL AND attribute IS NOT NULL;
         """,
