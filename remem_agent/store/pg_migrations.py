@@ -2,8 +2,10 @@
 
 The numbers mean the same as in ``migrations.py`` (SQLite): version 1 is the ledger, version 2 adds
 the learned-attribute table, version 3 the content hashes (``hashing.py``; its Python step
-``hashing.BACKFILLS[3]`` hashes existing rows in the same transaction), so ``schema_version``
-compares across backends and ``remem migrate`` can copy between them. Never edit a released
+``hashing.BACKFILLS[3]`` hashes existing rows in the same transaction), version 4 scopes, version 5
+speakers, sessions and the lexical channel, version 6 the shared pending outcomes (``pending.py``) and
+version 7 the key index with ``valid_from``, so ``schema_version`` compares across backends and
+``remem migrate`` can copy between them. Never edit a released
 migration; append a new one. Every migration runs in one transaction (PostgreSQL DDL is
 transactional) under an advisory lock, so two processes opening a fresh database at once cannot
 both migrate it.
