@@ -73,7 +73,7 @@ Key = tuple[str, str, str]  # (scope, entity, attribute)
 MEMORY_KEY_AT = tuple(MEMORY_INSERT_COLS.split(", ").index(c) for c in ("scope", "entity", "attribute"))
 # ``transition``'s statement: an update of one row by id. When it sets only these columns (none of scope,
 # entity, attribute, role, valid_from), the row stays in its key and no other row changes.
-_ROW_UPDATE_BY_ID = re.compile(r"UPDATE memories SET ((?:\w+ = \?, )*\w+ = \?) WHERE id = \?")
+ROW_UPDATE_BY_ID = re.compile(r"UPDATE memories SET ((?:\w+ = \?, )*\w+ = \?) WHERE id = \?")
 _KEY_NEUTRAL_COLUMNS = frozenset({"state", "valid_to", "superseded_by", "text", "token_cost", "confidence"})
 
 
@@ -87,7 +87,7 @@ def memories_write(sql: str) -> str:
         return ""
     if sql == MEMORY_INSERT:
         return "insert"
-    m = _ROW_UPDATE_BY_ID.fullmatch(sql)
+    m = ROW_UPDATE_BY_ID.fullmatch(sql)
     if m is not None and {a.split(" = ")[0] for a in m.group(1).split(", ")} <= _KEY_NEUTRAL_COLUMNS:
         return "row"
     return "any"

@@ -27,7 +27,6 @@ import contextlib
 import functools
 import json
 import os
-import re
 import sqlite3
 import sys
 import threading
@@ -60,6 +59,7 @@ from remem_agent.store.sql import (
     MEMORY_INSERT_COLS,
     MEMORY_INSERT_WIDTH,
     MEMORY_KEY_AT,
+    ROW_UPDATE_BY_ID,
     LedgerTx,
 )
 from remem_agent.types import ALL_TASKS, AttributeInfo, Memory, State, TaskStats
@@ -203,7 +203,6 @@ WAL_AUTOCHECKPOINT_PAGES = 10_000
 _MEMORY_ID = 0
 _KEY_READS = frozenset({CURRENT_FOR_KEY, CLAIMS_AT, KEY_STATE_FACTS})
 _STATE_READ = "SELECT state FROM memories WHERE id = ?"  # LedgerTx.transition (no lock suffix on SQLite)
-_ROW_UPDATE = re.compile(r"UPDATE memories SET (?:\w+ = \?, )*\w+ = \? WHERE id = \?")  # LedgerTx.transition
 _EVENT_INSERT_SEQ = f"INSERT INTO events (seq, {EVENT_INSERT_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
 _NEXT_EVENT_SEQ = (
     "SELECT max(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0), "
@@ -305,7 +304,7 @@ class SQLiteTx(LedgerTx):
         """False only for statements known not to read or change a buffered row, by their arguments."""
         if sql in _KEY_READS:
             return (args[0], args[1], args[2]) in self._new_keys
-        if sql == _STATE_READ or _ROW_UPDATE.fullmatch(sql):
+        if sql == _STATE_READ or ROW_UPDATE_BY_ID.fullmatch(sql):  # LedgerTx.transition's read and update
             return args[-1] in self._new_ids
         return True
 
