@@ -193,9 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "dashboard":
             from remem_agent.viz.dashboard import write_dashboard
 
-            out = write_dashboard(
-                args.store, args.output, title=args.title, max_rows=args.max_rows, scope=args.scope
-            )
+            out = write_dashboard(args.store, args.output, title=args.title, max_rows=args.max_rows, scope=args.scope)
             print(f"wrote {out}")
             return 0
         if args.cmd == "migrate":

@@ -209,9 +209,7 @@ class RememTools:
                 # validate first so a rejected recall does not settle the previous one
                 key = self._precheck_recall(query, k, task, as_of, token_budget)
                 inferred = self._infer_moved_on(key)
-            res = self.memory.search(
-                query, k=k, task=task, as_of=as_of, token_budget=token_budget, scope=self.scope
-            )
+            res = self.memory.search(query, k=k, task=task, as_of=as_of, token_budget=token_budget, scope=self.scope)
             if self.auto_feedback and res.items:
                 self._pending[res.search_id] = _Pending(res.search_id, res.task, tuple(res.ids))
                 self._last_by_task[res.task] = res.search_id
