@@ -409,8 +409,10 @@ class ReMem:
                 if self._flat is not None:
                     scan = self._flat.scan(qvec, pool, groups=scopes)
                     ids, sims = scan.ids, scan.sims
-                else:  # a caller's backend or the ledger's own index: filtered by scope below, widening if needed
-                    ids, sims = self.index.candidates(qvec, pool)
+                elif self._index_synced_by_ledger:  # the ledger's own index (pgvector) filters by scope itself
+                    ids, sims = cast(VectorSearch, self.index).candidates(qvec, pool, scopes=scopes)
+                else:  # a caller's backend knows no scopes: filtered below, widening if needed
+                    ids, sims = cast(IndexBackend, self.index).candidates(qvec, pool)
             with self.store.read() as tx:
                 lexical: list[tuple[str, float]] = []
                 if mode != "dense" and query is not None:
@@ -423,7 +425,10 @@ class ReMem:
                     if (m := rows.get(mid)) is not None and is_eligible(m, at, historical=historical, scopes=scopes)
                 }
                 dense = [(mid, float(s)) for mid, s in zip(ids, sims, strict=True) if mid in eligible]
-                if mode != "lexical" and len(dense) < min(want, k * 2) and pool < size:
+                # Widen while filtering left too few, unless the index already gave every row it has for these
+                # scopes (fewer than asked: the flat index and the ledger's rank only the readable scopes).
+                exhausted = len(ids) < pool and (self._flat is not None or self._index_synced_by_ledger)
+                if mode != "lexical" and len(dense) < min(want, k * 2) and pool < size and not exhausted:
                     pool = min(size, pool * 4)
                     continue
                 dense = dense[:want]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -26,9 +26,15 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 @runtime_checkable
 class VectorSearch(Protocol):
-    """Candidate generation served by the ledger itself (e.g. pgvector's HNSW index)."""
+    """Candidate generation served by the ledger itself (e.g. pgvector's HNSW index).
 
-    def candidates(self, query: NDArray[np.float32], k: int) -> tuple[list[str], NDArray[np.float32]]: ...
+    ``candidates`` returns the ``k`` most similar memories of ``scopes`` (None: every scope), best first.
+    Fewer than ``k`` means the scopes hold no more: the caller stops widening its pool.
+    """
+
+    def candidates(
+        self, query: NDArray[np.float32], k: int, *, scopes: Collection[str] | None = None
+    ) -> tuple[list[str], NDArray[np.float32]]: ...
 
     def __len__(self) -> int: ...
 

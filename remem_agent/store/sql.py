@@ -252,19 +252,23 @@ class LedgerTx:
         terms = lexical.query_terms(query)
         if not terms or limit <= 0 or (scopes is not None and not scopes):
             return []
-        kept = lexical.choose_terms(terms, self._lexical_counts(terms, lexical.MAX_MATCHES + 1))
+        counts = self._lexical_counts(terms, lexical.MAX_MATCHES + 1)
+        kept = lexical.choose_terms(terms, counts)
         if not kept:
             return []
-        return self._lexical_query(kept, scopes=scopes, current_only=current_only, limit=int(limit))
+        # Exact, not capped: a kept word's matches fit the budget, which is below the cap.
+        df = [counts[terms.index(t)] for t in kept]
+        return self._lexical_query(kept, df=df, scopes=scopes, current_only=current_only, limit=int(limit))
 
     def _lexical_counts(self, terms: list[str], cap: int) -> list[int]:
         """How many memories (of every scope) match each word, counted up to ``cap``."""
         raise NotImplementedError
 
     def _lexical_query(
-        self, terms: list[str], *, scopes: frozenset[str] | None, current_only: bool, limit: int
+        self, terms: list[str], *, df: list[int], scopes: frozenset[str] | None, current_only: bool, limit: int
     ) -> list[tuple[str, float]]:
-        """The backend's full-text query over ``terms``, filtered as ``lexical_candidates`` says."""
+        """The backend's full-text query over ``terms``, filtered as ``lexical_candidates`` says; ``df`` is
+        each term's number of matching memories in every scope (``_lexical_counts``, exact for kept terms)."""
         raise NotImplementedError
 
     @staticmethod

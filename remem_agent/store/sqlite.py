@@ -372,9 +372,10 @@ class SQLiteTx(LedgerTx):
             ) from exc
 
     def _lexical_query(
-        self, terms: list[str], *, scopes: frozenset[str] | None, current_only: bool, limit: int
+        self, terms: list[str], *, df: list[int], scopes: frozenset[str] | None, current_only: bool, limit: int
     ) -> list[tuple[str, float]]:
-        """FTS5 ``bm25()`` (lower is better, so negated), best first, ties by seq.
+        """FTS5 ``bm25()`` (lower is better, so negated), best first, ties by seq (``df`` is unused: FTS5
+        and store/bm25.py count their own document frequencies).
 
         With the read cache, the matches are scored in process from remembered postings (store/bm25.py:
         the same numbers as SQLite's ``bm25()``) and filtered on the cached rows, best first, until ``limit``

@@ -1,0 +1,143 @@
+"""Dense candidates of one scope in a shared store: ranked exactly over that scope, read once, on both backends;
+and PostgreSQL's lexical statement counts each word once, not once per matching memory.
+
+Why: one user's memories are a small share of a store many users write. pgvector 0.6 filters an HNSW search
+after the index scan, so the ledger's index returned a handful of that user's rows and the search widened its
+pool ×4 per round until it scanned every memory of every scope. Measured ad hoc on PostgreSQL before the fix
+(12k memories, a 200-memory scope): 47 ms p50 for a dense search, now about 5 ms; and the lexical statement,
+whose word counts PostgreSQL re-ran for every matching row, took up to 3 s.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from remem_agent import ReMem, RememConfig
+from remem_agent.store import lexical
+
+StoreLocation = Callable[[str], "str | Path"]
+WORDS = "amber cedar lotus maple orbit river stone cloud ember frost grove harbor".split()
+
+
+def _text(rng: random.Random, i: int) -> str:
+    return f"note {i}: " + " ".join(rng.sample(WORDS, 4))
+
+
+def _fill(mem: ReMem, sizes: dict[str, int], seed: int = 3) -> None:
+    rng = random.Random(seed)
+    for scope, n in sizes.items():
+        mem.add_many([_text(rng, i) for i in range(n)], scope=scope)
+
+
+def _exact_top(mem: ReMem, q: Any, scope: str, k: int) -> list[float]:
+    """The k best cosines over every memory of ``scope``, from the ledger's own vectors."""
+    with mem.store.read() as tx:
+        mine = {m.id for m in tx.list_memories(None, scope=scope)}
+        _, ids, mat = tx.embeddings_after(0, mem.dim)
+    rows = np.asarray(mat, dtype=np.float64)[[i for i, mid in enumerate(ids) if mid in mine]]
+    sims = rows @ np.asarray(q, dtype=np.float64) / (np.linalg.norm(rows, axis=1) * np.linalg.norm(q))
+    return sorted(sims.tolist(), reverse=True)[:k]
+
+
+@pytest.mark.parametrize("scope", ["small", "mid"])
+def test_a_scope_is_ranked_exactly_over_its_own_memories(store_location: StoreLocation, scope: str) -> None:
+    with ReMem(store_location("s"), config=RememConfig(retrieval="dense")) as mem:
+        _fill(mem, {"big": 900, "mid": 100, "small": 12})
+        rng = random.Random(5)
+        for _ in range(8):
+            q = mem.embedder.embed([" ".join(rng.sample(WORDS, 2))])[0]
+            cands = mem.candidates(q, k=5, at=2e9, scope=scope)
+            assert {m.scope for m in cands.memories} == {scope}
+            want = _exact_top(mem, q, scope, len(cands.memories))
+            assert len(cands.memories) == min(40, {"mid": 100, "small": 12}[scope])
+            np.testing.assert_allclose(cands.similarities, want, atol=1e-5)
+
+
+class _Counting:
+    """Wraps the index's candidate call and counts it."""
+
+    def __init__(self, mem: ReMem, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[int] = []
+        target: Any = mem._flat if mem._flat is not None else mem.index
+        name = "scan" if mem._flat is not None else "candidates"
+        inner = getattr(target, name)
+
+        def counted(query: Any, k: int, **kw: Any) -> Any:
+            self.calls.append(k)
+            return inner(query, k, **kw)
+
+        monkeypatch.setattr(target, name, counted)
+
+
+def test_a_scope_with_fewer_memories_than_the_pool_is_read_once(
+    store_location: StoreLocation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with ReMem(store_location("s")) as mem:
+        _fill(mem, {"big": 600, "tiny": 3})
+        spy = _Counting(mem, monkeypatch)
+        res = mem.search("amber cedar", k=5, scope="tiny")
+        assert len(res.ids) == 3
+        assert len(spy.calls) == 1  # the index gave every row the scope has: no widening rounds
+
+
+@pytest.fixture()
+def pg_mem(pg_url: str) -> Iterator[ReMem]:
+    with ReMem(pg_url) as mem:
+        yield mem
+
+
+def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
+def test_postgres_lexical_scores_are_idf_times_rank_with_no_per_row_subplan(
+    pg_mem: ReMem, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(9)
+    # word frequencies differ by an order of magnitude, so a misplaced df would change the scores
+    texts = [f"memo {i}: amber " + " ".join(rng.sample(WORDS[1:], 2)) for i in range(60)] + ["lotus river harbor"]
+    pg_mem.add_many(texts, scope="u")
+    pg_mem.add_many(texts[:20], scope="other")
+    query = "harbor amber lotus"
+    seen: list[tuple[str, Any]] = []
+    with pg_mem.store.read() as tx:
+        run = tx.run
+
+        def recording(sql: str, args: Any = ()) -> Any:
+            if "ts_rank" in sql:
+                seen.append((sql, args))
+            return run(sql, args)
+
+        monkeypatch.setattr(tx, "run", recording)
+        got = tx.lexical_candidates(query, limit=100, scopes=frozenset({"u"}))
+        monkeypatch.setattr(tx, "run", run)
+        assert len(seen) == 1
+        sql, args = seen[0]
+        plan = tx.run("EXPLAIN (FORMAT JSON) " + sql, args).fetchone()[0][0]["Plan"]
+        relations = [n.get("Parent Relationship") for n in _plan_nodes(plan)]
+        assert "SubPlan" not in relations, relations
+
+        n = int(tx.run("SELECT MAX(seq) FROM memories").fetchone()[0])
+        want: dict[str, float] = {}
+        for word in lexical.query_terms(query):
+            q = lexical.pg_tsquery([word])
+            matches = tx.run("SELECT count(*) FROM memories WHERE lexemes @@ to_tsquery('english', ?)", (q,))
+            df = int(matches.fetchone()[0])
+            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+            for mid, rank in tx.run(
+                "SELECT id, ts_rank(lexemes, to_tsquery('english', ?), 1) FROM memories "
+                "WHERE scope = 'u' AND lexemes @@ to_tsquery('english', ?)",
+                (q, q),
+            ).fetchall():
+                want[str(mid)] = want.get(str(mid), 0.0) + idf * float(rank)
+    assert dict(got) == pytest.approx(want, rel=1e-6)
+    assert [s for _, s in got] == pytest.approx(sorted(want.values(), reverse=True), rel=1e-6)
