@@ -83,6 +83,9 @@ def test_perf_postgres_quick_writes_its_report(tmp_path: Path) -> None:
         assert size[backend]["search"]["p50_ms"] > 0 and size[backend]["search"]["p95_ms"] > 0
         assert size[backend]["feedback"]["p50_ms"] > 0
     assert 0.0 <= size["recall"]["topk_recall"] <= 1.0 and 0.0 <= size["recall"]["pool_recall"] <= 1.0
+    users = size["user_scopes"]
+    assert users["users"] == 3 and users["search"]["postgres"]["n"] == users["served_agreement"]["queries"] == 40
+    assert users["served_agreement"]["mean"] > 0.5  # small scopes are ranked exactly on both backends
     conc = rep["concurrency"]
     assert conc["workers"] == 4 and conc["feedback_calls"] == 4 * conc["cycles_per_worker"]
     assert conc["lost_updates"] == 0 and conc["rows_differing"] == 0

@@ -8,6 +8,8 @@ the same synthetic store (``evals.perf.core.make_world``, hash embedder) in both
 * ``ReMem.search`` latency (k=5, default config) over the same queries, the two backends
   interleaved per query with the order alternating, so neither always runs on a warmer machine;
 * ``ReMem.feedback`` latency over fresh searches (the same payload, by served position, for both);
+* many users on one store (``--user-scopes`` scopes of ``--user-memories`` facts added beside it): search
+  latency in one user's scope and whether both backends served the same memories there;
 * how approximate the HNSW index is: for every measured query, the exact cosine top-k and
   top-pool of the flat index against the candidates pgvector returns (``pool`` = the over-fetch
   ``ReMem`` ranks, ``max(min_pool, k * pool_factor)``), and the fraction of the ids SQLite's
@@ -190,6 +192,8 @@ def bench_size(
     k: int,
     seed: int,
     log: Log,
+    user_scopes: int = 0,
+    user_memories: int = 200,
 ) -> dict[str, Any]:
     load_start = loadavg()
     t_gen = time.perf_counter()
@@ -255,11 +259,58 @@ def bench_size(
             f"{feedback['sqlite']['p95_ms']:.3f}, postgres {feedback['postgres']['p50_ms']:.3f}/"
             f"{feedback['postgres']['p95_ms']:.3f}"
         )
+        if user_scopes:
+            out["user_scopes"] = bench_user_scopes(
+                mems, to_pg, users=user_scopes, memories=user_memories, queries=n_queries, k=k, seed=seed
+            )
+            us = out["user_scopes"]["search"]
+            log(
+                f"[{n}] search in one of {user_scopes} scopes of {user_memories} memories beside the {n}, p50/p95 ms: "
+                f"sqlite {us['sqlite']['p50_ms']:.2f}/{us['sqlite']['p95_ms']:.2f}, "
+                f"postgres {us['postgres']['p50_ms']:.2f}/{us['postgres']['p95_ms']:.2f}; "
+                f"served agreement {out['user_scopes']['served_agreement']['mean']:.3f}"
+            )
     finally:
         for m in mems.values():
             m.close()
     out["loadavg_end"] = loadavg()
     return out
+
+
+def bench_user_scopes(
+    mems: dict[str, ReMem],
+    to_pg: dict[str, str],
+    *,
+    users: int,
+    memories: int,
+    queries: int,
+    k: int,
+    seed: int,
+) -> dict[str, Any]:
+    """Many users on one store: ``users`` scopes of ``memories`` facts each are added beside the size's
+    default scope, then searches run in one user's scope at a time (each user's own questions, round robin).
+
+    Why: on PostgreSQL a scope that holds a small share of the ledger is where an HNSW search filtered after
+    the index scan returns too few rows; both backends must serve that user's own best memories.
+    """
+    per_user = max(1, -(-queries // users))
+    asked: list[tuple[str, str]] = []
+    scopes: list[str] = []
+    by_user: list[list[tuple[str, str]]] = []
+    for u in range(users):
+        world = make_world(memories, per_user, seed=seed + 1 + u)
+        scope = f"user:{u:03d}"
+        got = {b: mems[b].add_many(world.items, scope=scope) for b in BACKENDS}
+        for s_id, p_id in zip(got["sqlite"], got["postgres"], strict=True):
+            to_pg.setdefault(s_id, p_id)
+        by_user.append(list(world.queries))
+    for j in range(per_user):
+        for u in range(users):
+            if len(asked) < queries:
+                asked.append(by_user[u][j])
+                scopes.append(f"user:{u:03d}")
+    search, agreement = timed_searches(mems, to_pg, asked, k, scopes)
+    return {"users": users, "memories_per_user": memories, "search": search, "served_agreement": agreement}
 
 
 def candidate_recall(
@@ -333,9 +384,14 @@ def ef_search_sweep(
 
 
 def timed_searches(
-    mems: dict[str, ReMem], to_pg: dict[str, str], queries: Sequence[tuple[str, str]], k: int
+    mems: dict[str, ReMem],
+    to_pg: dict[str, str],
+    queries: Sequence[tuple[str, str]],
+    k: int,
+    scopes: Sequence[str] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Search latency per backend (interleaved per query) and how often both served the same ids."""
+    """Search latency per backend (interleaved per query) and how often both served the same ids;
+    ``scopes[j]`` is query j's scope (default: the default scope)."""
     ns: dict[str, list[int]] = {b: [] for b in BACKENDS}
     cpu = dict.fromkeys(BACKENDS, 0)
     agree: list[float] = []
@@ -346,7 +402,7 @@ def timed_searches(
         for b in BACKENDS if j % 2 == 0 else BACKENDS[::-1]:
             c = time.process_time_ns()
             t = time.perf_counter_ns()
-            res = mems[b].search(q, k=k, task=task)
+            res = mems[b].search(q, k=k, task=task, scope=scopes[j] if scopes else None)
             ns[b].append(time.perf_counter_ns() - t)
             cpu[b] += time.process_time_ns() - c
             served[b] = list(res.ids)
@@ -674,6 +730,15 @@ def print_table(result: dict[str, Any]) -> None:
                 f"{s['size']:>7} {b:>9} {d['add']['per_s']:>8.0f} {d['search']['p50_ms']:>11.2f} "
                 f"{d['search']['p95_ms']:>7.2f} {d['feedback']['p50_ms']:>7.2f} {d['feedback']['p95_ms']:>7.2f} {tail}"
             )
+    for s in result["sizes"]:
+        u = s.get("user_scopes")
+        if u:
+            print(
+                f"{s['size']:>7} + {u['users']} scopes of {u['memories_per_user']}: search in one scope p50/p95 ms "
+                f"sqlite {u['search']['sqlite']['p50_ms']:.2f}/{u['search']['sqlite']['p95_ms']:.2f}, "
+                f"postgres {u['search']['postgres']['p50_ms']:.2f}/{u['search']['postgres']['p95_ms']:.2f}, "
+                f"served agreement {u['served_agreement']['mean']:.3f}"
+            )
     c = result["concurrency"]
     print(
         f"\nconcurrency: {c['workers']} processes x {c['cycles_per_worker']} cycles on {c['memories']} memories: "
@@ -697,6 +762,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=4, help="concurrent worker processes")
     ap.add_argument("--cycles", type=int, default=500, help="search+feedback cycles per worker")
     ap.add_argument("--conc-memories", type=int, default=1000, help="memories in the shared store")
+    ap.add_argument("--user-scopes", type=int, default=20, help="user scopes added beside each size (0: none)")
+    ap.add_argument("--user-memories", type=int, default=200, help="memories per user scope")
     ap.add_argument("--out", default="results/perf_postgres.json")
     ap.add_argument("--tmpdir", default=None, help="where the stores and the server's data go")
     ap.add_argument("--quick", action="store_true", help="CI smoke: size 1000, 40 queries, 4 x 15 cycles")
@@ -704,6 +771,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.sizes, args.queries, args.warmup = [1000], min(args.queries, 40), min(args.warmup, 5)
         args.cycles, args.conc_memories = min(args.cycles, 15), min(args.conc_memories, 300)
+        args.user_scopes, args.user_memories = min(args.user_scopes, 3), min(args.user_memories, 50)
     if min(args.sizes) < 100 or args.queries < 1 or args.workers < 1 or args.cycles < 1:
         ap.error("sizes must be >= 100; --queries, --workers and --cycles >= 1")
 
@@ -730,6 +798,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         k=args.k,
                         seed=args.seed,
                         log=log,
+                        user_scopes=args.user_scopes,
+                        user_memories=args.user_memories,
                     )
                 )
                 shutil.rmtree(root / f"sqlite_{n}", ignore_errors=True)
@@ -761,6 +831,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "workers": args.workers,
             "cycles": args.cycles,
             "conc_memories": args.conc_memories,
+            "user_scopes": args.user_scopes,
+            "user_memories": args.user_memories,
             "remem_config": "default",
             "embedder": "default (hash)",
             "backends": {"sqlite": "SQLite ledger + numpy FlatIndex", "postgres": "PostgreSQL + pgvector HNSW"},
