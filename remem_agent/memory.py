@@ -433,7 +433,7 @@ class ReMem:
                     continue
                 dense = dense[:want]
                 lex = [(mid, float(s)) for mid, s in lexical if mid in eligible]
-                fused = fuse(dense, lex, self._cosines(qvec, dense, lex, scan), config=self.config)
+                fused = fuse(dense, lex, self._cosines(qvec, dense, lex, scan, tx), config=self.config)
                 if not fused.ids:
                     return Candidates(memories=(), similarities=np.zeros(0, dtype=np.float64))
                 cands = [eligible[mid] for mid in fused.ids]
@@ -459,12 +459,15 @@ class ReMem:
         dense: Sequence[tuple[str, float]],
         lexical: Sequence[tuple[str, float]],
         scan: Scan | None = None,
+        tx: LedgerTx | None = None,
     ) -> dict[str, float]:
         """Every pooled id's cosine: the dense channel's own, the flat index's for lexical-only candidates
-        (from its scan when there was one: every row was scored there).
+        (from its scan when there was one: every row was scored there), else computed from the embeddings
+        the ledger keeps for every memory, read in the search's transaction ``tx``.
 
-        A caller's backend or pgvector cannot score a given id, so a lexical-only candidate there gets the
-        dense pool's lowest cosine: it was not in the dense top list, so its true cosine is at most that.
+        Why not a stand-in value: pgvector and a caller's backend cannot score a given id, and giving a
+        lexical-only candidate the dense pool's lowest cosine ranked the same pool differently on
+        PostgreSQL than on SQLite. Only a row the ledger does not hold gets that lowest cosine.
         """
         out = dict(dense)
         missing = [mid for mid, _ in lexical if mid not in out]
@@ -474,9 +477,10 @@ class ReMem:
         if missing:
             if self._flat is not None:
                 out.update(self._flat.similarities(qvec, missing))
-            else:
-                floor = min(out.values(), default=0.0)
-                out.update((mid, floor) for mid in missing)
+            elif tx is not None:  # pgvector or a caller's backend: from the ledger's copy of the vectors
+                out.update(_cosine_to(qvec, tx.embeddings_of(missing)))
+            floor = min(out.values(), default=0.0)
+            out.update((mid, floor) for mid in missing if mid not in out)
         return out
 
     # -- feedback -------------------------------------------------------------------------------
@@ -733,3 +737,15 @@ def _in_scope(memory: Memory, scope: str | None) -> Memory:
     if scope is not None and memory.scope != scope:
         raise UnknownMemoryError(memory.id)
     return memory
+
+
+def _cosine_to(qvec: NDArray[np.float32], vectors: Mapping[str, NDArray[np.float32]]) -> dict[str, float]:
+    """Cosine of ``qvec`` with each vector, computed as the flat index does (float32, each normalised)."""
+    if not vectors:
+        return {}
+    ids = list(vectors)
+    mat = np.stack([np.asarray(vectors[i], dtype=np.float32).reshape(-1) for i in ids])
+    q = np.asarray(qvec, dtype=np.float32).reshape(-1)
+    norms = np.linalg.norm(mat, axis=1) * float(np.linalg.norm(q))
+    sims = np.divide(mat @ q, norms, out=np.zeros(len(ids), dtype=np.float32), where=norms > 0)
+    return {mid: float(v) for mid, v in zip(ids, sims, strict=True)}

@@ -772,6 +772,16 @@ class LedgerTx:
     def max_seq(self) -> int:
         return int(self.run("SELECT COALESCE(MAX(seq), 0) FROM memories").fetchone()[0])
 
+    def embeddings_of(self, ids: Sequence[str]) -> dict[str, NDArray[np.float32]]:
+        """The stored embedding of each of ``ids`` (unknown ids are left out)."""
+        out: dict[str, NDArray[np.float32]] = {}
+        ids = list(ids)
+        for start in range(0, len(ids), _CHUNK):
+            chunk = ids[start : start + _CHUNK]
+            for mid, emb in self.run(f"SELECT id, embedding FROM memories WHERE id IN ({_marks(len(chunk))})", chunk):
+                out[str(mid)] = self.load_vector(emb)
+        return out
+
     def embeddings_after(self, seq: int, dim: int) -> tuple[int, list[str], NDArray[np.float32]]:
         """Embeddings of memories inserted after ``seq``, for (re)building an in-process index."""
         rows = self.run("SELECT seq, id, embedding FROM memories WHERE seq > ? ORDER BY seq", (seq,)).fetchall()
