@@ -188,3 +188,36 @@ def test_lexical_only_candidates_get_their_true_cosine_on_every_backend(store_lo
                 assert sim == pytest.approx(want, abs=1e-5), m.text
                 lexical_only += m.id not in dense_ids
         assert lexical_only > 0  # the fused pools did hold candidates only the lexical channel found
+
+
+def test_postgres_ranks_a_scope_it_knows_is_small_exactly_at_once(
+    pg_mem: ReMem, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import remem_agent.store.postgres as pg
+
+    _fill(pg_mem, {"big": 900, "user": 30})
+    store: Any = pg_mem.store
+    statements: list[str] = []
+    inner = store._statement
+
+    def recording(sql: str, params: Any = None) -> Any:
+        if "<=>" in sql:
+            statements.append("hnsw" if "LIMIT %(w)s" in sql else "exact")
+        return inner(sql, params)
+
+    monkeypatch.setattr(store, "_statement", recording)
+    q = pg_mem.embedder.embed(["amber cedar"])[0]
+    first = pg_mem.index.candidates(q, 40, scopes=frozenset({"user"}))
+    assert statements == ["hnsw", "exact"] and len(first[0]) == 30  # the index gave few: ranked exactly
+    statements.clear()
+    again = pg_mem.index.candidates(q, 40, scopes=frozenset({"user"}))
+    assert statements == ["exact"] and again[0] == first[0]  # known to be small: no HNSW search first
+
+    monkeypatch.setattr(pg, "EXACT_SCOPE_ROWS", 40)  # the scope outgrows the bound: back to the index
+    _fill(pg_mem, {"user": 30}, seed=4)
+    statements.clear()
+    pg_mem.index.candidates(q, 40, scopes=frozenset({"user"}))
+    assert statements == ["exact"]  # still counted at 30: the exact scan now counts 60
+    statements.clear()
+    pg_mem.index.candidates(q, 40, scopes=frozenset({"user"}))
+    assert statements[0] == "hnsw"

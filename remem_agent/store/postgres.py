@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import logging
 import struct
+import threading
 import zlib
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -71,6 +72,11 @@ _LEVELS = {
 }
 HNSW_MAX_DIM = 2000  # pgvector 0.6 indexes `vector` columns up to 2000 dimensions
 EF_SEARCH_MAX = 1000  # pgvector's upper bound for hnsw.ef_search
+# Scopes known to hold at most this many memories are ranked exactly without asking the HNSW index first:
+# the exact scan of that many rows costs about what one HNSW search does, and the index would return few of
+# them (a scope this small is rarely among the ledger's nearest ef_search rows).
+EXACT_SCOPE_ROWS = 2000
+_SCOPE_SIZES_KEPT = 10_000  # scopes whose last known size a store remembers (the oldest are forgotten)
 SIM_TIE_EPS = 1e-6  # cosine similarities closer than this are ties (float32 noise is ~6e-8)
 
 
@@ -321,6 +327,9 @@ class PostgresStore(StoreCommon):
         if not isinstance(ef_search, int) or not 1 <= ef_search <= EF_SEARCH_MAX:
             raise UserInputError(f"ef_search must be an integer in [1, {EF_SEARCH_MAX}]")
         self.ef_search = ef_search
+        # rows per scope set, as the last exact scan counted them (a cost hint only: results are exact either way)
+        self._scope_rows: dict[frozenset[str], int] = {}
+        self._scope_rows_lock = threading.Lock()  # searches run on several worker threads
         self.url = url
         self.schema = schema
         self._where = redact(url)
@@ -555,9 +564,14 @@ class PostgresStore(StoreCommon):
         the cost is the scopes' size, not the ledger's). Fewer than ``k`` from that exact scan means the
         scopes hold no more. Before, a small scope widened the caller's pool ×4 per round and past 1,000
         scanned every memory of every scope.
+
+        The exact scan also counts the scopes' rows; scopes last counted at most :data:`EXACT_SCOPE_ROWS`
+        (one user's memories in a shared store) skip the HNSW search and are ranked exactly at once.
         """
         q = np.asarray(query, dtype=np.float32)
-        if k > EF_SEARCH_MAX:  # more than the HNSW index can return: scan exactly
+        key = frozenset(scopes) if scopes is not None else None
+        known = self._scope_rows.get(key) if key is not None else None
+        if k > EF_SEARCH_MAX or (known is not None and known <= EXACT_SCOPE_ROWS):
             return _ties_in_insertion_order(self._exact_candidates(q, k, scopes))
         width = max(self.ef_search, k)
         rows = self._hnsw_candidates(q, k, width, scopes)
@@ -589,17 +603,26 @@ class PostgresStore(StoreCommon):
             return list(tx.conn.execute(sql, params).fetchall())
 
     def _exact_candidates(self, q: NDArray[np.float32], k: int, scopes: Collection[str] | None) -> list[Any]:
-        """The exact best ``k`` of ``scopes`` (OFFSET 0 keeps the filter inside: the ORDER BY cannot use HNSW)."""
+        """The exact best ``k`` of ``scopes`` (OFFSET 0 keeps the filter inside: the ORDER BY cannot use HNSW),
+        remembering how many rows the scopes hold."""
         params: dict[str, Any] = {"q": q, "k": int(k)}
         cond = ""
         if scopes is not None:
             params["s"] = sorted(scopes)
             cond = " WHERE scope = ANY(%(s)s)"
-        return self._statement(
-            "SELECT id, 1 - (embedding <=> %(q)s), seq FROM (SELECT id, embedding, seq FROM memories"
-            f"{cond} OFFSET 0) s ORDER BY embedding <=> %(q)s, seq LIMIT %(k)s",
+        rows = self._statement(
+            "SELECT id, 1 - (embedding <=> %(q)s), seq, count(*) OVER () FROM (SELECT id, embedding, seq "
+            f"FROM memories{cond} OFFSET 0) s ORDER BY embedding <=> %(q)s, seq LIMIT %(k)s",
             params,
         )
+        if scopes is not None:
+            key = frozenset(scopes)
+            with self._scope_rows_lock:
+                self._scope_rows.pop(key, None)  # re-inserted last: the dict keeps the most recently counted
+                self._scope_rows[key] = int(rows[0][3]) if rows else 0
+                while len(self._scope_rows) > _SCOPE_SIZES_KEPT:
+                    self._scope_rows.pop(next(iter(self._scope_rows)))
+        return rows
 
 
 def _ties_in_insertion_order(rows: Sequence[Sequence[Any]]) -> tuple[list[str], NDArray[np.float32]]:
