@@ -240,7 +240,7 @@ def _check_hashes(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
         current[mid] = tuple(r[w + 1 :])
         if stored is None:
             bad.append(f"{mid}: memory has no content hash")
-        elif stored != hashing.memory_hash(*r[:w]):
+        elif not hashing.matches(stored, hashing.memory_hash, *r[:w]):
             bad.append(
                 f"{mid}: memory content (original_text, key, role, tasks, created_at, valid_from, speaker or "
                 f"session) {edited}"
@@ -253,7 +253,7 @@ def _check_hashes(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
         mid, updates = fields[0], fields[7]
         if stored is None:
             bad.append(f"{mid}: event {seq} has no content hash")
-        elif stored != hashing.event_hash(*fields):
+        elif not hashing.matches(stored, hashing.event_hash, *fields):
             bad.append(f"{mid}: event {seq} ({fields[2]}: reason, evidence, states or time) {edited}")
         if updates is not None:
             replayed[mid].update(from_json(updates))
@@ -280,22 +280,22 @@ def _check_hashes(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
         sid = r[0]
         if r[8] is None:
             bad.append(f"search {sid} has no content hash")
-        elif r[8] != hashing.search_hash(*r[:8]):
+        elif not hashing.matches(r[8], hashing.search_hash, *r[:8]):
             bad.append(f"search {sid}: its record (query, task, time or served memories) {edited}")
         answered = r[9] is not None or r[11] is not None
-        if answered and (r[11] is None or r[11] != hashing.feedback_hash(sid, r[9], r[10])):
+        if answered and not hashing.matches(r[11], hashing.feedback_hash, sid, r[9], r[10]):
             bad.append(f"search {sid}: its feedback {edited}")
     _report(problems, bad, "searches with a bad hash")
 
     bad = []
     for seq, *fields, stored in c(f"SELECT seq, {hashing.CREDIT_HASH_COLS}, hash FROM credits ORDER BY seq"):
-        if stored is None or stored != hashing.credit_hash(*fields):
+        if not hashing.matches(stored, hashing.credit_hash, *fields):
             bad.append(f"credit row {seq} (search {fields[0]}, memory {fields[1]}) {edited}")
     _report(problems, bad, "credit rows with a bad hash")
 
     bad = []
     for *fields, stored in c(f"SELECT {hashing.ATTRIBUTE_HASH_COLS}, hash FROM attributes"):
-        if stored is None or stored != hashing.attribute_hash(*fields):
+        if not hashing.matches(stored, hashing.attribute_hash, *fields):
             bad.append(f"learned attribute {fields[0]!r} {edited}")
     _report(problems, bad, "attributes with a bad hash")
 
