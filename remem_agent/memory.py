@@ -740,7 +740,9 @@ def _in_scope(memory: Memory, scope: str | None) -> Memory:
 
 
 def _cosine_to(qvec: NDArray[np.float32], vectors: Mapping[str, NDArray[np.float32]]) -> dict[str, float]:
-    """Cosine of ``qvec`` with each vector, computed as the flat index does (float32, each normalised)."""
+    """Cosine of ``qvec`` with each vector, in float32. Stored embeddings and queries are unit vectors
+    (``check_vectors``), so this is the inner product the flat index and pgvector's ``<=>`` give; dividing by
+    the norms keeps it a cosine for a vector that is not."""
     if not vectors:
         return {}
     ids = list(vectors)

@@ -587,10 +587,7 @@ class PostgresStore(StoreCommon):
         """(id, similarity, seq, rows before the filter): of the index's nearest ``width`` rows, the best ``k``
         of ``scopes``."""
         params: dict[str, Any] = {"q": q, "k": int(k), "w": int(width)}
-        cond = ""
-        if scopes is not None:
-            params["s"] = sorted(scopes)
-            cond = " WHERE scope = ANY(%(s)s)"
+        cond = _scope_filter(scopes, params)
         sql = (
             "SELECT id, sim, seq, seen FROM (SELECT id, sim, seq, scope, count(*) OVER () AS seen FROM ("
             "SELECT id, 1 - (embedding <=> %(q)s) AS sim, seq, scope FROM memories "
@@ -606,10 +603,7 @@ class PostgresStore(StoreCommon):
         """The exact best ``k`` of ``scopes`` (OFFSET 0 keeps the filter inside: the ORDER BY cannot use HNSW),
         remembering how many rows the scopes hold."""
         params: dict[str, Any] = {"q": q, "k": int(k)}
-        cond = ""
-        if scopes is not None:
-            params["s"] = sorted(scopes)
-            cond = " WHERE scope = ANY(%(s)s)"
+        cond = _scope_filter(scopes, params)
         rows = self._statement(
             "SELECT id, 1 - (embedding <=> %(q)s), seq, count(*) OVER () FROM (SELECT id, embedding, seq "
             f"FROM memories{cond} OFFSET 0) s ORDER BY embedding <=> %(q)s, seq LIMIT %(k)s",
@@ -623,6 +617,14 @@ class PostgresStore(StoreCommon):
                 while len(self._scope_rows) > _SCOPE_SIZES_KEPT:
                     self._scope_rows.pop(next(iter(self._scope_rows)))
         return rows
+
+
+def _scope_filter(scopes: Collection[str] | None, params: dict[str, Any]) -> str:
+    """The candidate queries' ``WHERE`` on scope (empty for every scope), its argument put in ``params``."""
+    if scopes is None:
+        return ""
+    params["s"] = sorted(scopes)
+    return " WHERE scope = ANY(%(s)s)"
 
 
 def _ties_in_insertion_order(rows: Sequence[Sequence[Any]]) -> tuple[list[str], NDArray[np.float32]]:
