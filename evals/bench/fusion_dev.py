@@ -1,6 +1,6 @@
 """Choosing the fusion rule on the LoCoMo dev conversations: cold evidence recall of each candidate rule.
 
-    python -m evals.bench.fusion_dev --data /work/shared/data/locomo-dev.json --embedder minilm
+    python -m evals.bench.fusion_dev --data locomo-dev.json --embedder minilm
         [--out results/locomo/fusion_dev.json]
 
 The pure fusion step (:func:`remem_agent.ranking.fusion.fuse`) applied to the two channels' lists

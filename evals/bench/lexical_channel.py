@@ -16,7 +16,7 @@ ledger's ``LedgerTx.lexical_candidates`` for 10 candidates; evidence recall@5 / 
 
 Usage (the data is not part of the repository; see its README)::
 
-    python -m evals.bench.lexical_channel --data ../shared/data/locomo-dev.json [--no-postgres]
+    python -m evals.bench.lexical_channel --data locomo-dev.json [--no-postgres]
 
 Writes ``results/lexical_channel_locomo.json``.
 """
