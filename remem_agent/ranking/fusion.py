@@ -3,11 +3,12 @@
 Dense embeddings blur names, dates and rare words; a lexical index matches them exactly (on LoCoMo's
 conversations plain BM25 beats a small dense model by 18 pp of recall@5, issue 17). Fusion keeps both:
 
-* ``"rrf"`` (default): reciprocal rank fusion, ``w_dense / (rrf_k + rank_dense) + w_lex / (rrf_k + rank_lex)``
+* ``"rrf"``: reciprocal rank fusion, ``w_dense / (rrf_k + rank_dense) + w_lex / (rrf_k + rank_lex)``
   (a list a candidate is absent from adds nothing), divided by its largest possible value so it lies in
   (0, 1]. Rank-based, so neither channel's score scale matters.
-* ``"bonus"``: the cosine similarity plus ``lexical_weight`` times the lexical score scaled to [0, 1] by the
-  best lexical score of the pool: dense order, with lexical matches lifted. (Dividing by 1 + lexical_weight,
+* ``"bonus"`` (the default, chosen on LoCoMo's dev conversations; see ``RememConfig.fusion``): the cosine
+  similarity plus ``lexical_weight`` times the lexical score scaled to [0, 1] by the best lexical score of
+  the pool: dense order, with lexical matches lifted. (Dividing by 1 + lexical_weight,
   to keep the cosine's scale, was measured and dropped: same cold order, and learning transfer on LoCoMo fell
   from +4.1 to +2.5 pp recall@5, since outcome evidence from other questions then weighs relatively more.)
 
