@@ -354,7 +354,7 @@ def test_mcp_tools_in_process(mem: ReMem) -> None:
             }
         elif tool == "feedback":
             args = {
-                "search_id": one_of_or(data, list(tools._pending), ODD_TEXT),
+                "search_id": one_of_or(data, tools.pending_recalls(), ODD_TEXT),
                 "success": data.draw(st.one_of(st.booleans(), ODD_NUMBER)),
                 "used_ids": data.draw(st.one_of(st.none(), st.lists(ODD_TEXT, max_size=2), ODD_TEXT)),
                 "cited_ids": data.draw(st.one_of(st.none(), st.lists(ODD_TEXT, max_size=2))),

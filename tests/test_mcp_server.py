@@ -194,3 +194,21 @@ async def test_auto_feedback_off_via_console_script(tmp_path: Path) -> None:
     with ReMem(store) as mem, mem.store.read() as tx:
         rec = tx.search(r1["search_id"])
         assert rec is not None and rec.feedback is None
+
+
+async def test_a_restarted_server_settles_the_previous_sessions_recall(tmp_path: Path) -> None:
+    """Clients start a server process per session: the waiting recall is in the ledger, not the process."""
+    store = tmp_path / "store"
+    async with _session(store) as s:
+        old = await _ok(s, "remember", {"text": "The office is in Berlin.", "entity": "office", "attribute": "city"})
+        r1 = await _ok(s, "recall", {"query": "Where is the office?", "task": "travel"})
+        assert old["id"] in r1["ids"]
+    async with _session(store) as s:
+        assert (await _ok(s, "stats", {}))["pending_recalls"] == 1
+        fix = await _ok(s, "remember", {"text": "The office is in Munich.", "entity": "office", "attribute": "city"})
+        assert [i["search_id"] for i in fix["inferred_feedback"]] == [r1["search_id"]]
+        assert (await _ok(s, "stats", {}))["pending_recalls"] == 0
+    failure = _ledger_feedback(store, r1["search_id"])
+    assert failure["success"] is False and failure["source"] == "inferred" and failure["used"] == [old["id"]]
+    with ReMem(store) as mem:
+        assert mem.verify().ok

@@ -16,7 +16,15 @@ Inferred feedback (when the client never calls ``feedback``), the same rules as
 * a later ``recall`` for the same task with no correction in between: the earlier recall was a weak
   success (``weight=0.3``, ``source="inferred"``, the top-ranked memory counted as cited).
 * an explicit ``feedback`` on a recall disables inference for it. ``REMEM_AUTO_FEEDBACK=0`` turns
-  inference off. Pending recalls live in this server process only (one client session).
+  inference off.
+
+Recalls waiting for their outcome are ledger rows (``pending_outcomes``, :mod:`remem_agent.store.pending`,
+threads ``mcp:["<scope>", "<task>"]``), claimed atomically by whichever verdict comes first. A client
+starts a new server process for each session, so a correction made in the next session, or by another
+server process on the same store, still settles the recall that served the corrected memory. A new
+process also continues the task threads: its first recall for a task settles the last recall of that task
+as a weak success. Only this server's threads are judged here: answers waiting in the gateway's or a
+``MemoryAgent``'s threads are theirs to settle.
 
 Environment: ``REMEM_PATH`` (store folder, default ``~/.remem/default``, or a ``postgresql://`` URL
 for a store shared by several machines), ``REMEM_EMBEDDER`` (``hash``, the default; ``minilm``, the
@@ -30,14 +38,13 @@ stdout carries the protocol; logs go to stderr.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
 import threading
 import warnings
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -49,7 +56,9 @@ from remem_agent.embedders.base import Embedder
 from remem_agent.errors import FeedbackConflictError, RememError, UnknownSearchError, UserInputError
 from remem_agent.ingest import check_int, check_scope, check_task, check_text
 from remem_agent.memory import ReMem
+from remem_agent.store import pending
 from remem_agent.store.base import is_postgres_url
+from remem_agent.store.pending import PendingRecord
 from remem_agent.types import Hit, Memory, MemoryInfo, iso_time
 
 if TYPE_CHECKING:
@@ -58,7 +67,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("remem_agent.mcp")
 
 WEAK_SUCCESS_WEIGHT = 0.3  # same as the middleware: "moved on without correcting" counts this much
-MAX_PENDING = 10_000
+THREAD_PREFIX = "mcp:"  # this server's threads in the ledger's pending_outcomes
 DEFAULT_PATH = "~/.remem/default"
 
 INSTRUCTIONS = """\
@@ -122,21 +131,17 @@ def _describe(exc: BaseException) -> str:
 
 
 # -- the server state -----------------------------------------------------------------------------
-@dataclass
-class _Pending:
-    """A recall whose outcome is not known yet."""
-
-    search_id: str
-    task: str | None
-    served: tuple[str, ...]
-    scored: bool = False
+def thread_of(scope: str, task: str | None) -> str:
+    """The ledger thread of this server's recalls for ``task`` in ``scope`` (JSON: no two pairs collide)."""
+    return THREAD_PREFIX + json.dumps([scope, task], ensure_ascii=False)
 
 
 class RememTools:
-    """The six tools over one ReMem, plus the per-session state that inference needs.
+    """The six tools over one ReMem; the recalls waiting for an outcome are rows of its ledger.
 
-    Calls are serialised by one lock: the SDK runs sync tools on worker threads, and inference reads and
-    updates the pending recalls together with the store.
+    Calls are serialised by one lock: the SDK runs sync tools on worker threads. Between processes on one
+    store, each waiting recall is claimed once (:func:`remem_agent.store.pending.claim`): of an explicit
+    feedback and an inference, or of two inferences, exactly one judges it.
     """
 
     def __init__(self, memory: ReMem, *, auto_feedback: bool = True, scope: str | None = None) -> None:
@@ -144,8 +149,7 @@ class RememTools:
         self.auto_feedback = auto_feedback
         self.scope = check_scope(scope)  # every tool works in this one scope (REMEM_SCOPE)
         self._lock = threading.Lock()
-        self._pending: OrderedDict[str, _Pending] = OrderedDict()
-        self._last_by_task: dict[str | None, str] = {}
+        self._claimant = f"mcp-{os.getpid()}"  # kept in a claimed row, for the audit
 
     # -- tools --------------------------------------------------------------------------------
     def remember(
@@ -211,10 +215,19 @@ class RememTools:
                 inferred = self._infer_moved_on(key)
             res = self.memory.search(query, k=k, task=task, as_of=as_of, token_budget=token_budget, scope=self.scope)
             if self.auto_feedback and res.items:
-                self._pending[res.search_id] = _Pending(res.search_id, res.task, tuple(res.ids))
-                self._last_by_task[res.task] = res.search_id
-                while len(self._pending) > MAX_PENDING:
-                    self._pending.popitem(last=False)
+                rec = PendingRecord(
+                    answer_id=res.search_id,
+                    scope=self.scope,
+                    thread=thread_of(self.scope, res.task),
+                    turn="",
+                    search_id=res.search_id,
+                    served_ids=tuple(res.ids),
+                    cited_ids=(),
+                    used_ids=(),
+                    value=None,
+                    created_at=wall_now(),
+                )
+                self.memory.store.transact(lambda tx: pending.put(tx, rec))
             return {
                 "search_id": res.search_id,
                 "query": res.query,
@@ -234,19 +247,18 @@ class RememTools:
         used_ids: list[str] | None = None,
         cited_ids: list[str] | None = None,
     ) -> dict[str, Any]:
-        search_id = check_text(search_id, "search_id")  # before the pending-recall lookup (a dict key)
+        search_id = check_text(search_id, "search_id")  # before the waiting-recall lookup
         with self._lock:
-            pending = self._pending.get(search_id)
-            was_scored = pending.scored if pending is not None else False
-            if pending is not None:
-                pending.scored = True  # an explicit outcome disables inference for this recall
+            # An explicit outcome disables inference for this recall: claim it first, so no inference (here
+            # or in another process) judges it meanwhile; a refused feedback gives the claim back.
+            claimed = self._claim(search_id) if self.auto_feedback else None
             try:
                 receipt = self.memory.feedback(
                     search_id, success=success, used_ids=used_ids, cited_ids=cited_ids, scope=self.scope
                 )
             except FeedbackConflictError as exc:
-                if pending is not None:
-                    pending.scored = was_scored
+                if claimed is not None:
+                    self._release(claimed)
                 if self._inferred_before(search_id):
                     raise UserInputError(
                         f"search {search_id!r} already has an inferred outcome (a later remember corrected a memory "
@@ -256,10 +268,9 @@ class RememTools:
                     ) from exc
                 raise
             except BaseException:
-                if pending is not None:
-                    pending.scored = was_scored
+                if claimed is not None:
+                    self._release(claimed)
                 raise
-            self._pending.pop(search_id, None)
             return {
                 "search_id": receipt.search_id,
                 "success": receipt.success,
@@ -306,10 +317,26 @@ class RememTools:
                 "dim": s.dim,
                 "schema_version": s.schema_version,
                 "auto_feedback": self.auto_feedback,
-                "pending_recalls": sum(1 for p in self._pending.values() if not p.scored),
+                "pending_recalls": len(self.pending_recalls()),
             }
 
+    def pending_recalls(self) -> list[str]:
+        """The search ids of this scope's recalls that still wait for an outcome, newest first."""
+        with self.memory.store.read() as tx:
+            rows = pending.waiting(tx, scope=self.scope, thread_prefix=THREAD_PREFIX)
+        return [r.search_id for r in rows]
+
     # -- inference ----------------------------------------------------------------------------
+    def _claim(self, search_id: str) -> PendingRecord | None:
+        """This scope's waiting recall ``search_id``, claimed (None: not waiting, or judged already)."""
+        return self.memory.store.transact(
+            lambda tx: pending.claim(tx, search_id, scope=self.scope, by=self._claimant, at=wall_now())
+        )
+
+    def _release(self, rec: PendingRecord) -> None:
+        """Give back a claim whose verdict the ledger did not record: the recall waits again."""
+        self.memory.store.transact(lambda tx: pending.release(tx, rec.answer_id))
+
     def _inferred_before(self, search_id: str) -> bool:
         with self.memory.store.read() as tx:
             rec = tx.search(search_id)
@@ -329,32 +356,40 @@ class RememTools:
         return check_task(task)
 
     def _infer_correction(self, corrected: set[str]) -> list[dict[str, Any]]:
-        """A new fact superseded memories served by pending recalls: those recalls failed."""
+        """A new fact superseded memories served by waiting recalls: those recalls failed (oldest first)."""
+        with self.memory.store.read() as tx:
+            rows = pending.waiting(tx, scope=self.scope, thread_prefix=THREAD_PREFIX)
         out: list[dict[str, Any]] = []
-        for p in list(self._pending.values()):
-            blamed = sorted(corrected & set(p.served))
-            if p.scored or not blamed:
+        for rec in reversed(rows):
+            blamed = sorted(corrected & set(rec.served_ids))
+            if not blamed:
                 continue
-            p.scored = True
-            log.info("inferred failure of recall %s: corrected %s", p.search_id, blamed)
-            out.append(self._inferred(p, success=False, used_ids=blamed, weight=1.0))
+            got = self._claim(rec.search_id)
+            if got is None:  # judged meanwhile (another process)
+                continue
+            log.info("inferred failure of recall %s: corrected %s", got.search_id, blamed)
+            out.append(self._inferred(got, success=False, used_ids=blamed, weight=1.0))
         return out
 
     def _infer_moved_on(self, task: str | None) -> list[dict[str, Any]]:
-        """A new recall for the same task with no correction since: the previous recall was a weak success."""
-        prev = self._last_by_task.pop(task, None)
-        p = self._pending.get(prev) if prev is not None else None
-        if p is None or p.scored:
+        """A new recall for the same task with no correction since: the previous recall was a weak success.
+
+        The previous recall is the task thread's newest, and only while it waits (one judged by feedback
+        or a correction is not judged again, and an older one is not reached past it)."""
+        thread = thread_of(self.scope, task)
+        got = self.memory.store.transact(lambda tx: pending.claim_latest(tx, thread, by=self._claimant, at=wall_now()))
+        if got is None:
             return []
-        p.scored = True
-        log.info("inferred weak success of recall %s (moved on)", p.search_id)
+        log.info("inferred weak success of recall %s (moved on)", got.search_id)
         # The top-ranked memory counts as cited: with no signal at all a success would only add "wasted"
         # exposures, and moving on without a correction would slowly sink what is recalled most.
-        return [self._inferred(p, success=True, used_ids=[], cited_ids=p.served[:1], weight=WEAK_SUCCESS_WEIGHT)]
+        return [
+            self._inferred(got, success=True, used_ids=[], cited_ids=got.served_ids[:1], weight=WEAK_SUCCESS_WEIGHT)
+        ]
 
     def _inferred(
         self,
-        p: _Pending,
+        p: PendingRecord,
         *,
         success: bool,
         used_ids: Sequence[str],
@@ -373,11 +408,12 @@ class RememTools:
             )
         except UnknownSearchError:  # pragma: no cover - the store was replaced under us
             return {"search_id": p.search_id, "skipped": "unknown search"}
-        except UserInputError as exc:  # e.g. another process already answered it differently
+        except UserInputError as exc:  # e.g. it already has an outcome (given before waiting rows existed)
             log.warning("inferred feedback for %s skipped: %s", p.search_id, exc)
             return {"search_id": p.search_id, "skipped": str(exc)}
-        finally:
-            self._pending.pop(p.search_id, None)
+        except BaseException:  # not recorded (the store failed, the call was cancelled): it waits again
+            self._release(p)
+            raise
         return {
             "search_id": p.search_id,
             "success": success,

@@ -124,12 +124,34 @@ def release(tx: LedgerTx, answer_id: str) -> None:
     tx.run("UPDATE pending_outcomes SET claimed_at = NULL, claimed_by = NULL WHERE answer_id = ?", (answer_id,))
 
 
-def waiting(tx: LedgerTx, *, limit: int = WAITING_LIMIT) -> list[PendingRecord]:
-    """The newest ``limit`` unclaimed answers, newest first."""
+def _waiting_where(scope: str | None, thread_prefix: str | None) -> tuple[str, tuple[Any, ...]]:
+    where = "claimed_at IS NULL"
+    args: list[Any] = []
+    if scope is not None:
+        where += " AND scope = ?"
+        args.append(scope)
+    if thread_prefix is not None:  # substr, not LIKE: exact and case-sensitive on both backends
+        where += " AND substr(thread, 1, ?) = ?"
+        args += [len(thread_prefix), thread_prefix]
+    return where, tuple(args)
+
+
+def waiting(
+    tx: LedgerTx, *, limit: int = WAITING_LIMIT, scope: str | None = None, thread_prefix: str | None = None
+) -> list[PendingRecord]:
+    """The newest ``limit`` unclaimed answers (of ``scope``, of threads starting with ``thread_prefix``,
+    when given), newest first."""
+    where, args = _waiting_where(scope, thread_prefix)
     rows = tx.run(
-        f"SELECT {_COLS} FROM pending_outcomes WHERE claimed_at IS NULL ORDER BY seq DESC LIMIT ?", (limit,)
+        f"SELECT {_COLS} FROM pending_outcomes WHERE {where} ORDER BY seq DESC LIMIT ?", (*args, limit)
     ).fetchall()
     return [_record(r) for r in rows]
+
+
+def count_waiting(tx: LedgerTx, *, scope: str | None = None, thread_prefix: str | None = None) -> int:
+    """How many answers are unclaimed (filtered as in :func:`waiting`)."""
+    where, args = _waiting_where(scope, thread_prefix)
+    return int(tx.run(f"SELECT count(*) FROM pending_outcomes WHERE {where}", args).fetchone()[0])
 
 
 def scope_of(tx: LedgerTx, answer_id: str) -> str | None:
