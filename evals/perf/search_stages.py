@@ -2,7 +2,8 @@
 
 Builds the perf_core world (``evals.perf.core.make_world``) at ``--size`` memories, then times each stage
 of the full search on queries it has not seen, interleaved with system A on a copy of the ledger and the
-budgeted search (so caches are as contended as in ``evals.perf.core``), after ``--warmup`` queries of
+budgeted search, each of those on queries of its own (so caches are as contended as in
+``evals.perf.core``, and no other path has asked the timed query first), after ``--warmup`` queries of
 their own. The stages are the methods the search calls, wrapped with a timer for the measurement only:
 
 * ``flat``: the dense scan (``FlatIndex.scan``);
@@ -93,7 +94,7 @@ class StageClock:
 
 
 def _build(args: argparse.Namespace, root: Path) -> tuple[ReMem, ReMem, list[tuple[str, str | None]], int]:
-    world = make_world(args.size, args.warmup + args.queries, seed=args.seed)
+    world = make_world(args.size, args.warmup + 3 * args.queries, seed=args.seed)
     if args.embedder == "onnx":
         from remem_agent.embedders.onnx import OnnxEmbedder
 
@@ -142,7 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_start = loadavg()
     with tempfile.TemporaryDirectory(prefix="remem_stages_") as tmp:
         mem, mem_a, queries, k = _build(args, Path(tmp))
-        warm, measure = queries[: args.warmup], queries[args.warmup : args.warmup + args.queries]
+        warm = queries[: args.warmup]
+        n, start = args.queries, args.warmup
+        # the timed full search, the budgeted search and system A: one slice of new queries each
+        measure, budgeted, system_a = (queries[start + i * n : start + (i + 1) * n] for i in range(3))
         for q, task in warm:
             mem_a.search(q, k=k, task=task)
             mem.search(q, k=k, task=task, token_budget=60)
@@ -150,9 +154,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         clock = StageClock()
         restore = [clock.wrap(owner, name, label) for owner, name, label in STAGES]
         try:
-            for q, task in measure:
-                mem_a.search(q, k=k, task=task)
-                mem.search(q, k=k, task=task, token_budget=60)
+            for (q, task), (qb, tb), (qa, ta) in zip(measure, budgeted, system_a, strict=True):
+                mem_a.search(qa, k=k, task=ta)
+                mem.search(qb, k=k, task=tb, token_budget=60)
                 with clock.search():
                     mem.search(q, k=k, task=task)
         finally:
@@ -163,7 +167,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     stages = {label: latency_ms(clock.samples[label]) for label in [*(s[2] for s in STAGES), "total"]}
     result = {
         "benchmark": "perf_search_stages",
-        "config": {"size": args.size, "queries": args.queries, "warmup": args.warmup, "k": k, "seed": args.seed},
+        "config": {
+            "size": args.size,
+            "queries": args.queries,
+            "warmup": args.warmup,
+            "k": k,
+            "seed": args.seed,
+            "queries_per_path": "one slice of new queries each for the timed search, the budgeted one and A",
+        },
         "embedder": args.embedder,
         "stages": stages,
         "note": "stage times nest inside total (rows/stats/attributes also inside the gather stage); "
