@@ -199,3 +199,26 @@ def test_waiting_filters(tmp_path: Path) -> None:
             assert pending.count_waiting(tx, thread_prefix="mcp:") == 2
             assert pending.count_waiting(tx, scope="default") == 2
             assert pending.count_waiting(tx) == 3
+
+
+def test_an_inferred_outcome_the_ledger_did_not_record_waits_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from remem_agent.errors import StoreError
+
+    with _server(tmp_path / "s") as tools:
+        old = tools.remember("The office is in Berlin.", entity="office", attribute="city")["id"]
+        r1 = tools.recall("Where is the office?", task="travel")
+
+        def failing(*args: Any, **kwargs: Any) -> Any:
+            raise StoreError("disk full")
+
+        monkeypatch.setattr(tools.memory, "feedback", failing)
+        fix = tools.remember("The office is in Munich.", entity="office", attribute="city")
+        assert fix["supersedes"] == [old]  # the fact stands; inference says why it was skipped
+        assert "StoreError" in fix["inferred_feedback"][0]["skipped"]
+        assert tools.pending_recalls() == [r1["search_id"]]  # the claim was given back
+        monkeypatch.undo()
+        # the recall can still be judged, e.g. by the next recall of its task
+        r2 = tools.recall("Where is the office?", task="travel")
+        assert [i["search_id"] for i in r2["inferred_feedback"]] == [r1["search_id"]]
