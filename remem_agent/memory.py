@@ -424,7 +424,9 @@ class ReMem:
                     for mid in wanted
                     if (m := rows.get(mid)) is not None and is_eligible(m, at, historical=historical, scopes=scopes)
                 }
-                dense = [(mid, float(s)) for mid, s in zip(ids, sims, strict=True) if mid in eligible]
+                # tolist(): one conversion of the whole array (float32 -> float is exact), not one per element
+                sims_list = sims.tolist() if isinstance(sims, np.ndarray) else [float(s) for s in sims]
+                dense = [(mid, s) for mid, s in zip(ids, sims_list, strict=True) if mid in eligible]
                 # Widen while filtering left too few, unless the index already gave every row it has for these
                 # scopes (fewer than asked: the flat index and the ledger's rank only the readable scopes).
                 exhausted = len(ids) < pool and (self._flat is not None or self._index_synced_by_ledger)

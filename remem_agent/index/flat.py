@@ -94,8 +94,13 @@ class Scan:
 
     def similarities(self, ids: Sequence[str]) -> dict[str, float]:
         """The scan's score of each of ``ids`` it covered (rows ingested since are left out)."""
-        n = len(self._all)
-        return {mid: float(self._all[r]) for mid in ids if (r := self._row.get(mid)) is not None and r < n}
+        n, row = len(self._all), self._row
+        found = [(mid, r) for mid in ids if (r := row.get(mid)) is not None and r < n]
+        if not found:
+            return {}
+        # one gather and one conversion (float32 -> float is exact), not a numpy scalar per id
+        values = self._all[[r for _, r in found]].tolist()
+        return {mid: v for (mid, _), v in zip(found, values, strict=True)}
 
 
 class FlatIndex:

@@ -565,10 +565,9 @@ class LedgerTx:
         scope: str = DEFAULT_SCOPE,
     ) -> None:
         served = list(served)
-        served_json = json.dumps(served)
         # hashed from the list itself: the JSON text read back is the same value (finite floats, ints and
         # strings round-trip exactly), without parsing it again on every search
-        row_hash = hashing.search_hash(search_id, at, query, task, as_of, now, token_budget, served)
+        served_json, row_hash = hashing.search_row(search_id, at, query, task, as_of, now, token_budget, served)
         self.run(
             "INSERT INTO searches (search_id, at, query, task, as_of, now, token_budget, served, hash, scope) "
             "VALUES (?,?,?,?,?,?,?,?,?,?)",
