@@ -67,23 +67,68 @@ def varints(blob: bytes) -> list[int]:
     return out
 
 
+def union(phrases: Sequence[Postings]) -> NDArray[np.int64]:
+    """The rows holding any of ``phrases``: distinct, ascending (a phrase's own rows when it is the only one:
+    the caller must not write into the result).
+
+    Why not ``np.unique``: a query's matches are at most ``lexical.MAX_MATCHES`` rows, where ``np.unique``'s
+    general machinery (hashing, its Python wrapper) cost about four times a plain sort of the concatenated
+    postings and a mask of the rows that differ from their predecessor.
+    """
+    if len(phrases) == 1:
+        return phrases[0].rows
+    rows = np.concatenate([p.rows for p in phrases])
+    rows.sort()
+    first = np.empty(len(rows), dtype=bool)
+    first[:1] = True
+    np.not_equal(rows[1:], rows[:-1], out=first[1:])
+    return rows[first]
+
+
 def scores(
     phrases: Sequence[Postings], *, rows: int, tokens: int, sizes: NDArray[np.float64], docs: NDArray[np.int64]
 ) -> NDArray[np.float64]:
-    """``bm25()`` of each of ``docs`` (the union of the phrases' rows, ascending) for the query of
-    ``phrases`` in order; ``sizes`` are the docs' token counts, ``rows``/``tokens`` the index's totals."""
+    """``bm25()`` of each of ``docs`` (``union(phrases)``) for the query of ``phrases`` in order; ``sizes``
+    are the docs' token counts, ``rows``/``tokens`` the index's totals.
+
+    Each phrase's term is computed for its own rows only, all phrases in one vectorized pass, and added into
+    the docs' sums by ``np.add.at``, which adds element by element in input order: a doc's terms are added
+    in phrase order starting from 0.0, exactly as FTS5 sums them. A phrase a doc does not hold adds 0.0 in
+    FTS5 (its frequency is 0), and ``x + 0.0 == x`` exactly, so leaving it out changes no bit.
+    """
     avgdl = float(tokens) / float(rows)
-    norm = K1 * ((1 - B) + B * sizes / avgdl)
-    total = np.zeros(len(docs), dtype=np.float64)
+    idfs: list[float] = []
     for p in phrases:
         n_hit = len(p.rows)
         idf = math.log((rows - n_hit + 0.5) / (n_hit + 0.5))  # libm's log, as SQLite's
-        if idf <= 0.0:
-            idf = 1e-6
-        f = np.zeros(len(docs), dtype=np.float64)
-        f[np.searchsorted(docs, p.rows)] = p.freq
-        total = total + idf * ((f * (K1 + 1.0)) / (f + norm))
-    return -1.0 * total
+        idfs.append(idf if idf > 0.0 else 1e-6)
+    if len(phrases) == 1:  # its rows are the docs
+        f = phrases[0].freq
+        return -(idfs[0] * ((f * (K1 + 1.0)) / (f + K1 * ((1 - B) + B * sizes / avgdl))))
+    at = np.searchsorted(docs, np.concatenate([p.rows for p in phrases]))
+    f = np.concatenate([p.freq for p in phrases])
+    norm = K1 * ((1 - B) + B * sizes[at] / avgdl)
+    idf_each = np.repeat(np.array(idfs, dtype=np.float64), [len(p.rows) for p in phrases])
+    total = np.zeros(len(docs), dtype=np.float64)
+    np.add.at(total, at, idf_each * ((f * (K1 + 1.0)) / (f + norm)))
+    return -total
+
+
+def best_first(scores: NDArray[np.float64], first: int) -> NDArray[np.intp]:
+    """Positions of the best ``first`` of ``scores`` (lowest ``bm25()``) in SQLite's order, score ascending
+    and then position (the docs are ascending, so that is seq): a prefix of the full order, all of it when
+    ``first`` reaches the length.
+
+    Why not sort everything: the caller usually needs only its first window (2 x limit of up to a thousand
+    matches). The cut includes every position tied with the ``first``-th score, so the prefix is exact and
+    may be longer than ``first``. A stable argsort of the scores is ``np.lexsort((docs, scores))`` when the
+    docs ascend.
+    """
+    if 0 < first < len(scores):
+        cut = np.partition(scores, first - 1)[first - 1]
+        top = np.flatnonzero(scores <= cut)
+        return top[np.argsort(scores[top], kind="stable")]
+    return np.argsort(scores, kind="stable")
 
 
 class Tokenizer:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import itertools
 import json
 import os
 import sqlite3
@@ -55,12 +56,14 @@ from remem_agent.store.sql import (
     CURRENT_FOR_KEY,
     EVENT_INSERT_COLS,
     KEY_STATE_FACTS,
+    MEM_COLS,
     MEMORY_INSERT,
     MEMORY_INSERT_COLS,
     MEMORY_INSERT_WIDTH,
     MEMORY_KEY_AT,
     ROW_UPDATE_BY_ID,
     LedgerTx,
+    row_to_memory,
 )
 from remem_agent.types import ALL_TASKS, AttributeInfo, Memory, State, TaskStats
 
@@ -420,21 +423,23 @@ class SQLiteTx(LedgerTx):
             cache.postings_seq = seq
             cache.totals = None
         phrases = [self._postings(cache, t) for t in tokens]
-        docs = np.unique(np.concatenate([p.rows for p in phrases]))
+        docs = bm25.union(phrases)
         if len(docs) == 0:
             return []
         n_rows, n_tokens = self._totals(cache)
         scores = bm25.scores(phrases, rows=n_rows, tokens=n_tokens, sizes=self._sizes(cache, docs), docs=docs)
-        order = np.lexsort((docs, scores))  # bm25 ascending (best first), then seq: SQLite's ORDER BY
+        # bm25 ascending (best first), then seq: SQLite's ORDER BY. Only the first window is ordered at first
+        # (filters rarely leave it short of ``limit``); the rest when a window reaches past it.
+        start, window = 0, 2 * limit
+        order = bm25.best_first(scores, window)
         ranked_docs, ranked_scores = docs[order].tolist(), scores[order].tolist()
         out: list[tuple[str, float]] = []
-        start, window = 0, 2 * limit
-        while start < len(ranked_docs):
+        while start < len(docs):
+            if start + window > len(ranked_docs) and len(ranked_docs) < len(docs):
+                order = bm25.best_first(scores, len(docs))
+                ranked_docs, ranked_scores = docs[order].tolist(), scores[order].tolist()
             seqs = ranked_docs[start : start + window]
-            ids = self._ids_of_seqs(cache, seqs)
-            rows = self.memories(list(ids.values()))
-            for seq_, score in zip(seqs, ranked_scores[start : start + window], strict=True):
-                m = rows.get(ids.get(seq_, ""))
+            for m, score in zip(self._rows_of_seqs(cache, seqs), ranked_scores[start : start + window], strict=True):
                 if m is None or (scopes is not None and m.scope not in scopes):
                     continue
                 if current_only and m.state in _RETIRED:
@@ -517,19 +522,41 @@ class SQLiteTx(LedgerTx):
             sizes = cache.sizes[docs]
         return sizes.astype(np.float64)
 
-    def _ids_of_seqs(self, cache: _ReadCache, seqs: list[int]) -> dict[int, str]:
-        """Memory ids by seq (the full-text rowid). A seq names one memory forever (rows are never deleted;
-        a rolled-back insert's seq, which could be given again, clears the cache with the rollback)."""
+    def _rows_of_seqs(self, cache: _ReadCache, seqs: list[int]) -> list[Memory | None]:
+        """The memory row of each of ``seqs`` (the full-text rowids), None for a seq no memory has.
+
+        Ids by seq are remembered beside the rows by id: a seq names one memory forever (rows are never
+        deleted; a rolled-back insert's seq, which could be given again, clears the cache with the rollback).
+        Usually every row is known: one pass of lookups. Otherwise the rows of the seqs lacking either are
+        read by seq in one statement: a seq the lexical channel has not seen is nearly always a row the cache
+        lacks too (over 600 new queries at 10k memories, every one), and reading its id and then its row by
+        id took two. What is read is remembered as ``memories`` and the ids were, with the same bounds."""
         self.check_cache(cache)
-        known = cache.ids_by_seq
-        missing = [s for s in seqs if s not in known]
+        ids, rows = cache.ids_by_seq, cache.rows
+        try:
+            return [rows[ids[s]] for s in seqs]
+        except KeyError:
+            pass
+        missing = [s for s in seqs if s not in ids or ids[s] not in rows]
+        found: dict[int, Memory] = {}
         for start in range(0, len(missing), _SEQ_CHUNK):
             chunk = missing[start : start + _SEQ_CHUNK]
             marks = ",".join("?" * len(chunk))
-            known.update(self.c.execute(f"SELECT seq, id FROM memories WHERE seq IN ({marks})", chunk).fetchall())
-        if len(known) > cache.max_rows:
-            cache.ids_by_seq = known = {s: known[s] for s in seqs if s in known}
-        return {s: known[s] for s in seqs if s in known}
+            for r in self.c.execute(f"SELECT {MEM_COLS}, seq FROM memories WHERE seq IN ({marks})", chunk):
+                found[int(r[-1])] = row_to_memory(r)
+        out: list[Memory | None] = []
+        for s in seqs:
+            m = found.get(s)
+            if m is None and s in ids:
+                m = rows.get(ids[s])
+            out.append(m)
+        if len(rows) + len(found) > cache.max_rows:
+            rows.clear()
+        rows.update((m.id, m) for m in found.values())
+        ids.update((s, m.id) for s, m in found.items())
+        if len(ids) > cache.max_rows:
+            cache.ids_by_seq = {s: ids[s] for s in seqs if s in ids}
+        return out
 
     def _lexical_counts(self, terms: list[str], cap: int) -> list[int]:
         """One capped count per word: FTS5 stops reading a posting list after ``cap`` rows (cheap; the
@@ -649,18 +676,26 @@ class SQLiteTx(LedgerTx):
                 self._cache.forget_texts()
 
     def stats(self, ids: Sequence[str], tasks: Sequence[str] = (ALL_TASKS,)) -> dict[tuple[str, str], TaskStats]:
-        """As ``LedgerTx.stats``, remembered in the read cache (a search reads the stats of its whole pool)."""
+        """As ``LedgerTx.stats``, remembered in the read cache (a search reads the stats of its whole pool).
+
+        Usually every key is known: one pass of lookups in C (``map``), in ``ids`` x ``tasks`` order; a key
+        the cache lacks (KeyError) sends the call through ``_read_through``, which fetches only the missing."""
         cache = self._cache
         if cache is None:
             return super().stats(ids, tasks)
         self.check_cache(cache)
-        keys = [(i, t) for i in ids for t in tasks]
+        keys = list(itertools.product(ids, tasks))
+        known = cache.stats
+        try:
+            found = list(map(known.__getitem__, keys))
+        except KeyError:
 
-        def fetch(missing: list[tuple[str, str]]) -> dict[tuple[str, str], TaskStats]:
-            return LedgerTx.stats(self, list(dict.fromkeys(i for i, _ in missing)), tasks)
+            def fetch(missing: list[tuple[str, str]]) -> dict[tuple[str, str], TaskStats]:
+                return LedgerTx.stats(self, list(dict.fromkeys(i for i, _ in missing)), tasks)
 
-        _read_through(cache.stats, keys, fetch, bound=cache.max_rows)
-        return {key: s for key in keys if (s := cache.stats.get(key)) is not None}
+            _read_through(known, keys, fetch, bound=cache.max_rows)
+            found = list(map(known.get, keys))  # a key dropped when the cache was emptied reads as absent
+        return {key: s for key, s in zip(keys, found, strict=True) if s is not None}
 
     def attributes(self, names: Sequence[str]) -> dict[str, AttributeInfo]:
         """As ``LedgerTx.attributes``, remembered in the read cache (a search asks about its pool's keys)."""
@@ -672,11 +707,17 @@ class SQLiteTx(LedgerTx):
         return {n: info for n in sorted(set(names)) if (info := cache.attributes.get(n)) is not None}
 
     def memories(self, ids: Sequence[str]) -> dict[str, Memory]:
+        """As ``LedgerTx.memories``, remembered in the read cache; when every row is known (the usual case
+        in a search), one pass of lookups in C builds the answer."""
         cache = self._cache
         if cache is None:
             return super().memories(ids)
         self.check_cache(cache)
         rows = cache.rows
+        try:
+            return dict(zip(ids, map(rows.__getitem__, ids), strict=True))
+        except KeyError:
+            pass
         missing = [i for i in ids if i not in rows]
         if missing:
             fetched = super().memories(missing)
