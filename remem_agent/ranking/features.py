@@ -56,6 +56,54 @@ class FeatureConfig:
     evidence_k: float = 2.0  # evidence = n / (n + k): how far to trust the posterior
 
 
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """The per-memory scalars of a candidate pool, read from the ``Memory`` rows and the ledger's stats once.
+
+    Ranking reads the same few fields of every candidate in several places (the features, the guard's
+    exemption, the knapsack's token costs); reading them here, in one pass, is what keeps the rank stage
+    cheap (a pool is ~50-100 candidates and Python attribute reads, not numpy, were most of its time).
+    Arrays are fresh and contiguous, as the per-field ``np.array`` calls they replace were, so every numpy
+    operation on them (``np.power``, ``np.log1p``) sees the same inputs in the same layout: bit-identical.
+    """
+
+    valid_from: NDArray[np.float64]
+    valid_to: NDArray[np.float64]  # NaN where open-ended, so ``valid_to <= now`` is False there
+    confidence: NDArray[np.float64]
+    tokens: NDArray[np.int64]  # what selection counts against a token budget
+    token_costs: NDArray[np.float64]  # the same costs as floats, for the ``tokens`` feature
+    overall: list[TaskStats | None]  # stats over all task classes (ALL_TASKS)
+    by_task: list[TaskStats | None]  # stats for the search's task class (``overall`` without a task)
+
+    @classmethod
+    def read(cls, memories: Sequence[Memory], stats: Mapping[tuple[str, str], TaskStats], task: str | None) -> Pool:
+        if stats:
+            get = stats.get
+            ids = [m.id for m in memories]
+            overall = [get((i, ALL_TASKS)) for i in ids]
+            by_task = [get((i, task)) for i in ids] if task else overall
+        else:  # no evidence read (a similarity-only config) or none yet: skip the lookups
+            overall = by_task = [None] * len(memories)
+        costs = [m.token_cost for m in memories]
+        return cls(
+            valid_from=np.array([m.valid_from for m in memories], dtype=np.float64),
+            # None -> NaN (numpy's conversion of None to a float)
+            valid_to=np.array([m.valid_to for m in memories], dtype=np.float64),
+            confidence=np.array([m.confidence for m in memories], dtype=np.float64),
+            tokens=np.array(costs, dtype=np.int64),
+            token_costs=np.array(costs, dtype=np.float64),
+            overall=overall,
+            by_task=by_task,
+        )
+
+
+def _filled(n: int, value: float) -> NDArray[np.float64]:
+    """``np.full(n, value)`` without its Python-level overhead (it is called several times per search)."""
+    a = np.empty(n)
+    a.fill(value)
+    return a
+
+
 def build_features(
     memories: Sequence[Memory],
     similarity: NDArray[np.float64],
@@ -69,6 +117,7 @@ def build_features(
     decay_half_life_days: float = 180.0,
     lexical: NDArray[np.float64] | None = None,
     retrieval: NDArray[np.float64] | None = None,
+    pool: Pool | None = None,
 ) -> dict[str, NDArray[np.float64]]:
     """Feature arrays (one value per candidate, the pool in retrieval order); disabled groups are all zeros.
 
@@ -77,60 +126,80 @@ def build_features(
     ``lexical`` is the lexical channel's score scaled to [0, 1] (0: not a lexical candidate) and ``retrieval``
     the fused retrieval score the pool is ordered by; without them (a dense-only pool) lexical is 0 and
     retrieval is the cosine similarity, so a dense pool's features are what they were before fusion.
+    ``pool`` is ``Pool.read(memories, stats, task)`` when the caller has it already (``rank_and_select``
+    reuses it for the guard and the token costs).
     """
     n = len(memories)
     sim = np.asarray(similarity, dtype=np.float64)
     ret = sim if retrieval is None else np.asarray(retrieval, dtype=np.float64)
-    f: dict[str, NDArray[np.float64]] = {name: np.zeros(n) for name in FEATURE_NAMES}
     if n == 0:
-        return f
+        return {name: np.zeros(n) for name in FEATURE_NAMES}
+    pool = pool if pool is not None else Pool.read(memories, stats, task)
     on = set(config.groups)
+    f: dict[str, NDArray[np.float64]] = {}
     if "static" in on:
         f["similarity"] = sim
         f["retrieval"] = ret
         f["lexical"] = np.zeros(n) if lexical is None else np.asarray(lexical, dtype=np.float64)
         f["gap"] = ret.max() - ret
         f["rank"] = np.arange(n, dtype=np.float64) / max(1, n - 1)
-        age_days = np.maximum(0.0, now - np.array([m.valid_from for m in memories])) / DAY
+        age_days = np.maximum(0.0, now - pool.valid_from) / DAY
         f["recency"] = np.power(0.5, age_days / config.recency_half_life_days)
-        conf = np.array([m.confidence for m in memories], dtype=np.float64)
+        conf = pool.confidence
         if changing_attributes:
             decays = np.array([m.attribute in changing_attributes for m in memories])
             conf = np.where(decays, conf * np.power(0.5, age_days / decay_half_life_days), conf)
         f["confidence"] = conf
-        f["tokens"] = np.log1p(np.array([m.token_cost for m in memories], dtype=np.float64))
-    overall = [stats.get((m.id, ALL_TASKS)) for m in memories]
+        f["tokens"] = np.log1p(pool.token_costs)
+    # Stats are sparse (most of a pool was never served): arrays start at the no-stats defaults and only
+    # the candidates with stats are written, the same values the per-candidate expressions gave.
+    overall = [(i, s) for i, s in enumerate(pool.overall) if s is not None]
     if "history" in on:
-        f["retrievals"] = np.log1p([s.retrieved if s else 0 for s in overall])
-        last = np.array([s.last_retrieved_at if s and s.last_retrieved_at else -np.inf for s in overall])
-        age = np.where(np.isfinite(last), np.maximum(0.0, now - np.where(np.isfinite(last), last, now)), 0.0)
-        f["retrieval_recency"] = np.where(np.isfinite(last), np.power(0.5, age / DAY), 0.0)
+        retrieved = np.zeros(n)
+        last = _filled(n, -np.inf)
+        for i, s in overall:
+            retrieved[i] = s.retrieved
+            if s.last_retrieved_at:  # 0 / None: never retrieved (as before: falsy -> -inf)
+                last[i] = s.last_retrieved_at
+        f["retrievals"] = np.log1p(retrieved)
+        seen = np.isfinite(last)
+        age = np.where(seen, np.maximum(0.0, now - np.where(seen, last, now)), 0.0)
+        f["retrieval_recency"] = np.where(seen, np.power(0.5, age / DAY), 0.0)
     if "outcome" in on:
-        cls = [stats.get((m.id, task)) if task else s for m, s in zip(memories, overall, strict=True)]
-        f["rate_all"] = np.array([s.contribution_rate if s else 0.5 for s in overall])
-        f["rate_class"] = np.array([s.contribution_rate if s else 0.5 for s in cls])
-        shown = np.array([s.shown if s else 0 for s in cls], dtype=np.float64)
+        by_task = (
+            overall if pool.by_task is pool.overall else [(i, s) for i, s in enumerate(pool.by_task) if s is not None]
+        )
+        rate_all, shown_all = _filled(n, 0.5), np.zeros(n)
+        for i, s in overall:
+            rate_all[i], shown_all[i] = s.contribution_rate, s.shown
+        rate_class, shown, wasted, blame = _filled(n, 0.5), np.zeros(n), np.zeros(n), np.zeros(n)
+        post_std = _filled(n, 0.2887)
+        for i, s in by_task:
+            rate_class[i], shown[i], wasted[i], blame[i] = s.contribution_rate, s.shown, s.wasted, s.blame_sum
+            post_std[i] = s.posterior_std
+        f["rate_all"], f["rate_class"] = rate_all, rate_class
         denom = np.maximum(shown, 1.0)
-        f["waste_rate"] = np.array([s.wasted if s else 0 for s in cls], dtype=np.float64) / denom
-        f["blame_rate"] = np.array([s.blame_sum if s else 0.0 for s in cls], dtype=np.float64) / denom
-        f["post_std"] = np.array([s.posterior_std if s else 0.2887 for s in cls])
+        f["waste_rate"] = wasted / denom
+        f["blame_rate"] = blame / denom
+        f["post_std"] = post_std
         f["evidence"] = shown / (shown + config.evidence_k)
-        shown_all = np.array([s.shown if s else 0 for s in overall], dtype=np.float64)
         f["evidence_all"] = shown_all / (shown_all + config.evidence_k)
     if "contradiction" in on:
-        keys = keys or {}
-        stale, contra = np.zeros(n), np.zeros(n)
-        for i, m in enumerate(memories):
-            if m.valid_to is not None and m.valid_to <= now:
-                stale[i] = 1.0  # retired since (only reachable through as_of)
-            scoped = (m.scope, *m.key) if m.key is not None else None
-            if scoped is not None and m.role == "state" and scoped in keys:
-                count, latest = keys[scoped]
-                contra[i] = max(0, count - 1)
-                if m.state.value != "INVALIDATED" and m.valid_from < latest <= now:
-                    stale[i] = 1.0  # a newer same-key fact is current: a pending conflict
+        stale = (pool.valid_to <= now).astype(np.float64)  # retired since (only reachable through as_of)
+        contra = np.zeros(n)
+        if keys:
+            for i, m in enumerate(memories):
+                if m.role != "state" or (key := m.key) is None:
+                    continue
+                scoped = (m.scope, *key)
+                if scoped in keys:
+                    count, latest = keys[scoped]
+                    contra[i] = max(0, count - 1)
+                    if m.state.value != "INVALIDATED" and m.valid_from < latest <= now:
+                        stale[i] = 1.0  # a newer same-key fact is current: a pending conflict
         f["stale"], f["contradictions"] = stale, contra
-    return f
+    # FEATURE_NAMES order (explain output and snapshots follow it); a disabled group's features are zeros
+    return {name: f[name] if name in f else np.zeros(n) for name in FEATURE_NAMES}
 
 
 def matrix(features: Mapping[str, NDArray[np.float64]]) -> NDArray[np.float64]:

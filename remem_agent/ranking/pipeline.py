@@ -15,11 +15,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from remem_agent.config import RememConfig
-from remem_agent.ranking.features import build_features
-from remem_agent.ranking.features import matrix as feature_matrix
+from remem_agent.ranking.features import FEATURE_NAMES, Pool, build_features
 from remem_agent.ranking.select import select
 from remem_agent.ranking.utility import UtilityModel
-from remem_agent.types import ALL_TASKS, SERVABLE_STATES, Hit, Memory, State, TaskStats
+from remem_agent.types import SERVABLE_STATES, Hit, Memory, State, TaskStats
 
 Key = tuple[str, str, str]  # (scope, entity, attribute)
 
@@ -110,6 +109,8 @@ def rank_and_select(
     if not cands:
         return Ranking(hits=(), features=())
     stats = candidates.stats
+    # one pass over the pool's rows and stats, shared by the features, the guard and the token costs
+    pool = Pool.read(cands, stats, task)
     feats = build_features(
         cands,
         sims,
@@ -122,6 +123,7 @@ def rank_and_select(
         decay_half_life_days=config.staleness.decay_half_life_days,
         lexical=candidates.lexical,
         retrieval=candidates.retrieval,
+        pool=pool,
     )
     p, comps = utility.score(feats)
     # The floor grows with the outcome evidence about each candidate (evidence_all = n / (n + 2) exposures):
@@ -132,16 +134,13 @@ def rank_and_select(
         if config.static_prior == "with_evidence" and "outcome" in config.features.groups
         else np.full(len(cands), config.p_floor)
     )
-    exempt = np.array(
-        [
-            (s := stats.get((m.id, task or ALL_TASKS))) is not None
-            and s.shown >= config.guard_min_shown
-            and s.contribution_rate < config.guard_max_rate
-            for m in cands
-        ],
-        dtype=bool,
-    )
-    tokens = np.array([m.token_cost for m in cands], dtype=np.int64)
+    # the guard's exemption: shown often enough for this task class and (almost) never useful; pool.by_task
+    # is the stats for ``task or ALL_TASKS``, and only candidates with stats can be exempt
+    exempt = np.zeros(len(cands), dtype=bool)
+    for i, s in enumerate(pool.by_task):
+        if s is not None and s.shown >= config.guard_min_shown and s.contribution_rate < config.guard_max_rate:
+            exempt[i] = True
+    tokens = pool.tokens
     chosen = select(
         p,
         feats["retrieval"] if "static" in config.features.groups else sims,
@@ -153,8 +152,10 @@ def rank_and_select(
         guard_exempt=exempt,
         method=config.selection,
     )
-    # the feature snapshots of the served rows only (a search records them; the rest of the pool is not kept)
-    picked = feature_matrix({name: v[chosen] for name, v in feats.items()}).round(5).tolist() if chosen else []
+    # the feature snapshots of the served rows only (a search records them; the rest of the pool is not kept):
+    # one (features x pool) stack and one column pick, the same values in the same FEATURE_NAMES order as
+    # stacking each feature's served rows, and rounded elementwise alike
+    picked = np.array([feats[name] for name in FEATURE_NAMES])[:, chosen].T.round(5).tolist() if chosen else []
     hits: list[Hit] = []
     snapshots: list[tuple[float, ...]] = []
     for rank, i in enumerate(chosen):

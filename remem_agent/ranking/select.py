@@ -50,13 +50,14 @@ def knapsack(values: NDArray[np.float64], weights: NDArray[np.int64], budget: in
         wi, vi = int(w[i]), float(values[i])
         if vi <= 0 or wi > budget:
             continue
-        for j in range(min(i + 1, k), 0, -1):
-            cand = dp[j - 1, : budget + 1 - wi] + vi
-            cur = dp[j, wi:]
-            better = cand > cur + 1e-12
-            if better.any():
-                keep[i, j, wi:] = better
-                dp[j, wi:] = np.where(better, cand, cur)
+        # Item i into every count j = 1..top at once: row j reads row j - 1 as it was before item i, which
+        # is what the classic descending-j loop reads too, so the sums, comparisons and ties are the same.
+        top = min(i + 1, k)
+        cand = dp[:top, : budget + 1 - wi] + vi
+        cur = dp[1 : top + 1, wi:]
+        better = cand > cur + 1e-12
+        keep[i, 1 : top + 1, wi:] = better
+        dp[1 : top + 1, wi:] = np.where(better, cand, cur)
     best_j = int(np.argmax(dp[:, budget]))
     if not np.isfinite(dp[best_j, budget]) or dp[best_j, budget] <= 0:
         return []
@@ -96,11 +97,21 @@ def select(
         for i in np.argsort(-similarity, kind="stable")[:guard_top]:
             if not exempt[i]:
                 forced.append(int(i))
-    floor = np.broadcast_to(np.asarray(p_floor, dtype=np.float64), (n,))
-    eligible = [i for i in range(n) if p[i] >= floor[i] and i not in forced]
+    # Vectorised, with the per-candidate semantics: p >= floor elementwise (NaN p is never eligible), the
+    # guarded candidates excluded, indices ascending; the sorts below are Python's stable sorts on the same
+    # float keys (-p, -similarity), as plain lists so each comparison is a float's, not a numpy scalar's.
+    floor = np.asarray(p_floor, dtype=np.float64)
+    if floor.ndim and floor.shape != (n,):
+        floor = np.broadcast_to(floor, (n,))  # one value per candidate, or the same shape error as before
+    ok = p >= floor
+    if forced:
+        ok[forced] = False
+    eligible: list[int] = np.flatnonzero(ok).tolist()
+    neg_p: list[float] = (-p).tolist()
+    by_p = neg_p.__getitem__
     if token_budget is None:
         forced = forced[:k]
-        rest = sorted(eligible, key=lambda i: -p[i])[: k - len(forced)]
+        rest = sorted(eligible, key=by_p)[: k - len(forced)]
         chosen = forced + rest
     else:
         chosen, used = [], 0
@@ -110,11 +121,12 @@ def select(
                 used += int(tokens[i])
         idx = np.array(eligible, dtype=np.int64)
         if method == "greedy":
-            for i in sorted(eligible, key=lambda i: -p[i]):
+            for i in sorted(eligible, key=by_p):
                 if len(chosen) < k and used + int(tokens[i]) <= token_budget:
                     chosen.append(i)
                     used += int(tokens[i])
         elif len(idx) and len(chosen) < k:
             picked = knapsack(p[idx], tokens[idx], token_budget - used, k - len(chosen))
             chosen += [int(idx[j]) for j in picked]
-    return sorted(chosen, key=lambda i: (-p[i], -similarity[i]))
+    neg_sim: list[float] = (-np.asarray(similarity)).tolist()
+    return sorted(chosen, key=lambda i: (neg_p[i], neg_sim[i]))
