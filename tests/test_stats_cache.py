@@ -118,3 +118,62 @@ def test_cached_attributes_equal_fresh_ones_through_adds_and_updates(tmp_path: P
             assert got == want, step
     mem.close()
     other.close()
+
+
+def _read(mem: ReMem, ids: list[str], tasks: tuple[str, ...]) -> tuple[dict[object, object], dict[object, object], int]:
+    with mem.store.read() as tx:
+        assert isinstance(tx, SQLiteTx)
+        with traced(tx) as statements:
+            got = tx.stats(ids, tasks)
+        want = SQLiteTx(tx.c, None).stats(ids, tasks)
+    return dict(got), dict(want), sum("FROM stats" in s for s in statements)
+
+
+def test_a_memory_read_for_one_task_class_answers_the_others_from_the_cache(tmp_path: Path) -> None:
+    """A search asks (memory, "*") and (memory, its task); the first read keeps every task row of the memory,
+    so a search of another task class reads nothing (it used to miss on every memory of its pool)."""
+    mem = ReMem(tmp_path / "store")
+    ids = mem.add_many(["amber deploy note", "cedar billing note", "lotus region note", "birch deploy note"])
+    for task in ("deploy", "billing", "oncall"):
+        res = mem.search("note", k=3, task=task)
+        mem.feedback(res.search_id, success=True, used_ids=[res.items[0].id])
+    mem.store._read_cache.forget_stats()  # type: ignore[attr-defined]
+    got, want, reads = _read(mem, ids, (ALL_TASKS, "deploy"))
+    assert got == want and reads == 1
+    for task in ("billing", "oncall", "planning"):
+        got, want, reads = _read(mem, ids, (ALL_TASKS, task))
+        assert got == want and reads == 0, task
+    mem.close()
+
+
+def test_a_stats_row_created_after_a_complete_read_is_not_hidden(tmp_path: Path) -> None:
+    """Completeness must end when this connection's own write may create a row: a memory read whole with no
+    "billing" row, then served in a billing search (which inserts that row), shows the new row."""
+    mem = ReMem(tmp_path / "store")
+    ids = mem.add_many(["amber deploy note", "cedar billing note", "lotus region note"])
+    mem.search("note", k=3, task="deploy")
+    got, want, _ = _read(mem, ids, (ALL_TASKS, "billing"))
+    assert got == want and not any(task == "billing" for _, task in got)  # type: ignore[misc]
+    served = mem.search("note", k=3, task="billing")
+    got, want, reads = _read(mem, ids, (ALL_TASKS, "billing"))
+    assert got == want and reads == 1
+    assert {mid for mid, task in got if task == "billing"} == {h.id for h in served.items}  # type: ignore[misc]
+    mem.close()
+
+
+def test_stats_past_the_cache_bound_are_still_exact(tmp_path: Path) -> None:
+    """When filling the cache would outgrow its bound it is emptied; the answer of that very read must still
+    hold every row (it used to read keys dropped by the emptying as absent)."""
+    rng = random.Random(3)
+    mem = ReMem(tmp_path / "store")
+    ids = mem.add_many([f"fact {i} about {rng.choice(['deploys', 'billing', 'regions'])}" for i in range(40)])
+    for step in range(30):
+        res = mem.search(rng.choice(["deploys", "billing", "regions fact"]), k=5, task=rng.choice(TASKS[1:]))
+        if step % 2 and res.items:
+            mem.feedback(res.search_id, success=True, used_ids=[res.items[0].id])
+    mem.store._read_cache.max_rows = 7  # type: ignore[attr-defined]
+    for tasks in [(ALL_TASKS, "deploy"), (ALL_TASKS, "billing"), TASKS, (ALL_TASKS,)]:
+        for chunk in (ids[:10], ids, ids[5:30]):
+            got, want, _ = _read(mem, chunk, tasks)
+            assert got == want
+    mem.close()

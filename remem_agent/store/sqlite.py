@@ -148,6 +148,11 @@ class _ReadCache:
         # another connection drops them (its searches and feedback update stats without touching memories);
         # this connection's own stats writes drop the keys they write (``SQLiteTx.run``/``run_many``).
         self.stats: dict[tuple[str, str], TaskStats | None] = {}
+        # Memories whose every stats row (of every task) is in ``stats``: a key of theirs that ``stats`` lacks has
+        # no row. A search asks (memory, "*") and (memory, its task); task classes vary between searches, so
+        # without this most of a pool's lookups missed on a task not asked before (94% of the memories a 10k
+        # benchmark search fetched had been fetched already, for another task).
+        self.stats_complete: set[str] = set()
         self.attributes: dict[str, AttributeInfo | None] = {}  # the same rules, for the attributes table
         # The lexical channel's postings (store/bm25.py): a token's rows and frequencies and the index's
         # totals, read at memory seq ``postings_seq`` (a new memory may hold any token: dropped when it grows);
@@ -166,11 +171,16 @@ class _ReadCache:
     def clear(self) -> None:
         self.rows.clear()
         self.ids_by_seq.clear()
-        self.stats.clear()
+        self.forget_stats()
         self.attributes.clear()
         self.forget_texts()
         self.data_version = -1
         self.memories_version = (-1, -1)
+
+    def forget_stats(self) -> None:
+        """Drop every remembered stats row (and with them what is known to be complete)."""
+        self.stats.clear()
+        self.stats_complete.clear()
 
     def forget_texts(self) -> None:
         """Drop everything derived from the indexed texts (a text changed without a new seq, or anything)."""
@@ -215,6 +225,8 @@ _NEXT_EVENT_SEQ = (
 
 _RETIRED = frozenset({State.INVALIDATED, State.ARCHIVED})  # what a present-tense lexical search leaves out
 _STATS_UPSERT = "INSERT INTO stats (memory_id, task,"
+# A memory with at most this many stats rows (task classes it was served for, and "*") is cached whole.
+_COMPLETE_TASKS = 64
 
 
 def _writes(sql: str, table: str) -> bool:
@@ -282,7 +294,7 @@ class SQLiteTx(LedgerTx):
             self.insert_buffered()
         if self._cache is not None:
             if _writes(sql, "stats"):
-                self._cache.stats.clear()  # a stats write of unknown rows (none in this library's own writers)
+                self._cache.forget_stats()  # a stats write of unknown rows (none in this library's own writers)
             if _writes(sql, "attributes"):
                 self._cache.attributes.clear()
         return self.c.execute(sql, args)
@@ -295,12 +307,13 @@ class SQLiteTx(LedgerTx):
         if self._cache is not None and _writes(sql, "attributes"):
             self._cache.attributes.clear()
         if self._cache is not None and _writes(sql, "stats"):
-            known = self._cache.stats
+            known, complete = self._cache.stats, self._cache.stats_complete
             if sql.startswith(_STATS_UPSERT):  # rows lead with (memory_id, task): drop exactly those keys
                 for row in rows:
                     known.pop((row[0], row[1]), None)
+                    complete.discard(row[0])  # the upsert may create a row: no longer known complete
             else:
-                known.clear()
+                self._cache.forget_stats()
         self.c.executemany(sql, rows)
 
     def _may_see_buffered(self, sql: str, args: Sequence[Any]) -> bool:
@@ -648,7 +661,7 @@ class SQLiteTx(LedgerTx):
         self._cache_checked = True
         dv = self.c.execute("PRAGMA data_version").fetchone()[0]
         if dv != cache.data_version:
-            cache.stats.clear()  # another connection committed: its searches and feedback move stats
+            cache.forget_stats()  # another connection committed: its searches and feedback move stats
             cache.attributes.clear()  # and its adds move attribute counts
             version = self.memories_version()
             if version != cache.memories_version:
@@ -679,7 +692,7 @@ class SQLiteTx(LedgerTx):
         """As ``LedgerTx.stats``, remembered in the read cache (a search reads the stats of its whole pool).
 
         Usually every key is known: one pass of lookups in C (``map``), in ``ids`` x ``tasks`` order; a key
-        the cache lacks (KeyError) sends the call through ``_read_through``, which fetches only the missing."""
+        the cache lacks (KeyError) sends the call through ``_stats_missing``."""
         cache = self._cache
         if cache is None:
             return super().stats(ids, tasks)
@@ -689,13 +702,44 @@ class SQLiteTx(LedgerTx):
         try:
             found = list(map(known.__getitem__, keys))
         except KeyError:
-
-            def fetch(missing: list[tuple[str, str]]) -> dict[tuple[str, str], TaskStats]:
-                return LedgerTx.stats(self, list(dict.fromkeys(i for i, _ in missing)), tasks)
-
-            _read_through(known, keys, fetch, bound=cache.max_rows)
-            found = list(map(known.get, keys))  # a key dropped when the cache was emptied reads as absent
+            found = self._stats_missing(cache, keys)
         return {key: s for key, s in zip(keys, found, strict=True) if s is not None}
+
+    def _stats_missing(self, cache: _ReadCache, keys: list[tuple[str, str]]) -> list[TaskStats | None]:
+        """The stats of ``keys`` (None: no row), filling ``cache.stats`` with those it lacks: absent for a
+        memory known complete, else every row of the memory, of every task, read in one statement per chunk
+        (the next search asks another task class). A memory with more than ``_COMPLETE_TASKS`` rows keeps only
+        the asked keys. The answer is built apart from the cache, which may be emptied to stay in its bound.
+
+        Most searches get here for a few keys of a large pool (the memories the previous search served, whose
+        keys its write dropped, and about one memory never read before), so the known ones are looked up in
+        one pass and only the missing ones are worked on."""
+        known, complete = cache.stats, cache.stats_complete
+        found = list(map(known.get, keys))
+        missing = [i for i, key in enumerate(keys) if key not in known]
+        fill: dict[tuple[str, str], TaskStats | None] = {}
+        fetch: dict[str, list[str]] = {}
+        for i in missing:
+            mid, task = key = keys[i]
+            if mid in complete:
+                fill[key] = None
+            elif key not in fill:
+                fill[key] = None
+                fetch.setdefault(mid, []).append(task)
+        rows = LedgerTx.stats_all_classes(self, list(fetch)) if fetch else {}
+        if len(known) + len(fill) + sum(map(len, rows.values())) > cache.max_rows:
+            cache.forget_stats()
+        for mid, asked in fetch.items():
+            by_task = rows[mid]
+            if len(by_task) <= _COMPLETE_TASKS:
+                known.update(((mid, t), s) for t, s in by_task.items())
+                complete.add(mid)
+            for t in asked:
+                fill[(mid, t)] = by_task.get(t)
+        known.update(fill)
+        for i in missing:
+            found[i] = fill[keys[i]]
+        return found
 
     def attributes(self, names: Sequence[str]) -> dict[str, AttributeInfo]:
         """As ``LedgerTx.attributes``, remembered in the read cache (a search asks about its pool's keys)."""
