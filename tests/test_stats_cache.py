@@ -177,3 +177,30 @@ def test_stats_past_the_cache_bound_are_still_exact(tmp_path: Path) -> None:
             got, want, _ = _read(mem, chunk, tasks)
             assert got == want
     mem.close()
+
+
+def test_rows_and_attributes_past_the_cache_bound_are_all_returned(tmp_path: Path) -> None:
+    """The row and attribute caches are emptied when a read would outgrow them; that read still returns every
+    row it was asked for (it used to drop the ones the cache held before it was emptied: a search then lost
+    those candidates, once per bound's worth of rows)."""
+    mem = ReMem(tmp_path / "store")
+    ids = mem.add_many(  # two values per key: the second supersedes the first, so the attributes have rows
+        [
+            {"text": f"Service {i % 6} runs in r{i}.", "entity": f"svc{i % 6}", "attribute": f"region{i % 6}"}
+            for i in range(12)
+        ]
+    )
+    cache = mem.store._read_cache  # type: ignore[attr-defined]
+    with mem.store.read() as tx:
+        fresh_rows = SQLiteTx(tx.c, None).memories(ids)
+        fresh_attrs = SQLiteTx(tx.c, None).attributes([f"region{i}" for i in range(6)])
+    assert len(fresh_attrs) == 6
+    cache.max_rows, cache.max_counts = 5, 3
+    for chunk in (ids[:4], ids, ids[2:9], ids):
+        with mem.store.read() as tx:
+            assert tx.memories(chunk) == {i: fresh_rows[i] for i in chunk}
+    names = [f"region{i}" for i in range(6)]
+    for chunk in (names[:2], names, names[1:5], names):
+        with mem.store.read() as tx:
+            assert tx.attributes(chunk) == {n: fresh_attrs[n] for n in sorted(chunk) if n in fresh_attrs}
+    mem.close()

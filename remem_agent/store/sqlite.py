@@ -747,8 +747,8 @@ class SQLiteTx(LedgerTx):
         if cache is None:
             return super().attributes(names)
         self.check_cache(cache)
-        _read_through(cache.attributes, names, super().attributes, bound=cache.max_counts)
-        return {n: info for n in sorted(set(names)) if (info := cache.attributes.get(n)) is not None}
+        found = _read_through(cache.attributes, names, super().attributes, bound=cache.max_counts)
+        return {n: info for n in sorted(found) if (info := found[n]) is not None}
 
     def memories(self, ids: Sequence[str]) -> dict[str, Memory]:
         """As ``LedgerTx.memories``, remembered in the read cache; when every row is known (the usual case
@@ -762,28 +762,31 @@ class SQLiteTx(LedgerTx):
             return dict(zip(ids, map(rows.__getitem__, ids), strict=True))
         except KeyError:
             pass
-        missing = [i for i in ids if i not in rows]
-        if missing:
-            fetched = super().memories(missing)
-            if len(rows) + len(fetched) > cache.max_rows:
-                rows.clear()
-            rows.update(fetched)
-        return {i: rows[i] for i in ids if i in rows}
+        fetched = super().memories([i for i in ids if i not in rows])
+        # the answer before the cache may be emptied below: a row it held must not go missing from this read
+        out = {i: m for i in ids if (m := rows.get(i, fetched.get(i))) is not None}
+        if len(rows) + len(fetched) > cache.max_rows:
+            rows.clear()
+        rows.update(fetched)
+        return out
 
 
 def _read_through(
     known: dict[K, V | None], keys: Iterable[K], fetch: Callable[[list[K]], Mapping[K, V]], *, bound: int
-) -> None:
-    """Fill ``known`` with each of ``keys`` it lacks, from one ``fetch`` of those (None for a key the ledger
-    has no row for: remembered as absent); emptied first when it would outgrow ``bound``."""
-    missing = [k for k in dict.fromkeys(keys) if k not in known]
-    if not missing:
-        return
-    fetched = fetch(missing)
-    if len(known) + len(missing) > bound:
-        known.clear()
-    for k in missing:
-        known[k] = fetched.get(k)
+) -> dict[K, V | None]:
+    """Each of ``keys`` (None: the ledger has no row for it), filling ``known`` with those it lacks from one
+    ``fetch`` (absent ones remembered as None); ``known`` is emptied first when it would outgrow ``bound``,
+    after the answer was taken from it."""
+    wanted = list(dict.fromkeys(keys))
+    missing = [k for k in wanted if k not in known]
+    fetched = fetch(missing) if missing else {}
+    out = {k: known[k] if k in known else fetched.get(k) for k in wanted}
+    if missing:
+        if len(known) + len(missing) > bound:
+            known.clear()
+        for k in missing:
+            known[k] = fetched.get(k)
+    return out
 
 
 class SQLiteStore(StoreCommon):
