@@ -18,13 +18,15 @@ from remem_agent.types import ALL_TASKS
 TASKS = (ALL_TASKS, "deploy", "billing")
 
 
-def _cached_and_fresh(mem: ReMem, ids: list[str]) -> tuple[dict[object, object], dict[object, object], int]:
+def _cached_and_fresh(
+    mem: ReMem, ids: list[str], tasks: tuple[str, ...] = TASKS
+) -> tuple[dict[object, object], dict[object, object], int]:
     """(cached stats, fresh stats, stats statements the cached read needed)."""
     with mem.store.read() as tx:
         assert isinstance(tx, SQLiteTx)
         with traced(tx) as statements:
-            got = tx.stats(ids, TASKS)
-        want = SQLiteTx(tx.c, None).stats(ids, TASKS)
+            got = tx.stats(ids, tasks)
+        want = SQLiteTx(tx.c, None).stats(ids, tasks)
     return dict(got), dict(want), sum("FROM stats" in s for s in statements)
 
 
@@ -120,15 +122,6 @@ def test_cached_attributes_equal_fresh_ones_through_adds_and_updates(tmp_path: P
     other.close()
 
 
-def _read(mem: ReMem, ids: list[str], tasks: tuple[str, ...]) -> tuple[dict[object, object], dict[object, object], int]:
-    with mem.store.read() as tx:
-        assert isinstance(tx, SQLiteTx)
-        with traced(tx) as statements:
-            got = tx.stats(ids, tasks)
-        want = SQLiteTx(tx.c, None).stats(ids, tasks)
-    return dict(got), dict(want), sum("FROM stats" in s for s in statements)
-
-
 def test_a_memory_read_for_one_task_class_answers_the_others_from_the_cache(tmp_path: Path) -> None:
     """A search asks (memory, "*") and (memory, its task); the first read keeps every task row of the memory,
     so a search of another task class reads nothing (it used to miss on every memory of its pool)."""
@@ -138,10 +131,10 @@ def test_a_memory_read_for_one_task_class_answers_the_others_from_the_cache(tmp_
         res = mem.search("note", k=3, task=task)
         mem.feedback(res.search_id, success=True, used_ids=[res.items[0].id])
     mem.store._read_cache.forget_stats()  # type: ignore[attr-defined]
-    got, want, reads = _read(mem, ids, (ALL_TASKS, "deploy"))
+    got, want, reads = _cached_and_fresh(mem, ids, (ALL_TASKS, "deploy"))
     assert got == want and reads == 1
     for task in ("billing", "oncall", "planning"):
-        got, want, reads = _read(mem, ids, (ALL_TASKS, task))
+        got, want, reads = _cached_and_fresh(mem, ids, (ALL_TASKS, task))
         assert got == want and reads == 0, task
     mem.close()
 
@@ -152,10 +145,10 @@ def test_a_stats_row_created_after_a_complete_read_is_not_hidden(tmp_path: Path)
     mem = ReMem(tmp_path / "store")
     ids = mem.add_many(["amber deploy note", "cedar billing note", "lotus region note"])
     mem.search("note", k=3, task="deploy")
-    got, want, _ = _read(mem, ids, (ALL_TASKS, "billing"))
+    got, want, _ = _cached_and_fresh(mem, ids, (ALL_TASKS, "billing"))
     assert got == want and not any(task == "billing" for _, task in got)  # type: ignore[misc]
     served = mem.search("note", k=3, task="billing")
-    got, want, reads = _read(mem, ids, (ALL_TASKS, "billing"))
+    got, want, reads = _cached_and_fresh(mem, ids, (ALL_TASKS, "billing"))
     assert got == want and reads == 1
     assert {mid for mid, task in got if task == "billing"} == {h.id for h in served.items}  # type: ignore[misc]
     mem.close()
@@ -174,7 +167,7 @@ def test_stats_past_the_cache_bound_are_still_exact(tmp_path: Path) -> None:
     mem.store._read_cache.max_rows = 7  # type: ignore[attr-defined]
     for tasks in [(ALL_TASKS, "deploy"), (ALL_TASKS, "billing"), TASKS, (ALL_TASKS,)]:
         for chunk in (ids[:10], ids, ids[5:30]):
-            got, want, _ = _read(mem, chunk, tasks)
+            got, want, _ = _cached_and_fresh(mem, chunk, tasks)
             assert got == want
     mem.close()
 
