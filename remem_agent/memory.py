@@ -49,7 +49,7 @@ from remem_agent.learning.credit import Replay, leave_one_out, values_used
 from remem_agent.learning.feedback import FeedbackPlan, apply_feedback, repeat_receipt
 from remem_agent.ranking.features import FEATURE_NAMES
 from remem_agent.ranking.fusion import fuse
-from remem_agent.ranking.pipeline import Candidates, EvidenceNeeds, is_eligible, rank_and_select
+from remem_agent.ranking.pipeline import Candidates, EvidenceNeeds, eligible_rows, rank_and_select
 from remem_agent.ranking.utility import UtilityModel
 from remem_agent.store.base import Store, VectorSearch
 from remem_agent.store.factory import open_store
@@ -331,8 +331,7 @@ class ReMem:
         at = t_as_of if t_as_of is not None else t_now
 
         qvec = self.query_cache.vector(self.embedder, query)
-        self._sync_index()
-        # gather (I/O) -> rank and select (pure) -> record (I/O)
+        # gather (I/O; it brings the index up to date with the ledger) -> rank and select (pure) -> record (I/O)
         candidates = self.candidates(
             qvec, k=k, task=task, at=at, historical=t_as_of is not None, scope=scope, query=query
         )
@@ -393,6 +392,11 @@ class ReMem:
         The dense pool is over-fetched (``k * pool_factor``, at least ``min_pool``) and widened when filtering
         leaves too few; each widening is a new index lookup and read (rare: most searches read once). The
         lexical channel fetches ``lexical_pool`` (default: the same size) once, in the same read.
+
+        The index is brought up to date with the ledger first (``_sync_index``: rows another process added).
+        Whether it is behind is asked inside the read, whose highest seq the lexical channel reads anyway
+        (``SQLiteTx.max_seq`` remembers it): one statement fewer than asking before the read; when it is
+        behind (rare), the read is left, the index synced and the scan done again.
         """
         size = len(self.index)
         want = max(self.config.min_pool, k * self.config.pool_factor)
@@ -401,7 +405,14 @@ class ReMem:
         scopes = self.readable_scopes(scope)
         mode = self.config.retrieval if query is not None else "dense"
         lex_limit = self.config.lexical_pool or want
+        check_index = not self._index_synced_by_ledger  # the ledger's own index is never behind
+        stale = False
         while True:
+            if stale:
+                self._sync_index()
+                stale = False
+                size = len(self.index)
+                pool = min(size, want)
             ids: Sequence[str] = []
             sims: Sequence[float] | NDArray[np.float32] = []
             scan: Scan | None = None
@@ -414,16 +425,17 @@ class ReMem:
                 else:  # a caller's backend knows no scopes: filtered below, widening if needed
                     ids, sims = cast(IndexBackend, self.index).candidates(qvec, pool)
             with self.store.read() as tx:
+                if check_index:
+                    check_index = False  # once, as a sync before the read did: a later commit is not waited for
+                    if tx.max_seq() > self._index_seq:
+                        stale = True
+                        continue  # leaves the read; synced at the loop's top, then scanned again
                 lexical: list[tuple[str, float]] = []
                 if mode != "dense" and query is not None:
                     lexical = tx.lexical_candidates(query, limit=lex_limit, scopes=scopes, current_only=not historical)
                 wanted = list(dict.fromkeys([*ids, *(mid for mid, _ in lexical)]))
                 rows = tx.memories(wanted)
-                eligible = {
-                    mid: m
-                    for mid in wanted
-                    if (m := rows.get(mid)) is not None and is_eligible(m, at, historical=historical, scopes=scopes)
-                }
+                eligible = eligible_rows(rows, wanted, at, historical=historical, scopes=scopes)
                 # tolist(): one conversion of the whole array (float32 -> float is exact), not one per element
                 sims_list = sims.tolist() if isinstance(sims, np.ndarray) else [float(s) for s in sims]
                 dense = [(mid, s) for mid, s in zip(ids, sims_list, strict=True) if mid in eligible]
@@ -438,15 +450,20 @@ class ReMem:
                 fused = fuse(dense, lex, self._cosines(qvec, dense, lex, scan, tx), config=self.config)
                 if not fused.ids:
                     return Candidates(memories=(), similarities=np.zeros(0, dtype=np.float64))
-                cands = [eligible[mid] for mid in fused.ids]
+                cands = list(map(eligible.__getitem__, fused.ids))
                 tasks = (ALL_TASKS, task) if task else (ALL_TASKS,)
-                keyed = [(m.scope, *m.key) for m in cands if m.key is not None and m.role == "state"]
+                # (scope, *m.key) of the keyed state facts, ``Memory.key`` written out
+                keyed = [
+                    (m.scope, m.entity, m.attribute)
+                    for m in cands
+                    if m.role == "state" and m.entity is not None and m.attribute is not None
+                ]
                 return Candidates(
                     memories=cands,
                     similarities=fused.similarity,
                     lexical=fused.lexical if mode != "dense" else None,
                     retrieval=fused.retrieval if mode != "dense" else None,
-                    stats=tx.stats([m.id for m in cands], tasks) if needs.stats else {},
+                    stats=tx.stats(fused.ids, tasks) if needs.stats else {},  # the ids of cands
                     keys=tx.key_summary(keyed) if keyed and needs.keys else {},
                     changing_attributes=frozenset(
                         a for a, info in tx.attributes([key[2] for key in keyed]).items() if info.changes > 0

@@ -15,7 +15,7 @@ rounding of the sum (terms that are zero add nothing).
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -94,11 +94,16 @@ class Scan:
 
     def similarities(self, ids: Sequence[str]) -> dict[str, float]:
         """The scan's score of each of ``ids`` it covered (rows ingested since are left out)."""
-        n, row = len(self._all), self._row
-        found = [(mid, r) for mid in ids if (r := row.get(mid)) is not None and r < n]
+        n = len(self._all)
+        rows = list(map(self._row.get, ids))
+        # one gather and one conversion (float32 -> float is exact), not a numpy scalar per id
+        if rows and None not in rows:
+            covered = cast(list[int], rows)
+            if max(covered) < n:  # the usual case: the scan covered every id
+                return dict(zip(ids, self._all[covered].tolist(), strict=True))
+        found = [(mid, r) for mid, r in zip(ids, rows, strict=True) if r is not None and r < n]
         if not found:
             return {}
-        # one gather and one conversion (float32 -> float is exact), not a numpy scalar per id
         values = self._all[[r for _, r in found]].tolist()
         return {mid: v for (mid, _), v in zip(found, values, strict=True)}
 
@@ -196,17 +201,19 @@ class FlatIndex:
             # A sparse query shares no dimension with most rows: when at least k scores are positive and
             # they are few, the top k are among them, and partitioning only those is several times
             # cheaper than partitioning every row (10k rows: about 0.15 ms).
-            positive = np.flatnonzero(sims > 0)
-            if k <= len(positive) <= n // 8:
+            above = sims > 0
+            if k <= np.count_nonzero(above) <= n // 8:  # counted: the positions are needed only here
+                positive = np.flatnonzero(above)
                 part = positive[np.argpartition(-sims[positive], k - 1)[:k]]
                 top = part[np.argsort(-sims[part], kind="stable")]
             else:
                 # Keep ``-sims`` with a small kth: hash-embedder scores are heavily tied (a third exact 0.0), and
                 # ``argpartition(sims, n - k)`` then hits numpy's slow introselect path (p95 2.9 ms at 100k).
-                top = np.argpartition(-sims, k - 1)[:k]
-                top = top[np.argsort(-sims[top], kind="stable")]
+                neg = -sims
+                top = np.argpartition(neg, k - 1)[:k]
+                top = top[np.argsort(neg[top], kind="stable")]  # neg[top] is -sims[top]: negation is exact
         else:
             top = np.argsort(-sims, kind="stable")
         ids = self._ids
         picked = top if rows is None else rows[top]
-        return [ids[i] for i in picked], sims[top].astype(np.float32, copy=False)
+        return [ids[i] for i in picked.tolist()], sims[top].astype(np.float32, copy=False)  # Python ints index faster

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 from numpy.typing import NDArray
@@ -49,16 +50,22 @@ def fuse(
     Ties keep the dense list's order, then the lexical list's, so the result is deterministic.
     """
     mode = config.retrieval
-    dense_rank = {mid: r for r, (mid, _) in enumerate(dense)} if mode != "lexical" else {}
-    lex_rank = {mid: r for r, (mid, _) in enumerate(lexical)} if mode != "dense" else {}
-    order = list(dense_rank) + [mid for mid in lex_rank if mid not in dense_rank]
+    dense_ids = [mid for mid, _ in dense] if mode != "lexical" else []
+    lex_ids = [mid for mid, _ in lexical] if mode != "dense" else []
+    # first occurrences, the dense list's then the lexical list's new ids: one dict, no per-id membership test
+    order = list(dict.fromkeys(dense_ids + lex_ids))
     n = len(order)
-    sim = np.array([cosine.get(mid, 0.0) for mid in order], dtype=np.float64)
-    best_lex = max((s for _, s in lexical), default=0.0) if lex_rank else 0.0
-    raw_lex = dict(lexical) if lex_rank else {}
-    lex = np.array(
-        [raw_lex[mid] / best_lex if best_lex > 0 and mid in raw_lex else 0.0 for mid in order], dtype=np.float64
-    )
+    sim = np.array(list(map(cosine.get, order, repeat(0.0, n))), dtype=np.float64)
+    best_lex = max((s for _, s in lexical), default=0.0) if lex_ids else 0.0
+    raw_lex = dict(lexical) if lex_ids else {}
+    if type(best_lex) is float and best_lex > 0 and all(type(s) is float for s in raw_lex.values()):
+        # one vector division: IEEE division of the same doubles as the per-id ``s / best_lex`` (0.0 for an id
+        # the lexical list lacks: 0.0 / best_lex), so the same values
+        lex = np.array(list(map(raw_lex.get, order, repeat(0.0, n))), dtype=np.float64) / best_lex
+    else:  # any other scores (ints, numpy scalars) or no positive one: per id, as written
+        lex = np.array(
+            [raw_lex[mid] / best_lex if best_lex > 0 and mid in raw_lex else 0.0 for mid in order], dtype=np.float64
+        )
     if mode == "dense":
         ret = sim
     elif mode == "lexical":
@@ -66,6 +73,8 @@ def fuse(
     elif config.fusion == "bonus":
         ret = sim + config.lexical_weight * lex
     else:
+        dense_rank = {mid: r for r, mid in enumerate(dense_ids)}
+        lex_rank = {mid: r for r, mid in enumerate(lex_ids)}
         c, wl = config.rrf_k, config.lexical_weight
         top = (1.0 + wl) / (c + 1.0)
         ret = np.array(
@@ -78,7 +87,7 @@ def fuse(
         ) / (top if top > 0 else 1.0)
     idx = np.argsort(-ret, kind="stable") if n else np.zeros(0, dtype=np.int64)
     return FusedPool(
-        ids=tuple(order[i] for i in idx),
+        ids=tuple(map(order.__getitem__, idx.tolist())),
         similarity=sim[idx],
         lexical=lex[idx],
         retrieval=ret[idx],

@@ -8,7 +8,7 @@ refers to). Keeping the middle stage pure means it can be tested, replayed and b
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,7 +18,7 @@ from remem_agent.config import RememConfig
 from remem_agent.ranking.features import FEATURE_NAMES, Pool, build_features
 from remem_agent.ranking.select import select
 from remem_agent.ranking.utility import UtilityModel
-from remem_agent.types import SERVABLE_STATES, Hit, Memory, State, TaskStats
+from remem_agent.types import SERVABLE_STATES, Hit, Memory, State, TaskStats, make_hit
 
 Key = tuple[str, str, str]  # (scope, entity, attribute)
 
@@ -33,6 +33,41 @@ def is_eligible(memory: Memory, at: float, *, historical: bool, scopes: frozense
     if historical:
         return memory.state is not State.ARCHIVED
     return memory.state in SERVABLE_STATES
+
+
+def eligible_rows(
+    rows: Mapping[str, Memory],
+    ids: Iterable[str],
+    at: float,
+    *,
+    historical: bool,
+    scopes: frozenset[str] | None = None,
+) -> dict[str, Memory]:
+    """``{id: rows[id]}`` for each of ``ids`` (in order) whose row exists and passes :func:`is_eligible`.
+
+    The same test written out in one comprehension (``Memory.valid_at`` inline), not a call with keywords per
+    row: a search tests its whole pool (tests/test_search_glue_identity.py checks it against ``is_eligible``)."""
+    get = rows.get
+    if historical:
+        archived = State.ARCHIVED
+        return {
+            mid: m
+            for mid in ids
+            if (m := get(mid)) is not None
+            and (scopes is None or m.scope in scopes)
+            and m.valid_from <= at
+            and (m.valid_to is None or at < m.valid_to)
+            and m.state is not archived
+        }
+    return {
+        mid: m
+        for mid in ids
+        if (m := get(mid)) is not None
+        and (scopes is None or m.scope in scopes)
+        and m.valid_from <= at
+        and (m.valid_to is None or at < m.valid_to)
+        and m.state in SERVABLE_STATES
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,6 +191,10 @@ def rank_and_select(
     # one (features x pool) stack and one column pick, the same values in the same FEATURE_NAMES order as
     # stacking each feature's served rows, and rounded elementwise alike
     picked = np.array([feats[name] for name in FEATURE_NAMES])[:, chosen].T.round(5).tolist() if chosen else []
+    # the served rows' scores and cosines as floats, each array converted once (float64 -> float is exact: the
+    # values float(p[i]) and float(sims[i]) give)
+    scores = np.asarray(p, dtype=np.float64)[chosen].tolist() if chosen else []
+    cosines = np.asarray(sims, dtype=np.float64)[chosen].tolist() if chosen else []
     hits: list[Hit] = []
     snapshots: list[tuple[float, ...]] = []
     for rank, i in enumerate(chosen):
@@ -166,11 +205,11 @@ def rank_and_select(
             detail = {f"feature.{n}": float(v[i]) for n, v in feats.items()}
             detail.update({f"component.{n}": float(v[i]) for n, v in comps.items()})
         hits.append(
-            Hit(
+            make_hit(
                 id=m.id,
                 text=m.text,
-                score=float(p[i]),
-                similarity=float(sims[i]),
+                score=scores[rank],
+                similarity=cosines[rank],
                 state=m.state,
                 rank=rank,
                 valid_from=m.valid_from,
