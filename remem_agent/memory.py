@@ -331,7 +331,8 @@ class ReMem:
         at = t_as_of if t_as_of is not None else t_now
 
         qvec = self.query_cache.vector(self.embedder, query)
-        # gather (I/O; it brings the index up to date with the ledger) -> rank and select (pure) -> record (I/O)
+        self._sync_index()
+        # gather (I/O) -> rank and select (pure) -> record (I/O)
         candidates = self.candidates(
             qvec, k=k, task=task, at=at, historical=t_as_of is not None, scope=scope, query=query
         )
@@ -392,11 +393,6 @@ class ReMem:
         The dense pool is over-fetched (``k * pool_factor``, at least ``min_pool``) and widened when filtering
         leaves too few; each widening is a new index lookup and read (rare: most searches read once). The
         lexical channel fetches ``lexical_pool`` (default: the same size) once, in the same read.
-
-        The index is brought up to date with the ledger first (``_sync_index``: rows another process added).
-        Whether it is behind is asked inside the read, whose highest seq the lexical channel reads anyway
-        (``SQLiteTx.max_seq`` remembers it): one statement fewer than asking before the read; when it is
-        behind (rare), the read is left, the index synced and the scan done again.
         """
         size = len(self.index)
         want = max(self.config.min_pool, k * self.config.pool_factor)
@@ -405,14 +401,7 @@ class ReMem:
         scopes = self.readable_scopes(scope)
         mode = self.config.retrieval if query is not None else "dense"
         lex_limit = self.config.lexical_pool or want
-        check_index = not self._index_synced_by_ledger  # the ledger's own index is never behind
-        stale = False
         while True:
-            if stale:
-                self._sync_index()
-                stale = False
-                size = len(self.index)
-                pool = min(size, want)
             ids: Sequence[str] = []
             sims: Sequence[float] | NDArray[np.float32] = []
             scan: Scan | None = None
@@ -425,11 +414,6 @@ class ReMem:
                 else:  # a caller's backend knows no scopes: filtered below, widening if needed
                     ids, sims = cast(IndexBackend, self.index).candidates(qvec, pool)
             with self.store.read() as tx:
-                if check_index:
-                    check_index = False  # once, as a sync before the read did: a later commit is not waited for
-                    if tx.max_seq() > self._index_seq:
-                        stale = True
-                        continue  # leaves the read; synced at the loop's top, then scanned again
                 lexical: list[tuple[str, float]] = []
                 if mode != "dense" and query is not None:
                     lexical = tx.lexical_candidates(query, limit=lex_limit, scopes=scopes, current_only=not historical)
@@ -452,12 +436,7 @@ class ReMem:
                     return Candidates(memories=(), similarities=np.zeros(0, dtype=np.float64))
                 cands = list(map(eligible.__getitem__, fused.ids))
                 tasks = (ALL_TASKS, task) if task else (ALL_TASKS,)
-                # (scope, *m.key) of the keyed state facts, ``Memory.key`` written out
-                keyed = [
-                    (m.scope, m.entity, m.attribute)
-                    for m in cands
-                    if m.role == "state" and m.entity is not None and m.attribute is not None
-                ]
+                keyed = [(m.scope, *m.key) for m in cands if m.key is not None and m.role == "state"]
                 return Candidates(
                     memories=cands,
                     similarities=fused.similarity,

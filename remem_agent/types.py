@@ -7,12 +7,10 @@ recorded.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, Literal
-
-_new_object = object.__new__
 
 Role = Literal["state", "preference", "note"]
 DEFAULT_SCOPE = "default"  # where memories and searches go when no scope is named (and old stores' rows)
@@ -161,43 +159,6 @@ class TaskStats:
         return {**_to_dict(self, times), "contribution_rate": self.contribution_rate}
 
 
-# The slot setters of ``TaskStats``, in field order: ``task_stats_from_row`` stores a row's values through them.
-_TS_SETTERS = tuple(TaskStats.__dict__[f.name].__set__ for f in fields(TaskStats))
-(
-    _ts_task,
-    _ts_retrieved,
-    _ts_shown,
-    _ts_credited,
-    _ts_wasted,
-    _ts_blamed,
-    _ts_credit_sum,
-    _ts_blame_sum,
-    _ts_last_retrieved_at,
-    _ts_last_credited_at,
-) = _TS_SETTERS
-
-
-def task_stats_from_row(row: Sequence[Any]) -> TaskStats:
-    """``TaskStats(row[1], *row[2:])`` for a ledger row (memory_id, task, then the nine counters in field order):
-    an equal object (same class, same field values), made without the frozen ``__init__``'s ten
-    ``object.__setattr__`` calls, each of which looks the attribute up on the type first: about half the cost
-    (60 rows: 37 vs 82 us in a loop; a 10k search reads ~15). A row of another length goes through the constructor."""
-    if len(row) != 11:
-        return TaskStats(row[1], *row[2:])
-    s = _new_object(TaskStats)
-    _ts_task(s, row[1])
-    _ts_retrieved(s, row[2])
-    _ts_shown(s, row[3])
-    _ts_credited(s, row[4])
-    _ts_wasted(s, row[5])
-    _ts_blamed(s, row[6])
-    _ts_credit_sum(s, row[7])
-    _ts_blame_sum(s, row[8])
-    _ts_last_retrieved_at(s, row[9])
-    _ts_last_credited_at(s, row[10])
-    return s
-
-
 @dataclass(frozen=True, slots=True)
 class AttributeInfo:
     """What the ledger learned about an attribute: value changes and single-valuedness evidence."""
@@ -240,59 +201,6 @@ class Hit:
     def to_dict(self, times: TimeFormat = "epoch") -> dict[str, Any]:
         """Without ``explain`` (ask ``search(..., explain=True)`` and read it from the hit)."""
         return _to_dict(self, times, frozenset({"explain"}))
-
-
-# The slot setters of ``Hit``, in field order, for ``make_hit``.
-(
-    _hit_id,
-    _hit_text,
-    _hit_score,
-    _hit_similarity,
-    _hit_state,
-    _hit_rank,
-    _hit_valid_from,
-    _hit_valid_to,
-    _hit_entity,
-    _hit_attribute,
-    _hit_role,
-    _hit_token_cost,
-    _hit_explain,
-) = (Hit.__dict__[f.name].__set__ for f in fields(Hit))
-
-
-def make_hit(
-    *,
-    id: str,
-    text: str,
-    score: float,
-    similarity: float,
-    state: State,
-    rank: int,
-    valid_from: float,
-    valid_to: float | None,
-    entity: str | None,
-    attribute: str | None,
-    role: Role,
-    token_cost: int,
-    explain: Mapping[str, float] | None = None,
-) -> Hit:
-    """``Hit(...)`` with the same arguments: an equal object, made without the frozen ``__init__``'s
-    ``object.__setattr__`` per field (0.9 vs 1.9 us a hit, measured in a loop)."""
-    h = _new_object(Hit)
-    _hit_id(h, id)
-    _hit_text(h, text)
-    _hit_score(h, score)
-    _hit_similarity(h, similarity)
-    _hit_state(h, state)
-    _hit_rank(h, rank)
-    _hit_valid_from(h, valid_from)
-    _hit_valid_to(h, valid_to)
-    _hit_entity(h, entity)
-    _hit_attribute(h, attribute)
-    _hit_role(h, role)
-    _hit_token_cost(h, token_cost)
-    _hit_explain(h, explain)
-    return h
 
 
 @dataclass(frozen=True, slots=True)

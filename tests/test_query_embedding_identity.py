@@ -1,8 +1,8 @@
 """The hash embedder's query embedding, made with fewer numpy calls, gives bit-identical vectors.
 
 ``ConceptHashEmbedder`` sums a few texts per cell in a dict (``_embed_exact``) instead of ``np.add.at``
-(``_embed_add_at``, kept for batches) and normalises without ``check_vectors``' checks; ``QueryCache`` normalises
-its vectors again without the checks. Each is compared with the checked path, bit for bit.
+(``_embed_add_at``, kept for batches) and normalises without ``check_vectors``' checks; ``QueryCache`` checks
+every embedder's vectors as before. Each is compared with the checked path, bit for bit.
 """
 
 from __future__ import annotations

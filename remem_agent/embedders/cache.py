@@ -16,7 +16,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from remem_agent.embedders.base import Embedder, check_vectors
-from remem_agent.embedders.hashing import ConceptHashEmbedder
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,15 +50,7 @@ class QueryCache:
                 self.hits += 1
                 return hit
             self.misses += 1
-        raw = embedder.embed([text])
-        vec: NDArray[np.float32]
-        if type(raw) is np.ndarray and type(embedder) is ConceptHashEmbedder:
-            # Its rows are check_vectors' output already (shape (1, dim) float32, finite, unit up to rounding), so
-            # of check_vectors only its arithmetic changes anything: the same division by the same norm, which
-            # may move a last bit. The checks, several numpy calls, are skipped (not a subclass: it may differ).
-            vec = (raw / np.linalg.norm(raw, axis=1)[:, None])[0]
-        else:
-            vec = check_vectors(raw, 1, embedder.dim, source=embedder.name)[0]
+        vec: NDArray[np.float32] = check_vectors(embedder.embed([text]), 1, embedder.dim, source=embedder.name)[0]
         vec.setflags(write=False)  # shared between searches: nobody may change it in place
         if self.maxsize:
             with self._lock:

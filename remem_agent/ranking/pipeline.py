@@ -18,21 +18,15 @@ from remem_agent.config import RememConfig
 from remem_agent.ranking.features import FEATURE_NAMES, Pool, build_features
 from remem_agent.ranking.select import select
 from remem_agent.ranking.utility import UtilityModel
-from remem_agent.types import SERVABLE_STATES, Hit, Memory, State, TaskStats, make_hit
+from remem_agent.types import SERVABLE_STATES, Hit, Memory, State, TaskStats
 
 Key = tuple[str, str, str]  # (scope, entity, attribute)
 
 
 def is_eligible(memory: Memory, at: float, *, historical: bool, scopes: frozenset[str] | None = None) -> bool:
     """In one of ``scopes`` (None: any); present tense: a servable state, valid at ``at``; ``as_of``
-    (historical): valid then, anything but archived."""
-    if scopes is not None and memory.scope not in scopes:
-        return False
-    if not memory.valid_at(at):
-        return False
-    if historical:
-        return memory.state is not State.ARCHIVED
-    return memory.state in SERVABLE_STATES
+    (historical): valid then, anything but archived. One memory's :func:`eligible_rows`."""
+    return bool(eligible_rows({memory.id: memory}, (memory.id,), at, historical=historical, scopes=scopes))
 
 
 def eligible_rows(
@@ -43,10 +37,10 @@ def eligible_rows(
     historical: bool,
     scopes: frozenset[str] | None = None,
 ) -> dict[str, Memory]:
-    """``{id: rows[id]}`` for each of ``ids`` (in order) whose row exists and passes :func:`is_eligible`.
-
-    The same test written out in one comprehension (``Memory.valid_at`` inline), not a call with keywords per
-    row: a search tests its whole pool (tests/test_search_glue_identity.py checks it against ``is_eligible``)."""
+    """``{id: rows[id]}`` for each of ``ids`` (in order) whose row exists and is eligible at ``at``: in one of
+    ``scopes`` (None: any), valid at ``at`` (``Memory.valid_at`` written out), and in a servable state (present
+    tense) or anything but archived (``as_of``). The one definition of eligibility, as one comprehension: a
+    search tests its whole pool, and a call per row with keywords cost more than the test."""
     get = rows.get
     if historical:
         archived = State.ARCHIVED
@@ -205,7 +199,7 @@ def rank_and_select(
             detail = {f"feature.{n}": float(v[i]) for n, v in feats.items()}
             detail.update({f"component.{n}": float(v[i]) for n, v in comps.items()})
         hits.append(
-            make_hit(
+            Hit(
                 id=m.id,
                 text=m.text,
                 score=scores[rank],

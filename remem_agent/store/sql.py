@@ -31,7 +31,6 @@ from remem_agent.types import (
     SearchRecord,
     State,
     TaskStats,
-    task_stats_from_row,
 )
 
 MEM_COLS = (
@@ -692,7 +691,7 @@ class LedgerTx:
                 f"AND task IN ({_marks(len(tasks))})"
             )
             for r in self.run(q, (*chunk, *tasks)):
-                out[(r[0], r[1])] = task_stats_from_row(r)
+                out[(r[0], r[1])] = TaskStats(r[1], *r[2:])
         return out
 
     def all_stats(self, memory_id: str) -> dict[str, TaskStats]:
@@ -706,7 +705,7 @@ class LedgerTx:
             chunk = ids[start : start + _CHUNK]
             q = f"SELECT memory_id, task, {STAT_COLS} FROM stats WHERE memory_id IN ({_marks(len(chunk))})"
             for r in self.run(q, chunk):
-                out[r[0]][r[1]] = task_stats_from_row(r)  # TaskStats(r[1], *r[2:]), cheaper
+                out[r[0]][r[1]] = TaskStats(r[1], *r[2:])
         return out
 
     # -- attributes (learned schema, change counts) --------------------------------------------
