@@ -36,6 +36,25 @@ def test_search_stages_times_every_stage_and_restores_the_methods(tmp_path: Path
     assert FlatIndex.scan is scan  # the timers are gone after the run
 
 
+def test_search_ab_compares_a_commit_with_the_working_tree_in_one_process(tmp_path: Path) -> None:
+    import sys
+
+    import pytest
+
+    from evals.perf import search_ab
+
+    out = tmp_path / "ab.json"
+    argv = ["--base", "HEAD", "--size", "300", "--queries", "6", "--warmup", "2", "--seeds", "3", "--out", str(out)]
+    assert search_ab.main(argv) == 0
+    rep = json.loads(out.read_text())
+    (seed,) = rep["seeds"]
+    assert seed["base"]["n"] == seed["new"]["n"] == 6 and seed["median_ratio_new_over_base"] > 0
+    assert len(rep["base_commit"]) == 40
+    assert search_ab.BASE_PACKAGE not in sys.modules  # the exported copy is unloaded after the run
+    with pytest.raises(SystemExit):
+        search_ab.main(["--base", "no-such-revision", "--out", str(out)])
+
+
 def test_perf_middleware_quick_writes_its_report(tmp_path: Path) -> None:
     out = tmp_path / "mw.json"
     assert perf_middleware.main(["--quick", "--out", str(out)]) == 0

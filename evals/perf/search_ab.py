@@ -1,0 +1,168 @@
+"""Paired A/B of ``ReMem.search`` between an earlier commit and the working tree, in one process (a benchmark).
+
+Why: on this machine the same ``evals.perf.core`` run at 10k gives a search p50 anywhere between 1.7 and 2.8 ms
+minutes apart (the bare index lookup, code that did not change, moves as much), so two separate runs cannot
+tell a 10% change from the machine's drift. Here both versions run in the same process at the same time: the
+earlier commit's ``remem_agent`` is exported with ``git archive`` into a temporary folder under another
+package name (``remem_base``; its imports renamed), both build a store from the same generated world
+(``evals.perf.core.make_world``), and every measured query is asked of both, in alternating order, each search
+preceded by a system-A search on a copy of its store (the interleaving ``evals.perf.core`` uses, so caches are
+as contended). Reported per seed: each side's p50 and the median of the per-query ratios new / base.
+
+Usage::
+
+    python -m evals.perf.search_ab --base 30c9b12 [--size 10000] [--queries 600] [--seeds 7,11]
+                                   [--out results/perf_search_ab.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import fields
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from evals.harness.jsonio import write_json
+from evals.perf.core import make_world
+from evals.perf.measure import REPO_ROOT, git_commit, git_dirty, latency_ms, loadavg, machine_facts
+
+BASE_PACKAGE = "remem_base"
+
+
+def export_base(rev: str, into: Path) -> ModuleType:
+    """``remem_agent`` as of ``rev``, importable as ``remem_base`` (every ``remem_agent`` name in its sources
+    renamed), from a folder put first on ``sys.path``."""
+    archive = into / "base.tar"
+    with archive.open("wb") as fh:
+        subprocess.run(["git", "archive", rev, "remem_agent"], cwd=REPO_ROOT, stdout=fh, check=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(into, filter="data")
+    (into / "remem_agent").rename(into / BASE_PACKAGE)
+    word = re.compile(r"\bremem_agent\b")
+    for path in (into / BASE_PACKAGE).rglob("*.py"):
+        path.write_text(word.sub(BASE_PACKAGE, path.read_text(encoding="utf-8")), encoding="utf-8")
+    sys.path.insert(0, str(into))
+    return importlib.import_module(BASE_PACKAGE)
+
+
+def _stores(pkg: ModuleType, items: Sequence[Any], folder: Path) -> tuple[Any, Any]:
+    """(the default-config store, system A on a copy of it) of ``pkg``, filled with ``items`` in batches."""
+    cls = pkg.MemoryInput
+    names = [f.name for f in fields(cls)]
+    own = [cls(**{n: getattr(it, n) for n in names if hasattr(it, n)}) for it in items]
+    mem = pkg.ReMem(folder, config=pkg.RememConfig())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "also ..." wording warnings are expected on synthetic data
+        for start in range(0, len(own), 1000):
+            mem.add_many(own[start : start + 1000])
+    mem.close()
+    shutil.copytree(folder, folder.with_name(folder.name + "_a"))
+    return (
+        pkg.ReMem(folder, config=pkg.RememConfig()),
+        pkg.ReMem(folder.with_name(folder.name + "_a"), config=pkg.RememConfig.similarity_only()),
+    )
+
+
+def run_seed(base: ModuleType, new: ModuleType, *, size: int, queries: int, warmup: int, seed: int) -> dict[str, Any]:
+    world = make_world(size, warmup + 2 * queries, seed=seed)
+    with tempfile.TemporaryDirectory(prefix="remem_ab_") as tmp:
+        sides = {
+            "base": _stores(base, world.items, Path(tmp) / "base"),
+            "new": _stores(new, world.items, Path(tmp) / "new"),
+        }
+        for q, task in world.queries[:warmup]:
+            for mem, mem_a in sides.values():
+                mem_a.search(q, k=5, task=task)
+                mem.search(q, k=5, task=task)
+        timed: dict[str, list[int]] = {"base": [], "new": []}
+        measured = world.queries[warmup : warmup + queries]
+        for_a = world.queries[warmup + queries :]
+        for i, ((q, task), (qa, ta)) in enumerate(zip(measured, for_a, strict=True)):
+            order = ("base", "new") if i % 2 == 0 else ("new", "base")
+            for name in order:
+                mem, mem_a = sides[name]
+                mem_a.search(qa, k=5, task=ta)
+                t = time.perf_counter_ns()
+                mem.search(q, k=5, task=task)
+                timed[name].append(time.perf_counter_ns() - t)
+        for mem, mem_a in sides.values():
+            mem.close()
+            mem_a.close()
+    ratios = [n / b for n, b in zip(timed["new"], timed["base"], strict=True)]
+    return {
+        "seed": seed,
+        "base": latency_ms(timed["base"]),
+        "new": latency_ms(timed["new"]),
+        "median_ratio_new_over_base": round(statistics.median(ratios), 4),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m evals.perf.search_ab", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--base", required=True, help="the earlier commit (any git revision)")
+    ap.add_argument("--size", type=int, default=10_000)
+    ap.add_argument("--queries", type=int, default=600)
+    ap.add_argument("--warmup", type=int, default=300)
+    ap.add_argument("--seeds", default="7,11")
+    ap.add_argument("--out", default="results/perf_search_ab.json")
+    args = ap.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    if args.size < 100 or args.queries < 2 or args.warmup < 0 or not seeds:
+        ap.error("--size must be >= 100, --queries >= 2, --warmup >= 0, --seeds not empty")
+    rev = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{args.base}^{{commit}}"], cwd=REPO_ROOT, capture_output=True, text=True
+    )
+    if rev.returncode != 0:
+        ap.error(f"--base {args.base!r} is not a commit of this repository")
+    t0, load_start = time.perf_counter(), loadavg()
+    import remem_agent
+
+    with tempfile.TemporaryDirectory(prefix="remem_ab_base_") as tmp:
+        base = export_base(rev.stdout.strip(), Path(tmp))
+        try:
+            per_seed = [
+                run_seed(base, remem_agent, size=args.size, queries=args.queries, warmup=args.warmup, seed=s)
+                for s in seeds
+            ]
+        finally:
+            sys.path.remove(tmp)
+            for name in [m for m in sys.modules if m == BASE_PACKAGE or m.startswith(BASE_PACKAGE + ".")]:
+                del sys.modules[name]
+    result = {
+        "benchmark": "perf_search_ab",
+        "config": {"size": args.size, "queries": args.queries, "warmup": args.warmup, "seeds": seeds, "k": 5},
+        "base_commit": rev.stdout.strip(),
+        "seeds": per_seed,
+        "median_ratio_new_over_base": round(statistics.median(s["median_ratio_new_over_base"] for s in per_seed), 4),
+        "git_commit": git_commit(),
+        "git_dirty": git_dirty(),
+        "machine": machine_facts(),
+        "loadavg_start": load_start,
+        "loadavg_end": loadavg(),
+        "wall_time_s": round(time.perf_counter() - t0, 1),
+    }
+    write_json(args.out, result)
+    for s in per_seed:
+        print(
+            f"seed {s['seed']}: base p50 {s['base']['p50_ms']:.3f} ms, new {s['new']['p50_ms']:.3f} ms, "
+            f"median ratio new/base {s['median_ratio_new_over_base']:.3f}",
+            file=sys.stderr,
+        )
+    print(f"-> {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
