@@ -92,3 +92,19 @@ def machine_facts() -> dict[str, Any]:
         },
         "blas": blas_info(),
     }
+
+
+def provenance(load_start: list[float] | None, started: float) -> dict[str, Any]:
+    """What a benchmark's report records about the run beside its numbers: the commit and any uncommitted
+    files, the machine, the load average at the start (``load_start``) and now, and the wall time since
+    ``started`` (a ``time.perf_counter()`` reading)."""
+    import time
+
+    return {
+        "git_commit": git_commit(),
+        "git_dirty": git_dirty(),
+        "machine": machine_facts(),
+        "loadavg_start": load_start,
+        "loadavg_end": loadavg(),
+        "wall_time_s": round(time.perf_counter() - started, 1),
+    }

@@ -36,7 +36,7 @@ from typing import Any
 
 from evals.harness.jsonio import write_json
 from evals.perf.core import make_world
-from evals.perf.measure import REPO_ROOT, git_commit, git_dirty, latency_ms, loadavg, machine_facts
+from evals.perf.measure import REPO_ROOT, latency_ms, loadavg, provenance
 
 BASE_PACKAGE = "remem_base"
 
@@ -146,12 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "base_commit": rev.stdout.strip(),
         "seeds": per_seed,
         "median_ratio_new_over_base": round(statistics.median(s["median_ratio_new_over_base"] for s in per_seed), 4),
-        "git_commit": git_commit(),
-        "git_dirty": git_dirty(),
-        "machine": machine_facts(),
-        "loadavg_start": load_start,
-        "loadavg_end": loadavg(),
-        "wall_time_s": round(time.perf_counter() - t0, 1),
+        **provenance(load_start, t0),
     }
     write_json(args.out, result)
     for s in per_seed:

@@ -37,7 +37,7 @@ from typing import Any
 
 from evals.harness.jsonio import write_json
 from evals.perf.core import make_world
-from evals.perf.measure import git_commit, git_dirty, latency_ms, loadavg, machine_facts
+from evals.perf.measure import latency_ms, loadavg, provenance
 from remem_agent import ReMem, RememConfig
 from remem_agent import memory as memory_module
 from remem_agent.index.flat import FlatIndex
@@ -179,12 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "stages": stages,
         "note": "stage times nest inside total (rows/stats/attributes also inside the gather stage); "
         "the timers' own cost is included",
-        "git_commit": git_commit(),
-        "git_dirty": git_dirty(),
-        "machine": machine_facts(),
-        "loadavg_start": load_start,
-        "loadavg_end": loadavg(),
-        "wall_time_s": round(time.perf_counter() - t0, 1),
+        **provenance(load_start, t0),
     }
     write_json(args.out, result)
     for label, s in stages.items():

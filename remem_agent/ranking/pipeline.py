@@ -23,6 +23,9 @@ from remem_agent.types import SERVABLE_STATES, Hit, Memory, State, TaskStats
 Key = tuple[str, str, str]  # (scope, entity, attribute)
 
 
+_NOT_ARCHIVED = frozenset(State) - {State.ARCHIVED}  # what an ``as_of`` search may serve
+
+
 def is_eligible(memory: Memory, at: float, *, historical: bool, scopes: frozenset[str] | None = None) -> bool:
     """In one of ``scopes`` (None: any); present tense: a servable state, valid at ``at``; ``as_of``
     (historical): valid then, anything but archived. One memory's :func:`eligible_rows`."""
@@ -42,17 +45,7 @@ def eligible_rows(
     tense) or anything but archived (``as_of``). The one definition of eligibility, as one comprehension: a
     search tests its whole pool, and a call per row with keywords cost more than the test."""
     get = rows.get
-    if historical:
-        archived = State.ARCHIVED
-        return {
-            mid: m
-            for mid in ids
-            if (m := get(mid)) is not None
-            and (scopes is None or m.scope in scopes)
-            and m.valid_from <= at
-            and (m.valid_to is None or at < m.valid_to)
-            and m.state is not archived
-        }
+    allowed = _NOT_ARCHIVED if historical else SERVABLE_STATES
     return {
         mid: m
         for mid in ids
@@ -60,7 +53,7 @@ def eligible_rows(
         and (scopes is None or m.scope in scopes)
         and m.valid_from <= at
         and (m.valid_to is None or at < m.valid_to)
-        and m.state in SERVABLE_STATES
+        and m.state in allowed
     }
 
 
