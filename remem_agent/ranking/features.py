@@ -200,8 +200,3 @@ def build_features(
         f["stale"], f["contradictions"] = stale, contra
     # FEATURE_NAMES order (explain output and snapshots follow it); a disabled group's features are zeros
     return {name: f[name] if name in f else np.zeros(n) for name in FEATURE_NAMES}
-
-
-def matrix(features: Mapping[str, NDArray[np.float64]]) -> NDArray[np.float64]:
-    """Stack features in FEATURE_NAMES order: shape (n, len(FEATURE_NAMES))."""
-    return np.column_stack([features[name] for name in FEATURE_NAMES])
