@@ -225,6 +225,7 @@ _NEXT_EVENT_SEQ = (
 
 _RETIRED = frozenset({State.INVALIDATED, State.ARCHIVED})  # what a present-tense lexical search leaves out
 _STATS_UPSERT = "INSERT INTO stats (memory_id, task,"
+_NOT_CACHED = object()  # SQLiteTx.stats' marker for a key the read cache lacks (None there means "no row")
 # A memory with at most this many stats rows (task classes it was served for, and "*") is cached whole.
 _COMPLETE_TASKS = 64
 
@@ -691,32 +692,29 @@ class SQLiteTx(LedgerTx):
     def stats(self, ids: Sequence[str], tasks: Sequence[str] = (ALL_TASKS,)) -> dict[tuple[str, str], TaskStats]:
         """As ``LedgerTx.stats``, remembered in the read cache (a search reads the stats of its whole pool).
 
-        Usually every key is known: one pass of lookups in C (``map``), in ``ids`` x ``tasks`` order; a key
-        the cache lacks (KeyError) sends the call through ``_stats_missing``."""
+        One pass of lookups in C (``map``), in ``ids`` x ``tasks`` order, with a marker for each key the cache
+        lacks; only those go through ``_stats_missing`` (nearly every search has a few: the keys the previous
+        search's write dropped), so the cache's large table is hashed once per key, not again there."""
         cache = self._cache
         if cache is None:
             return super().stats(ids, tasks)
         self.check_cache(cache)
         keys = list(itertools.product(ids, tasks))
-        known = cache.stats
-        try:
-            found = list(map(known.__getitem__, keys))
-        except KeyError:
-            found = self._stats_missing(cache, keys)
+        found: list[Any] = list(map(cache.stats.get, keys, itertools.repeat(_NOT_CACHED)))
+        missing = [i for i, s in enumerate(found) if s is _NOT_CACHED]
+        if missing:
+            self._stats_missing(cache, keys, found, missing)
         return {key: s for key, s in zip(keys, found, strict=True) if s is not None}
 
-    def _stats_missing(self, cache: _ReadCache, keys: list[tuple[str, str]]) -> list[TaskStats | None]:
-        """The stats of ``keys`` (None: no row), filling ``cache.stats`` with those it lacks: absent for a
-        memory known complete, else every row of the memory, of every task, read in one statement per chunk
-        (the next search asks another task class). A memory with more than ``_COMPLETE_TASKS`` rows keeps only
-        the asked keys. The answer is built apart from the cache, which may be emptied to stay in its bound.
-
-        Most searches get here for a few keys of a large pool (the memories the previous search served, whose
-        keys its write dropped, and about one memory never read before), so the known ones are looked up in
-        one pass and only the missing ones are worked on."""
+    def _stats_missing(
+        self, cache: _ReadCache, keys: list[tuple[str, str]], found: list[Any], missing: list[int]
+    ) -> None:
+        """Put the stats of ``keys[i]`` for each ``i`` of ``missing`` into ``found[i]`` (None: no row), filling
+        ``cache.stats`` with them: absent for a memory known complete, else every row of the memory, of every
+        task, read in one statement per chunk (the next search asks another task class). A memory with more
+        than ``_COMPLETE_TASKS`` rows keeps only the asked keys. The answer is built apart from the cache, which
+        may be emptied to stay in its bound."""
         known, complete = cache.stats, cache.stats_complete
-        found = list(map(known.get, keys))
-        missing = [i for i, key in enumerate(keys) if key not in known]
         fill: dict[tuple[str, str], TaskStats | None] = {}
         fetch: dict[str, list[str]] = {}
         for i in missing:
@@ -739,7 +737,6 @@ class SQLiteTx(LedgerTx):
         known.update(fill)
         for i in missing:
             found[i] = fill[keys[i]]
-        return found
 
     def attributes(self, names: Sequence[str]) -> dict[str, AttributeInfo]:
         """As ``LedgerTx.attributes``, remembered in the read cache (a search asks about its pool's keys)."""
