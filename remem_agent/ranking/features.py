@@ -71,7 +71,6 @@ class Pool:
     valid_to: NDArray[np.float64]  # NaN where open-ended, so ``valid_to <= now`` is False there
     confidence: NDArray[np.float64]
     tokens: NDArray[np.int64]  # what selection counts against a token budget
-    token_costs: NDArray[np.float64]  # the same costs as floats, for the ``tokens`` feature
     overall: list[TaskStats | None]  # stats over all task classes (ALL_TASKS)
     by_task: list[TaskStats | None]  # stats for the search's task class (``overall`` without a task)
 
@@ -84,14 +83,12 @@ class Pool:
             by_task = [get((i, task)) for i in ids] if task else overall
         else:  # no evidence read (a similarity-only config) or none yet: skip the lookups
             overall = by_task = [None] * len(memories)
-        costs = [m.token_cost for m in memories]
         return cls(
             valid_from=np.array([m.valid_from for m in memories], dtype=np.float64),
             # None -> NaN (numpy's conversion of None to a float)
             valid_to=np.array([m.valid_to for m in memories], dtype=np.float64),
             confidence=np.array([m.confidence for m in memories], dtype=np.float64),
-            tokens=np.array(costs, dtype=np.int64),
-            token_costs=np.array(costs, dtype=np.float64),
+            tokens=np.array([m.token_cost for m in memories], dtype=np.int64),
             overall=overall,
             by_task=by_task,
         )
@@ -150,7 +147,7 @@ def build_features(
             decays = np.array([m.attribute in changing_attributes for m in memories])
             conf = np.where(decays, conf * np.power(0.5, age_days / decay_half_life_days), conf)
         f["confidence"] = conf
-        f["tokens"] = np.log1p(pool.token_costs)
+        f["tokens"] = np.log1p(pool.tokens.astype(np.float64))  # a fresh array; int -> float is exact
     # Stats are sparse (most of a pool was never served): arrays start at the no-stats defaults and only
     # the candidates with stats are written, the same values the per-candidate expressions gave.
     overall = [(i, s) for i, s in enumerate(pool.overall) if s is not None]
