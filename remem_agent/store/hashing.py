@@ -204,13 +204,13 @@ def search_row(
     "rank":2.0, what ``repr(2.0)`` writes). A list of another shape is hashed the general way.
     """
     served_json = _CANONICAL_JSON.encode(served)
-    if _plain_served(served):
-        served_text = _RANK_VALUE.sub(r'"rank":\1.0', served_json)
-    else:
-        served_text = _CANONICAL_JSON.encode(_canon(served))
+    if not _plain_served(served):
+        return served_json, search_hash(search_id, at, query, task, as_of, now, token_budget, served)
+    # ``digest("search", ...)``'s text: the other fields' canonical list with the served list's text spliced in
     head = _CANONICAL_JSON.encode(
         ["search", *[_canon(f) for f in (search_id, at, query, task, as_of, now, token_budget)]]
     )
+    served_text = _RANK_VALUE.sub(r'"rank":\1.0', served_json)  # the ranks as ``_canon`` writes them
     return served_json, _digest_text(f"{head[:-1]},{served_text}]")
 
 
