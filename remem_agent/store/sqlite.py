@@ -177,6 +177,14 @@ class _ReadCache:
         self.data_version = -1
         self.memories_version = (-1, -1)
 
+    def remember_rows(self, found: Iterable[Memory]) -> None:
+        """Keep ``found`` rows by id, the table emptied first when they would outgrow ``max_rows`` (a caller
+        takes its answer before: an emptied table must not drop rows from the read that filled it)."""
+        found = list(found)
+        if len(self.rows) + len(found) > self.max_rows:
+            self.rows.clear()
+        self.rows.update((m.id, m) for m in found)
+
     def forget_stats(self) -> None:
         """Drop every remembered stats row (and with them what is known to be complete)."""
         self.stats.clear()
@@ -564,9 +572,7 @@ class SQLiteTx(LedgerTx):
             if m is None and s in ids:
                 m = rows.get(ids[s])
             out.append(m)
-        if len(rows) + len(found) > cache.max_rows:
-            rows.clear()
-        rows.update((m.id, m) for m in found.values())
+        cache.remember_rows(found.values())
         ids.update((s, m.id) for s, m in found.items())
         if len(ids) > cache.max_rows:
             cache.ids_by_seq = {s: ids[s] for s in seqs if s in ids}
@@ -762,9 +768,7 @@ class SQLiteTx(LedgerTx):
         fetched = super().memories([i for i in ids if i not in rows])
         # the answer before the cache may be emptied below: a row it held must not go missing from this read
         out = {i: m for i in ids if (m := rows.get(i, fetched.get(i))) is not None}
-        if len(rows) + len(fetched) > cache.max_rows:
-            rows.clear()
-        rows.update(fetched)
+        cache.remember_rows(fetched.values())
         return out
 
 
