@@ -15,7 +15,7 @@ rounding of the sum (terms that are zero add nothing).
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -94,16 +94,11 @@ class Scan:
 
     def similarities(self, ids: Sequence[str]) -> dict[str, float]:
         """The scan's score of each of ``ids`` it covered (rows ingested since are left out)."""
-        n = len(self._all)
-        rows = list(map(self._row.get, ids))
-        # one gather and one conversion (float32 -> float is exact), not a numpy scalar per id
-        if rows and None not in rows:
-            covered = cast(list[int], rows)
-            if max(covered) < n:  # the usual case: the scan covered every id
-                return dict(zip(ids, self._all[covered].tolist(), strict=True))
-        found = [(mid, r) for mid, r in zip(ids, rows, strict=True) if r is not None and r < n]
+        n, row = len(self._all), self._row
+        found = [(mid, r) for mid in ids if (r := row.get(mid)) is not None and r < n]
         if not found:
             return {}
+        # one gather and one conversion (float32 -> float is exact), not a numpy scalar per id
         values = self._all[[r for _, r in found]].tolist()
         return {mid: v for (mid, _), v in zip(found, values, strict=True)}
 
