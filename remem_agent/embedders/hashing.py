@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -155,37 +155,40 @@ class ConceptHashEmbedder:
                 return unit
         return check_vectors(self._embed_add_at(texts), n, self._dim, source=self._name)
 
-    def _row_terms(self, text: str) -> list[str]:
-        terms = self.terms(text)
-        return terms or [text.strip().lower() or "<empty>"]  # only stopwords/punctuation: the raw text
+    def _row_weights(self, text: str) -> list[tuple[int, float]]:
+        """(bucket, weight) of every feature of ``text`` in order: its terms (+-1), then its bigrams
+        (+-``bigram_weight``); a text of only stopwords/punctuation is its raw text as one term."""
+        terms = self.terms(text) or [text.strip().lower() or "<empty>"]
+        bucket = self._bucket
+        out = [bucket(t) for t in terms]
+        bw = self._bigram_weight
+        if bw:
+            for a, b in itertools.pairwise(terms):
+                i, s = bucket(a + " " + b)
+                out.append((i, s * bw))
+        return out
+
+    def _keep_usable(self, out: NDArray[np.float32], texts: list[str], empty: Iterable[int]) -> None:
+        """Rows whose features cancelled out exactly get their text's own feature (a zero vector is unusable)."""
+        for r in empty:
+            i, s = self._bucket(texts[r])
+            out[r, i] += s
 
     def _embed_add_at(self, texts: list[str]) -> NDArray[np.float32]:
         """The raw (unnormalised) vectors: (row, bucket, weight) triples collected in Python and scatter-added
         once with np.add.at (the per-element loop's order of float32 additions, so bit-identical to it);
         per-element numpy scalar updates were ~40% of embedding time."""
-        bw = self._bigram_weight
-        bucket = self._bucket
         rows: list[int] = []
         cols: list[int] = []
         vals: list[float] = []
         for row, text in enumerate(texts):
-            terms = self._row_terms(text)
-            for t in terms:
-                i, s = bucket(t)
+            for i, s in self._row_weights(text):
                 rows.append(row)
                 cols.append(i)
                 vals.append(s)
-            if bw:
-                for a, b in itertools.pairwise(terms):
-                    i, s = bucket(a + " " + b)
-                    rows.append(row)
-                    cols.append(i)
-                    vals.append(s * bw)
         out = np.zeros((len(texts), self._dim), dtype=np.float32)
         np.add.at(out, (np.array(rows, dtype=np.intp), np.array(cols, dtype=np.intp)), np.array(vals, np.float32))
-        for r in np.flatnonzero(~out.any(axis=1)).tolist():  # features cancelled out exactly; keep it usable
-            i, s = bucket(texts[r])
-            out[r, i] += s
+        self._keep_usable(out, texts, np.flatnonzero(~out.any(axis=1)).tolist())
         return out
 
     def _embed_exact(self, texts: list[str]) -> NDArray[np.float32] | None:
@@ -198,29 +201,18 @@ class ConceptHashEmbedder:
         Both ways of adding are then exact, so the float64 sums equal np.add.at's float32 ones and so do their
         casts (a zero is +0.0 both ways: each cell starts at +0.0 and only exact sums follow)."""
         dim = self._dim
-        bw = self._bigram_weight
-        bucket = self._bucket
         acc: dict[int, float] = {}  # row * dim + bucket -> sum
         get = acc.get
         for row, text in enumerate(texts):
-            terms = self._row_terms(text)
-            if 2 * len(terms) > _EXACT_TERMS:
+            weights = self._row_weights(text)
+            if len(weights) > _EXACT_TERMS:
                 return None
             base = row * dim
-            for t in terms:
-                i, s = bucket(t)
+            for i, s in weights:
                 cell = base + i
                 acc[cell] = get(cell, 0.0) + s
-            if bw:
-                for a, b in itertools.pairwise(terms):
-                    i, s = bucket(a + " " + b)
-                    cell = base + i
-                    acc[cell] = get(cell, 0.0) + s * bw
         out = np.zeros((len(texts), dim), dtype=np.float32)
         out.reshape(-1)[list(acc)] = list(acc.values())
         live = {cell // dim for cell, v in acc.items() if v != 0.0}
-        for r in range(len(texts)):
-            if r not in live:  # features cancelled out exactly; keep it usable
-                i, s = bucket(texts[r])
-                out[r, i] += s
+        self._keep_usable(out, texts, [r for r in range(len(texts)) if r not in live])
         return out
