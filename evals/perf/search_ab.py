@@ -1,7 +1,7 @@
 """Paired A/B of ``ReMem.search`` between an earlier commit and the working tree, in one process (a benchmark).
 
-Why: on this machine the same ``evals.perf.core`` run at 10k gives a search p50 anywhere between 1.7 and 2.8 ms
-minutes apart (the bare index lookup, code that did not change, moves as much), so two separate runs cannot
+Why: on this machine the same ``evals.perf.core`` run at 10k gave a search p50 of 2.67, 2.17 and 1.80 ms minutes
+apart (``results/perf_core.json`` and its two repeats; the bare index lookup moved as much), so two runs cannot
 tell a 10% change from the machine's drift. Here both versions run in the same process at the same time: the
 earlier commit's ``remem_agent`` is exported with ``git archive`` into a temporary folder under another
 package name (``remem_base``; its imports renamed), both build a store from the same generated world
