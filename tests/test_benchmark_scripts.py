@@ -23,6 +23,36 @@ def test_perf_core_quick_writes_its_report(tmp_path: Path) -> None:
     assert rep["machine"]["cpu_count"] >= 1 and rep["wall_time_s"] > 0
 
 
+def test_perf_core_reports_the_median_of_its_repeats(tmp_path: Path) -> None:
+    out = tmp_path / "core.json"
+    perf_core.main(["--quick", "--repeats", "3", "--queries", "8", "--warmup", "2", "--out", str(out)])
+    rep = json.loads(out.read_text())
+    assert rep["config"]["repeats"] == 3
+    size = rep["sizes"][0]
+    runs = size["repeats"]
+    assert len(runs) == 3 and all(r["size"] == size["size"] for r in runs)
+    for pick in (lambda s: s["add"]["per_s"], lambda s: s["search"]["full"]["p50_ms"]):
+        assert pick(size) == sorted(pick(r) for r in runs)[1]  # the middle run's value, not the first's
+    by_name = {t["name"]: t["measured"] for t in rep["targets"]}
+    assert by_name["add_per_s"] == size["add"]["per_s"]
+
+
+def test_median_of_repeats_merges_reports_number_by_number() -> None:
+    from evals.perf.measure import median_of_repeats
+
+    runs = [
+        {"a": {"p50": 3.0, "n": 5}, "ok": True, "load": [1.0], "name": "x"},
+        {"a": {"p50": 1.0, "n": 5}, "ok": True, "load": [2.0], "name": "x"},
+        {"a": {"p50": 2.0, "n": 5}, "ok": True, "load": [1.0], "name": "x"},
+    ]
+    assert median_of_repeats(runs) == {
+        "a": {"p50": 2.0, "n": 5},
+        "ok": True,  # a bool is not a number to take the median of
+        "load": [[1.0], [2.0], [1.0]],  # differing non-numbers are listed per run
+        "name": "x",
+    }
+
+
 def test_search_stages_times_every_stage_and_restores_the_methods(tmp_path: Path) -> None:
     from remem_agent.index.flat import FlatIndex
 

@@ -15,7 +15,7 @@ Measures, for each store size, on synthetic but varied facts:
 Usage::
 
     python -m evals.perf.core [--sizes 10000,100000] [--queries 300] [--out results/perf_core.json]
-    python -m evals.perf.core --quick          # CI smoke: small store, few queries, < 20 s
+    python -m evals.perf.core --quick          # CI smoke: small store, few queries, one repeat, < 20 s
     python -m evals.perf.core --profile        # also cProfile search (largest size) and add (smallest)
 
 Everything runs on the main thread; no background work competes for the GIL while timing. Search
@@ -25,6 +25,12 @@ question finds its embedding, rows and postings cached and is faster). The measu
 ``--warmup`` queries of their own (default 300), so the read caches are in the state of a process that
 has served a while; the full search's latency during that warm-up, from a fresh process, is reported
 as ``search.full_warmup``.
+
+Every size is measured ``--repeats`` times (default 3), sizes interleaved, each time on a fresh store: the
+numbers under ``sizes`` (and the targets) are each number's median over the repeats, and each repeat's own
+report is kept in ``sizes[i].repeats``. One run was a draw from the host's drift (the same code's 10k search
+p50 measured 1.80 to 2.67 ms in three runs minutes apart); the median of three is a value one run measured,
+which one slow or fast stretch does not decide.
 
 Reading the JSON: latencies are wall time (``time.perf_counter_ns``). ``cpu_mean_ms`` / ``per_cpu_s``
 are process CPU time, which includes BLAS worker threads (idle OpenBLAS workers spin, so with 2
@@ -54,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from evals.harness.jsonio import write_json
-from evals.perf.measure import git_commit, git_dirty, latency_ms, loadavg, machine_facts
+from evals.perf.measure import git_commit, git_dirty, latency_ms, loadavg, machine_facts, median_of_repeats
 from remem_agent import MemoryInput, ReMem, RememConfig
 from remem_agent.store import lexical
 
@@ -681,11 +687,20 @@ def print_table(result: dict[str, Any]) -> None:
             f"{s['search']['ratio_full_vs_similarity_p50']:>6.2f} {fb['p50_ms']:>7.3f} {fb['p95_ms']:>7.3f}"
         )
     print("(latencies in ms; ratio = full p50 / similarity-only p50)")
+    if result["config"]["repeats"] > 1:
+        print(f"(each number the median of {result['config']['repeats']} repeats; per repeat:)")
+        for s in result["sizes"]:
+            runs = s["repeats"]
+            adds = ", ".join(f"{r['add']['per_s']:.0f}" for r in runs)
+            p50s = ", ".join(f"{r['search']['full']['p50_ms']:.2f}" for r in runs)
+            print(f"  {s['size']:>8}: add/s {adds}; full p50 ms {p50s}")
     cpus = result["machine"].get("cpu_count") or 1
-    busy = [s["size"] for s in result["sizes"] if (s.get("loadavg_start") or [0])[0] > 0.5 * cpus]
+    busy = sorted(
+        {s["size"] for s in result["sizes"] for r in s["repeats"] if (r.get("loadavg_start") or [0])[0] > 0.5 * cpus}
+    )
     if busy:
         print(
-            f"NOTE: load average was above {0.5 * cpus:g} when sizes {busy} started: other processes "
+            f"NOTE: load average was above {0.5 * cpus:g} when a repeat of sizes {busy} started: other processes "
             "were using the CPU, so latencies and add/s are pessimistic (compare cpu_mean_ms, per_cpu_s)."
         )
     print()
@@ -722,6 +737,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="limit BLAS threads while measuring (needs threadpoolctl); default: the library default",
     )
     ap.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="measure every size this many times, sizes interleaved (10k, 100k, 10k, ...), each on a fresh store; "
+        "every reported number and target is the median over the repeats (default 3; 1 with --quick)",
+    )
+    ap.add_argument(
         "--profile",
         action="store_true",
         help="also cProfile search at the largest size and add at the smallest size",
@@ -738,6 +760,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         n_queries, warmup = args.queries, args.warmup
     if not sizes or min(sizes) < 100 or n_queries < 1:
         ap.error("sizes must be >= 100 and --queries >= 1")
+    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
+    if repeats < 1:
+        ap.error("--repeats must be >= 1")
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -752,14 +777,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     t_wall = time.perf_counter_ns()
     root = Path(tempfile.mkdtemp(prefix="remem_perf_", dir=args.tmpdir))
-    per_size: list[dict[str, Any]] = []
+    runs: dict[int, list[dict[str, Any]]] = {n: [] for n in sizes}
     profiles: dict[str, Any] = {}
     embedder: dict[str, Any] = {}
     machine: dict[str, Any] = {}
     try:
         with blas_limit:
             machine = machine_facts()
-            for n in sizes:
+            # Sizes interleaved across the repeats (10k, 100k, 10k, 100k, ...): a slow stretch of the host
+            # reaches one run of a size, not all of them, and the median leaves it out.
+            for rep, n in ((rep, n) for rep in range(repeats) for n in sizes):
+                if repeats > 1:
+                    log(f"-- repeat {rep + 1}/{repeats}, size {n}")
                 res, mem, world = bench_size(
                     n,
                     n_queries,
@@ -777,14 +806,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "dim": mem.dim,
                     "index": type(mem.index).__name__,
                 }
-                per_size.append(res)
-                if args.profile and n == max(sizes):
+                runs[n].append(res)
+                if args.profile and n == max(sizes) and rep == repeats - 1:
                     log(f"[{n}] profiling search ...")
                     profiles[f"search_{n}"] = profile_search(mem, world.queries[warmup : warmup + n_queries], args.k)
                 mem.close()
                 del mem, world
-                shutil.rmtree(root / f"store_{n}", ignore_errors=True)
+                for folder in (f"store_{n}", f"store_{n}_system_a"):  # the next repeat builds them afresh
+                    shutil.rmtree(root / folder, ignore_errors=True)
                 gc.collect()
+            per_size = [{**median_of_repeats(runs[n]), "repeats": runs[n]} for n in sizes]
             if args.profile:
                 n = min(sizes)
                 log(f"[{n}] profiling add ...")
@@ -803,6 +834,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "k": args.k,
             "token_budget": args.token_budget,
             "seed": args.seed,
+            "repeats": repeats,
             "remem_config": "default",
         },
         "machine": machine,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -29,6 +30,26 @@ def latency_ms(samples_ns: Sequence[int] | Sequence[float]) -> dict[str, float]:
         "p99_ms": round(float(np.percentile(a, 99)), 4),
         "max_ms": round(float(a.max()), 4),
     }
+
+
+def median_of_repeats(runs: Sequence[Any]) -> Any:
+    """One report from several runs of the same measurement: every number is its median over the runs.
+
+    Why: this virtual machine's speed moves by up to 1.5x within minutes, so one run of a benchmark is a draw
+    from that drift; the median of an odd number of runs is a value one run measured, and a slow (or fast)
+    moment during one run does not decide it. Mappings are merged key by key (keys of the first run), numbers
+    (not bools) replaced by their median, and any other value kept when every run has the same, else listed
+    per run. Each run's own report should be kept beside the summary.
+    """
+    first = runs[0]
+    if all(isinstance(r, dict) for r in runs):
+        return {k: median_of_repeats([r.get(k) for r in runs]) for k in first}
+    if all(isinstance(r, int | float) and not isinstance(r, bool) for r in runs):
+        mid = statistics.median(runs)
+        return round(mid, 4) if isinstance(mid, float) else mid
+    if all(r == first for r in runs):
+        return first
+    return list(runs)
 
 
 def _git(*args: str) -> str | None:
