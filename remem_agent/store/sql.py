@@ -325,6 +325,10 @@ class LedgerTx:
         by_key: dict[tuple[Any, ...], list[Memory]] = {k: [] for k in wanted}
         for start in range(0, len(wanted), _KEY_CHUNK):
             chunk = wanted[start : start + _KEY_CHUNK]
+            # Padded with its last key to a power of two (at most _KEY_CHUNK keys): a batch's statements are then
+            # among a few texts, each prepared once per connection (a batch's 250-key remainder took ~1.6 ms to
+            # prepare, longer than to run). A key named twice matches its rows once: the OR is a WHERE clause.
+            chunk += [chunk[-1]] * (min(_KEY_CHUNK, 1 << (len(chunk) - 1).bit_length()) - len(chunk))
             cond = " OR ".join(["(scope = ? AND entity = ? AND attribute = ?)"] * len(chunk))
             q = f"SELECT {MEM_COLS} FROM memories WHERE role = 'state' AND ({cond}) ORDER BY valid_from, seq"
             for r in self.run(q, [v for k in chunk for v in k]):
