@@ -7,11 +7,17 @@ test compares it with the computation it replaces, or checks the property it mus
 from __future__ import annotations
 
 import random
+import re
+import sys
+import unicodedata
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from remem_agent.embedders import hashing
 from remem_agent.embedders.hashing import ConceptHashEmbedder
+from remem_agent.learning.staleness import normalise, normalise_key
 
 
 def _texts(seed: int, n: int = 200) -> list[str]:
@@ -31,3 +37,53 @@ def test_remembered_buckets_are_the_hashed_ones_and_the_memo_is_bounded(monkeypa
     assert len(warm._buckets) == 150
     for feature, remembered in warm._buckets.items():
         assert remembered == warm._bucket_uncached(feature)
+
+
+# -- whitespace folded by str.split (normalise, normalise_key) ------------------------------------------------
+def test_str_split_and_the_regex_take_the_same_characters_as_whitespace() -> None:
+    space = re.compile(r"\s")
+    assert [c for c in range(sys.maxunicode + 1) if chr(c).isspace()] == [
+        c for c in range(sys.maxunicode + 1) if space.fullmatch(chr(c))
+    ]
+
+
+_TRICKY = [
+    " ",
+    "\t",
+    "\n",
+    "\x0b",
+    "\x0c",
+    "\r",
+    "\x1c",
+    "\x1f",
+    "\x85",
+    "\xa0",
+    "\u1680",
+    "\u2003",
+    "\u2028",
+    "\u3000",
+]
+_TRICKY += [
+    "\u200b",
+    "a",
+    "B",
+    ".",
+    "!",
+    ";",
+    " .",
+    "\u00df",
+    "\ufb01",
+    "\u0345",
+    "\u2163",
+    "\uff21",
+    "\u00c5",
+    "\u212b",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text() | st.lists(st.sampled_from(_TRICKY), max_size=12).map("".join))
+def test_normalising_folds_whitespace_as_the_regex_did(text: str) -> None:
+    folded = re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text).casefold()).strip()
+    assert normalise(text) == folded.rstrip(" .!;")
+    assert normalise_key(text) == re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip().casefold()
