@@ -36,7 +36,20 @@ def test_remembered_buckets_are_the_hashed_ones_and_the_memo_is_bounded(monkeypa
     assert warm.embed(texts).tobytes() == ConceptHashEmbedder(dim=64).embed(texts).tobytes()
     assert len(warm._buckets) == 150
     for feature, remembered in warm._buckets.items():
-        assert remembered == warm._bucket_uncached(feature)
+        if isinstance(feature, tuple):  # a bigram: its string's sign, weighted
+            i, s = warm._bucket_uncached(" ".join(feature))
+            assert remembered == (i, s * 0.5)
+        else:
+            assert remembered == warm._bucket_uncached(feature)
+
+
+def test_a_remembered_bigram_is_never_taken_for_a_term_of_the_same_string() -> None:
+    # "foo" is the one term "x y" (a concept may map to a string with a space); "x y" has the bigram x+y
+    texts = ["x y", "foo", "x y foo"]
+    alone = [ConceptHashEmbedder(dim=64, concepts={"foo": "x y"}).embed([t]).tobytes() for t in texts]
+    shared = ConceptHashEmbedder(dim=64, concepts={"foo": "x y"})
+    assert [shared.embed([t]).tobytes() for t in texts] == alone
+    assert shared.embed(texts[::-1]).tobytes() == b"".join(alone[::-1])
 
 
 # -- whitespace folded by str.split (normalise, normalise_key) ------------------------------------------------

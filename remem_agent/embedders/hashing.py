@@ -98,7 +98,7 @@ class ConceptHashEmbedder:
         lexicon = "|".join(f"{k}>{v}" for k, v in sorted(self._concepts.items()))
         fp = hashlib.blake2b(lexicon.encode(), digest_size=4).hexdigest()
         self._name = f"hash-concept-v1-d{self._dim}-b{self._bigram_weight:g}-{fp}"
-        self._buckets: dict[str, tuple[int, float]] = {}  # memo: feature -> (bucket, sign) (see ``_bucket``)
+        self._buckets: dict[str | tuple[str, str], tuple[int, float]] = {}  # memo: feature -> (bucket, weight)
         self._token_terms: dict[str, tuple[str, ...]] = {}  # memo: raw token -> its normalised terms
 
     @property
@@ -134,13 +134,20 @@ class ConceptHashEmbedder:
             out.append(self._concepts.get(s, s))
         return tuple(out)
 
-    def _bucket(self, feature: str) -> tuple[int, float]:
-        """The feature's (bucket, sign), remembered for the first ``_MEMO`` features. A plain dict, not an
-        ``lru_cache``: a hit costs a dict lookup (``_row_weights`` inlines it) instead of a bounded cache's
-        bookkeeping, ~4x cheaper; a batch of 1000 texts looks up ~22k features, most of them remembered."""
+    def _bucket(self, feature: str | tuple[str, str]) -> tuple[int, float]:
+        """A feature's (bucket, weight), remembered for the first ``_MEMO`` features: a term (a string) weighs its
+        hash's sign, a bigram (a pair of terms, hashed as "a b") that sign times ``bigram_weight``. Keyed by the
+        pair, a remembered bigram is found without building its string, and never taken for a term (the raw text
+        that stands for a text of only stopwords may contain a space). A plain dict, not an ``lru_cache``: a hit
+        costs a dict lookup (``_row_weights`` inlines it) instead of a bounded cache's bookkeeping, ~4x cheaper;
+        a batch of 1000 texts looks up ~22k features, most of them remembered."""
         known = self._buckets.get(feature)
         if known is None:
-            known = self._bucket_uncached(feature)
+            if isinstance(feature, tuple):
+                i, s = self._bucket_uncached(" ".join(feature))
+                known = (i, s * self._bigram_weight)
+            else:
+                known = self._bucket_uncached(feature)
             if len(self._buckets) < _MEMO:
                 self._buckets[feature] = known
         return known
@@ -172,12 +179,8 @@ class ConceptHashEmbedder:
         terms = self.terms(text) or [text.strip().lower() or "<empty>"]
         known, bucket = self._buckets.get, self._bucket  # ``_bucket``, its dict lookup inlined
         out = [known(t) or bucket(t) for t in terms]
-        bw = self._bigram_weight
-        if bw:
-            for a, b in itertools.pairwise(terms):
-                feature = a + " " + b
-                i, s = known(feature) or bucket(feature)
-                out.append((i, s * bw))
+        if self._bigram_weight:
+            out += [known(pair) or bucket(pair) for pair in itertools.pairwise(terms)]
         return out
 
     def _keep_usable(self, out: NDArray[np.float32], texts: list[str], empty: Iterable[int]) -> None:
