@@ -11,7 +11,8 @@ rows. These tests pin down that
   and the learned schema (on both backends);
 * every kind of write to memories makes the view stop answering what it changed (on both backends);
 * the prefetch really replaces the per-fact key reads, in one statement per 300 keys (statements counted in
-  SQLite's own trace, or as ``run`` is given them).
+  SQLite's own trace, or as ``run`` is given them), each naming a power of two of keys (its last key repeated):
+  a few statement texts serve batches of any size.
 """
 
 from __future__ import annotations
@@ -462,3 +463,43 @@ def test_a_batch_of_more_keys_than_one_statement_holds(
     store_location: StoreLocation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _key_reads(store_location, monkeypatch, 310, sqlite_trace=False)
+
+
+def test_prefetch_statements_are_a_few_texts_and_read_each_key_once(
+    store_location: StoreLocation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each prefetch statement names a power of two of keys (at most 300: its chunk's last key repeated), so the
+    statements of batches of any size are among nine texts, each prepared once per connection; the view holds
+    every key's rows once, as the key's own read gives them."""
+    mem = ReMem(store_location("s"))
+    facts = [MemoryInput(f"Service {i} runs in r{i}.", f"svc{i}", "region", timestamp=DAY) for i in range(700)]
+    facts += [
+        MemoryInput(f"Service {i} moved to q{i}.", f"svc{i}", "region", timestamp=2 * DAY) for i in range(0, 700, 3)
+    ]
+    mem.add_many(facts)
+    texts: set[str] = set()
+    for n in (1, 3, 5, 250, 301, 700):
+        keys = [("default", f"svc{i}", "region") for i in range(n)] + [("default", "nobody", "region")]
+        with mem.store.write() as tx:
+            run = tx.run
+
+            def seen(sql: str, args: Any = (), run: Any = run) -> Any:
+                if PREFETCH in sql:
+                    assert len(args) // 3 in {1, 2, 4, 8, 16, 32, 64, 128, 256, 300}
+                    texts.add(sql)
+                return run(sql, args)
+
+            monkeypatch.setattr(tx, "run", seen)
+            tx.prefetch_keys(keys)
+            view = tx.key_view
+            assert view is not None
+            for _, entity, attribute in keys:
+                tx.key_view = view
+                held = (tx.current_for_key(entity, attribute), tx.claims_at(entity, attribute, "state", DAY, "default"))
+                tx.key_view = None
+                assert held == (
+                    tx.current_for_key(entity, attribute),
+                    tx.claims_at(entity, attribute, "state", DAY, "default"),
+                )
+    assert len(texts) <= 9
+    mem.close()

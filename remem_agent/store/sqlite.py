@@ -60,9 +60,9 @@ from remem_agent.store.sql import (
     MEMORY_INSERT,
     MEMORY_INSERT_COLS,
     MEMORY_INSERT_WIDTH,
-    MEMORY_KEY_AT,
     ROW_UPDATE_BY_ID,
     LedgerTx,
+    memory_row_key,
     row_to_memory,
 )
 from remem_agent.types import ALL_TASKS, AttributeInfo, Memory, State, TaskStats
@@ -338,7 +338,7 @@ class SQLiteTx(LedgerTx):
             self.note_write(MEMORY_INSERT, (row,))  # buffered, not run: the key's rows change all the same
         self._new_memories.append(row)
         self._new_ids.add(row[_MEMORY_ID])
-        self._new_keys.add(tuple(row[i] for i in MEMORY_KEY_AT))
+        self._new_keys.add(memory_row_key(row))
 
     def insert_event_row(self, row: tuple[Any, ...]) -> int:
         if not self._new_memories:
