@@ -219,3 +219,19 @@ def test_the_stats_cache_counts_what_it_holds_and_stays_in_its_bound(tmp_path: P
         if reads:  # a read that fetched keeps the cache in its bound, or in what it fetched itself
             assert cache.stats_held <= max(cache.max_rows, len(chunk) * (1 + len(TASKS))), step
     mem.close()
+
+
+def test_cached_stats_take_ids_from_a_one_shot_iterable(tmp_path: Path) -> None:
+    """``stats`` walks the ids more than once; ids given as an iterator (``LedgerTx.stats`` takes any) still
+    give every row, from the cache as from the ledger."""
+    mem = ReMem(tmp_path / "store")
+    ids = mem.add_many(["amber deploy note", "cedar billing note", "lotus region note"])
+    res = mem.search("note", k=3, task="deploy")
+    mem.feedback(res.search_id, success=True, used_ids=[res.items[0].id])
+    for _ in range(2):  # the first read fills the cache, the second answers from it
+        with mem.store.read() as tx:
+            assert isinstance(tx, SQLiteTx)
+            got = tx.stats(iter(ids), TASKS)
+            want = SQLiteTx(tx.c, None).stats(ids, TASKS)
+        assert got == want and len(want) == 6
+    mem.close()

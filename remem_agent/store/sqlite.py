@@ -706,6 +706,7 @@ class SQLiteTx(LedgerTx):
         if cache is None:
             return super().stats(ids, tasks)
         self.check_cache(cache)
+        ids = list(ids)  # walked more than once below (a caller's one-shot iterable too, as ``LedgerTx.stats`` takes)
         tables = list(map(cache.stats.get, ids))
         missing = [mid for mid, table in zip(ids, tables, strict=True) if table is None]
         if missing:
