@@ -229,3 +229,21 @@ def test_every_error_survives_pickling() -> None:
     for err in samples:
         back = pickle.loads(pickle.dumps(err))
         assert type(back) is type(err) and str(back) == str(err) and vars(back) == vars(err)
+
+
+def test_a_memory_id_read_back_is_one_object_whichever_read_gave_it(tmp_path: Path) -> None:
+    """Ids read from the ledger are interned (``store.sql.row_to_memory``): the dense index's ids (from
+    ``embeddings_after``) and the rows' ids are the same string objects, so the search's tables keyed by id
+    compare them by identity. Two reads of the same rows, by either path, give the same objects."""
+    from remem_agent.store.sqlite import SQLiteTx
+
+    mem = ReMem(tmp_path / "store")
+    added = mem.add_many([f"fact {i} about regions" for i in range(5)])
+    with mem.store.read() as tx:
+        assert isinstance(tx, SQLiteTx)
+        _, ids, _ = tx.embeddings_after(0, mem.dim)
+        rows = SQLiteTx(tx.c, None).memories(ids)  # uncached: each row built from its ledger row
+        again = SQLiteTx(tx.c, None).memories(list(reversed(ids)))
+    assert ids == added
+    assert all(rows[i].id is i and again[i].id is i for i in ids)
+    mem.close()

@@ -197,3 +197,41 @@ def test_rows_and_attributes_past_the_cache_bound_are_all_returned(tmp_path: Pat
         with mem.store.read() as tx:
             assert tx.attributes(chunk) == {n: fresh_attrs[n] for n in sorted(chunk) if n in fresh_attrs}
     mem.close()
+
+
+def test_the_stats_cache_counts_what_it_holds_and_stays_in_its_bound(tmp_path: Path) -> None:
+    """The stats are remembered by memory (every row of the memory, by task); the cache counts the memories and
+    rows it holds, through reads, this connection's searches and feedback (which drop the memories they write)
+    and emptying at the bound: after a read that fetched, it holds at most its bound or that read's own rows."""
+    rng = random.Random(5)
+    mem = ReMem(tmp_path / "store")
+    ids = mem.add_many([f"fact {i} about {rng.choice(['deploys', 'billing', 'regions'])}" for i in range(40)])
+    cache = mem.store._read_cache  # type: ignore[attr-defined]
+    cache.max_rows = 25
+    for step in range(40):
+        res = mem.search(rng.choice(["deploys", "billing", "regions fact"]), k=5, task=rng.choice(TASKS[1:]))
+        if step % 2 and res.items:
+            mem.feedback(res.search_id, success=True, used_ids=[res.items[0].id])
+        chunk = rng.sample(ids, 12)
+        got, want, reads = _cached_and_fresh(mem, chunk, TASKS)
+        assert got == want
+        assert cache.stats_held == sum(1 + len(table) for table in cache.stats.values()), step
+        if reads:  # a read that fetched keeps the cache in its bound, or in what it fetched itself
+            assert cache.stats_held <= max(cache.max_rows, len(chunk) * (1 + len(TASKS))), step
+    mem.close()
+
+
+def test_cached_stats_take_ids_from_a_one_shot_iterable(tmp_path: Path) -> None:
+    """``stats`` walks the ids more than once; ids given as an iterator (``LedgerTx.stats`` takes any) still
+    give every row, from the cache as from the ledger."""
+    mem = ReMem(tmp_path / "store")
+    ids = mem.add_many(["amber deploy note", "cedar billing note", "lotus region note"])
+    res = mem.search("note", k=3, task="deploy")
+    mem.feedback(res.search_id, success=True, used_ids=[res.items[0].id])
+    for _ in range(2):  # the first read fills the cache, the second answers from it
+        with mem.store.read() as tx:
+            assert isinstance(tx, SQLiteTx)
+            got = tx.stats(iter(ids), TASKS)
+            want = SQLiteTx(tx.c, None).stats(ids, TASKS)
+        assert got == want and len(want) == 6
+    mem.close()

@@ -77,10 +77,18 @@ class Pool:
     @classmethod
     def read(cls, memories: Sequence[Memory], stats: Mapping[tuple[str, str], TaskStats], task: str | None) -> Pool:
         if stats:
-            get = stats.get
+            # the stats rows (a few dozen) by memory, then one lookup per memory in C: not a key tuple built and
+            # hashed for every memory and task (half of this method's time)
+            overall_of: dict[str, TaskStats] = {}
+            task_of: dict[str, TaskStats] = {}
+            for (mid, t), s in stats.items():
+                if t == ALL_TASKS:
+                    overall_of[mid] = s
+                if t == task:
+                    task_of[mid] = s
             ids = [m.id for m in memories]
-            overall = [get((i, ALL_TASKS)) for i in ids]
-            by_task = [get((i, task)) for i in ids] if task else overall
+            overall = list(map(overall_of.get, ids))
+            by_task = list(map(task_of.get, ids)) if task else overall
         else:  # no evidence read (a similarity-only config) or none yet: skip the lookups
             overall = by_task = [None] * len(memories)
         return cls(

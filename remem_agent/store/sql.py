@@ -13,6 +13,7 @@ import functools
 import json
 import operator
 import re
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -134,9 +135,16 @@ def from_json(value: Any) -> Any:
 
 
 def row_to_memory(r: Sequence[Any]) -> Memory:
+    """A memories row (``MEM_COLS``) as a ``Memory``, its id interned.
+
+    Why interned: a search looks its candidates up by id in several tables (remembered rows and stats, the
+    eligible pool, the fused pool's cosines), and their ids come from different reads: the dense index's from
+    ``embeddings_after`` (interned too), the rows' from here. With one string object per id, a key comparison
+    is an identity test instead of comparing two strings, either of which may be out of the CPU's caches.
+    """
     tasks = r[6]
     return Memory(
-        id=r[0],
+        id=sys.intern(r[0]),
         text=r[1],
         original_text=r[2],
         entity=r[3],
@@ -795,7 +803,7 @@ class LedgerTx:
         if not rows:
             return seq, [], np.zeros((0, dim), dtype=np.float32)
         mat = np.stack([self.load_vector(r[2]) for r in rows]).astype(np.float32, copy=False).reshape(len(rows), dim)
-        return int(rows[-1][0]), [r[1] for r in rows], mat
+        return int(rows[-1][0]), [sys.intern(r[1]) for r in rows], mat  # interned as in ``row_to_memory``
 
     def scopes_between(self, after: int, upto: int) -> list[str]:
         """The scope of every memory with ``after < seq <= upto``, in seq order (pairs with ``embeddings_after``)."""
