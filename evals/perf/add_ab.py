@@ -19,30 +19,21 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import fields
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from evals.harness.jsonio import write_json
 from evals.perf.core import make_world
-from evals.perf.measure import REPO_ROOT, loadavg, provenance
-from evals.perf.search_ab import BASE_PACKAGE, export_base
+from evals.perf.measure import loadavg, provenance
+from evals.perf.search_ab import as_inputs, base_package, resolve_commit
 
 SIDES = ("base", "new")
-
-
-def _inputs(pkg: ModuleType, items: Sequence[Any]) -> list[Any]:
-    """``items`` as ``pkg``'s own ``MemoryInput`` objects."""
-    cls = pkg.MemoryInput
-    names = [f.name for f in fields(cls)]
-    return [cls(**{n: getattr(it, n) for n in names if hasattr(it, n)}) for it in items]
 
 
 def _quartiles(ratios: list[float]) -> dict[str, float]:
@@ -53,7 +44,7 @@ def _quartiles(ratios: list[float]) -> dict[str, float]:
 def run(pkgs: dict[str, ModuleType], *, size: int, rounds: int, batch: int, seed: int) -> dict[str, Any]:
     """Every round: fresh stores, the world's batches alternately added to each; per-batch wall and CPU ns."""
     world = make_world(size, 0, seed=seed)
-    items = {side: _inputs(pkg, world.items) for side, pkg in pkgs.items()}
+    items = {side: as_inputs(pkg, world.items) for side, pkg in pkgs.items()}
     wall: dict[str, list[int]] = {side: [] for side in SIDES}
     cpu: dict[str, list[int]] = {side: [] for side in SIDES}
     with tempfile.TemporaryDirectory(prefix="remem_add_ab_") as tmp, warnings.catch_warnings():
@@ -89,28 +80,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.size < args.batch or args.batch < 1 or args.rounds < 1:
         ap.error("--batch must be >= 1, --size >= --batch, --rounds >= 1")
-    rev = subprocess.run(
-        ["git", "rev-parse", "--verify", f"{args.base}^{{commit}}"], cwd=REPO_ROOT, capture_output=True, text=True
-    )
-    if rev.returncode != 0:
-        ap.error(f"--base {args.base!r} is not a commit of this repository")
+    commit = resolve_commit(ap, args.base)
     t0, load_start = time.perf_counter(), loadavg()
     import remem_agent
 
-    with tempfile.TemporaryDirectory(prefix="remem_ab_base_") as tmp:
-        base = export_base(rev.stdout.strip(), Path(tmp))
-        try:
-            measured = run(
-                {"base": base, "new": remem_agent}, size=args.size, rounds=args.rounds, batch=args.batch, seed=args.seed
-            )
-        finally:
-            sys.path.remove(tmp)
-            for name in [m for m in sys.modules if m == BASE_PACKAGE or m.startswith(BASE_PACKAGE + ".")]:
-                del sys.modules[name]
+    with base_package(commit) as base:
+        measured = run(
+            {"base": base, "new": remem_agent}, size=args.size, rounds=args.rounds, batch=args.batch, seed=args.seed
+        )
     result = {
         "benchmark": "perf_add_ab",
         "config": {"size": args.size, "rounds": args.rounds, "batch": args.batch, "seed": args.seed},
-        "base_commit": rev.stdout.strip(),
+        "base_commit": commit,
         **measured,
         **provenance(load_start, t0),
     }

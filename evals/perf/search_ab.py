@@ -1,7 +1,8 @@
 """Paired A/B of ``ReMem.search`` between an earlier commit and the working tree, in one process (a benchmark).
 
 Why: on this machine the same ``evals.perf.core`` run at 10k gave a search p50 of 2.67, 2.17 and 1.80 ms minutes
-apart (``results/perf_core.json`` and its two repeats; the bare index lookup moved as much), so two runs cannot
+apart (b7b5a96: ``results/perf_core_repeat1.json``, ``perf_core_repeat2.json`` and the perf_core.json of that
+commit; the bare index lookup moved as much), so two runs cannot
 tell a 10% change from the machine's drift. Here both versions run in the same process at the same time: the
 earlier commit's ``remem_agent`` is exported with ``git archive`` into a temporary folder under another
 package name (``remem_base``; its imports renamed), both build a store from the same generated world
@@ -28,7 +29,8 @@ import tarfile
 import tempfile
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 from types import ModuleType
@@ -57,11 +59,40 @@ def export_base(rev: str, into: Path) -> ModuleType:
     return importlib.import_module(BASE_PACKAGE)
 
 
-def _stores(pkg: ModuleType, items: Sequence[Any], folder: Path) -> tuple[Any, Any]:
-    """(the default-config store, system A on a copy of it) of ``pkg``, filled with ``items`` in batches."""
+@contextmanager
+def base_package(rev: str) -> Iterator[ModuleType]:
+    """``export_base(rev)`` for the length of the block, then gone again: its folder, its ``sys.path`` entry and
+    every ``remem_base`` module (a second A/B in the same process must not find the first one's code)."""
+    with tempfile.TemporaryDirectory(prefix="remem_ab_base_") as tmp:
+        try:
+            yield export_base(rev, Path(tmp))
+        finally:
+            if tmp in sys.path:
+                sys.path.remove(tmp)
+            for name in [m for m in sys.modules if m == BASE_PACKAGE or m.startswith(BASE_PACKAGE + ".")]:
+                del sys.modules[name]
+
+
+def resolve_commit(ap: argparse.ArgumentParser, rev: str) -> str:
+    """The full hash of the commit ``rev`` names, or a usage error (``ap.error`` exits)."""
+    out = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=REPO_ROOT, capture_output=True, text=True
+    )
+    if out.returncode != 0:
+        ap.error(f"--base {rev!r} is not a commit of this repository")
+    return out.stdout.strip()
+
+
+def as_inputs(pkg: ModuleType, items: Sequence[Any]) -> list[Any]:
+    """``items`` (this package's ``MemoryInput``) as ``pkg``'s own ``MemoryInput`` objects (the fields it has)."""
     cls = pkg.MemoryInput
     names = [f.name for f in fields(cls)]
-    own = [cls(**{n: getattr(it, n) for n in names if hasattr(it, n)}) for it in items]
+    return [cls(**{n: getattr(it, n) for n in names if hasattr(it, n)}) for it in items]
+
+
+def _stores(pkg: ModuleType, items: Sequence[Any], folder: Path) -> tuple[Any, Any]:
+    """(the default-config store, system A on a copy of it) of ``pkg``, filled with ``items`` in batches."""
+    own = as_inputs(pkg, items)
     mem = pkg.ReMem(folder, config=pkg.RememConfig())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "also ..." wording warnings are expected on synthetic data
@@ -121,29 +152,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     if args.size < 100 or args.queries < 2 or args.warmup < 0 or not seeds:
         ap.error("--size must be >= 100, --queries >= 2, --warmup >= 0, --seeds not empty")
-    rev = subprocess.run(
-        ["git", "rev-parse", "--verify", f"{args.base}^{{commit}}"], cwd=REPO_ROOT, capture_output=True, text=True
-    )
-    if rev.returncode != 0:
-        ap.error(f"--base {args.base!r} is not a commit of this repository")
+    commit = resolve_commit(ap, args.base)
     t0, load_start = time.perf_counter(), loadavg()
     import remem_agent
 
-    with tempfile.TemporaryDirectory(prefix="remem_ab_base_") as tmp:
-        base = export_base(rev.stdout.strip(), Path(tmp))
-        try:
-            per_seed = [
-                run_seed(base, remem_agent, size=args.size, queries=args.queries, warmup=args.warmup, seed=s)
-                for s in seeds
-            ]
-        finally:
-            sys.path.remove(tmp)
-            for name in [m for m in sys.modules if m == BASE_PACKAGE or m.startswith(BASE_PACKAGE + ".")]:
-                del sys.modules[name]
+    with base_package(commit) as base:
+        per_seed = [
+            run_seed(base, remem_agent, size=args.size, queries=args.queries, warmup=args.warmup, seed=s) for s in seeds
+        ]
     result = {
         "benchmark": "perf_search_ab",
         "config": {"size": args.size, "queries": args.queries, "warmup": args.warmup, "seeds": seeds, "k": 5},
-        "base_commit": rev.stdout.strip(),
+        "base_commit": commit,
         "seeds": per_seed,
         "median_ratio_new_over_base": round(statistics.median(s["median_ratio_new_over_base"] for s in per_seed), 4),
         **provenance(load_start, t0),
