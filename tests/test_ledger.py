@@ -246,4 +246,5 @@ def test_a_memory_id_read_back_is_one_object_whichever_read_gave_it(tmp_path: Pa
         again = SQLiteTx(tx.c, None).memories(list(reversed(ids)))
     assert ids == added
     assert all(rows[i].id is i and again[i].id is i for i in ids)
+    assert all(a is i for a, i in zip(added, ids, strict=True))  # add_many's own ids (the flat index's) too
     mem.close()

@@ -138,8 +138,9 @@ def row_to_memory(r: Sequence[Any]) -> Memory:
     """A memories row (``MEM_COLS``) as a ``Memory``, its id interned.
 
     Why interned: a search looks its candidates up by id in several tables (remembered rows and stats, the
-    eligible pool, the fused pool's cosines), and their ids come from different reads: the dense index's from
-    ``embeddings_after`` (interned too), the rows' from here. With one string object per id, a key comparison
+    eligible pool, the fused pool's cosines), and their ids come from different places: the dense index's from
+    ``embeddings_after`` (interned too) or from ``add_many``'s own inserts (``ingest.new_id`` interns), the rows'
+    from here. With one string object per id, a key comparison
     is an identity test instead of comparing two strings, either of which may be out of the CPU's caches.
     """
     tasks = r[6]
