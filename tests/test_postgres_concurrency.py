@@ -18,7 +18,8 @@ import pytest
 
 from evals.perf.postgres import run_workers
 from remem_agent import ReMem, State
-from remem_agent.types import ALL_TASKS
+from remem_agent.learning.lifecycle import LifecycleEvent
+from remem_agent.types import ALL_TASKS, CreditRecord
 
 WORKERS = 4
 CYCLES = 60
@@ -120,6 +121,34 @@ def test_four_processes_feedback_on_shared_rows_loses_no_update(pg_url: str, tmp
                 classes = [stats[t] for t in TASKS if t in stats]
                 untasked = sum(1 for c in cycles if c["task"] is None and mid in c["served"])
                 assert stats[ALL_TASKS].shown == sum(s.shown for s in classes) + untasked
+
+
+def test_a_transition_does_not_wait_for_rows_being_inserted_for_its_memory(pg_url: str) -> None:
+    """Retiring a memory must not queue behind an open transaction that inserts its stats and credits.
+
+    Inserting a stats or credits row takes a KEY SHARE lock on its memory (the foreign-key check). A
+    transition locked the memory FOR UPDATE, which waits for KEY SHARE; two feedback transactions, each
+    holding stats rows the other needed, then deadlocked (CI, four workers). A transition changes no key
+    column, so its lock must not conflict with those inserts: here it finishes while they are still open.
+    """
+    with ReMem(pg_url) as mem:
+        mid = mem.add("The billing service runs on port 8080.")
+        sid = mem.search("billing port", k=3).search_id
+        credit = CreditRecord(sid, mid, "deploy", 1.0, True, True, True, 1.0, 0.0)
+
+        class Abandon(Exception):
+            pass
+
+        with pytest.raises(Abandon), mem.store.write() as inserting:
+            inserting.insert_credits([credit])  # still open: its KEY SHARE lock on the memory is held
+            with mem.store.write() as retiring:
+                retiring.run("SET LOCAL lock_timeout = '5s'")  # FOR UPDATE fails here after 5 s
+                event = retiring.transition(mid, LifecycleEvent.DEMOTE, reason="test", at=2.0)
+            assert event.to_state is State.LOW_VALUE
+            raise Abandon  # roll the insert back
+        assert mem.inspect(mid).memory.state is State.LOW_VALUE
+        assert mem.inspect(mid).credits == ()
+        assert mem.verify().ok
 
 
 _ADDER = """

@@ -41,7 +41,9 @@ from remem_agent.errors import (
     MissingExtensionError,
     RememError,
     SchemaVersionError,
+    StoreBusyError,
     StoreConnectionError,
+    StoreError,
     UserInputError,
 )
 from remem_agent.store.copy import TABLES, copy_store, export_rows
@@ -201,6 +203,24 @@ def password_role(pg_server: Any, pg_url: str) -> Iterator[tuple[str, str]]:
             conn.execute(f"DROP OWNED BY {role}")
         with _admin(pg_server.get_uri()) as conn:
             conn.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def test_lock_and_statement_timeouts_are_not_called_unreachable_servers(pg_url: str) -> None:
+    """Both are OperationalErrors in psycopg, but the server answered: they must not read "cannot reach"."""
+    with ReMem(pg_url) as mem:
+        mid = mem.add("The billing service runs on port 8080.")
+        with mem.store.write() as holder:
+            holder.run("SELECT id FROM memories WHERE id = ? FOR UPDATE", (mid,))
+            with pytest.raises(StoreBusyError, match="lock_timeout") as busy, mem.store.write() as waiter:
+                waiter.run("SET LOCAL lock_timeout = '50ms'")
+                waiter.run("UPDATE memories SET confidence = 0.5 WHERE id = ?", (mid,))
+        assert isinstance(busy.value.__cause__, pg_errors.LockNotAvailable)
+        with pytest.raises(StoreError, match="statement_timeout") as canceled, mem.store.write() as slow:
+            slow.run("SET LOCAL statement_timeout = '50ms'")
+            slow.run("SELECT pg_sleep(5)")
+        assert not isinstance(canceled.value, StoreConnectionError | StoreBusyError)
+        assert mem.inspect(mid).memory.confidence != 0.5  # nothing of the timed-out writer landed
+        assert mem.verify().ok
 
 
 def test_wrong_password_is_a_login_error_and_the_right_one_works(

@@ -157,7 +157,11 @@ class PostgresTx(LedgerTx):
     """The PostgreSQL dialect of ``LedgerTx``."""
 
     dialect = "postgresql"
-    lock_suffix = " FOR UPDATE"
+    # NO KEY UPDATE: a transition never changes a key column, and the weaker lock does not wait for the
+    # KEY SHARE locks that inserting a stats or credits row takes on its memory (foreign-key check).
+    # FOR UPDATE did, and a feedback that locked a memory to retire it while another feedback, holding
+    # stats rows the first one needed, was inserting rows for that memory deadlocked (seen in CI).
+    lock_suffix = " FOR NO KEY UPDATE"
     search_order = "seq"
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
@@ -464,6 +468,15 @@ class PostgresStore(StoreCommon):
             yield
         except (pg_errors.SerializationFailure, pg_errors.DeadlockDetected) as exc:
             raise StoreBusyError(f"ledger {self._where}: concurrent transactions conflicted: {exc}") from exc
+        except pg_errors.LockNotAvailable as exc:  # an OperationalError, but the server answered
+            raise StoreBusyError(
+                f"ledger {self._where}: another transaction held a lock longer than lock_timeout allows ({exc})"
+            ) from exc
+        except pg_errors.QueryCanceled as exc:
+            raise StoreError(
+                f"ledger {self._where}: the server canceled the statement (statement_timeout or a cancel "
+                f"request; nothing of it was written): {exc}"
+            ) from exc
         except PoolTimeout as exc:
             raise StoreConnectionError(f"no connection to {self._where} became available: {exc}") from exc
         except psycopg.OperationalError as exc:
