@@ -239,7 +239,9 @@ def test_four_processes_adding_searching_and_learning_at_once(pg_url: str) -> No
 
     with ReMem(pg_url) as mem:
         for k in range(5):  # older than every worker's fact, so each key's newest fact is a worker's
-            mem.add(f"The svc{k} service runs in region start-{k}.", entity=f"svc{k}", attribute="region", timestamp=500)
+            mem.add(
+                f"The svc{k} service runs in region start-{k}.", entity=f"svc{k}", attribute="region", timestamp=500
+            )
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _MIXED, pg_url, str(w)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
