@@ -205,7 +205,7 @@ def password_role(pg_server: Any, pg_url: str) -> Iterator[tuple[str, str]]:
             conn.execute(f"DROP ROLE IF EXISTS {role}")
 
 
-def test_lock_and_statement_timeouts_are_not_called_unreachable_servers(pg_url: str) -> None:
+def test_timeouts_and_a_full_disk_are_not_called_unreachable_servers(pg_url: str) -> None:
     """Both are OperationalErrors in psycopg, but the server answered: they must not read "cannot reach"."""
     with ReMem(pg_url) as mem:
         mid = mem.add("The billing service runs on port 8080.")
@@ -219,6 +219,11 @@ def test_lock_and_statement_timeouts_are_not_called_unreachable_servers(pg_url: 
             slow.run("SET LOCAL statement_timeout = '50ms'")
             slow.run("SELECT pg_sleep(5)")
         assert not isinstance(canceled.value, StoreConnectionError | StoreBusyError)
+        with pytest.raises(StoreError, match=r"(?s)SQLSTATE 53100.*administrator") as full, mem.store.write() as tx:
+            tx.run("UPDATE memories SET confidence = 0.5 WHERE id = ?", (mid,))
+            tx.run("DO $$ BEGIN RAISE EXCEPTION 'could not extend file' USING ERRCODE = 'disk_full'; END $$")
+        assert isinstance(full.value.__cause__, pg_errors.DiskFull)
+        assert not isinstance(full.value, StoreConnectionError | StoreBusyError)
         assert mem.inspect(mid).memory.confidence != 0.5  # nothing of the timed-out writer landed
         assert mem.verify().ok
 

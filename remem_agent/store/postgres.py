@@ -304,6 +304,30 @@ def _connection_error(exc: BaseException, where: str) -> StoreError:
     )
 
 
+def _operational_error(exc: psycopg.OperationalError, where: str) -> StoreError:
+    """psycopg's OperationalError covers more than unreachable servers; only those are connection errors.
+
+    A lock or statement timeout, a full disk or an out-of-memory server answered: telling the user to
+    check host and port would send them the wrong way. The transaction is rolled back in every case.
+    """
+    if isinstance(exc, pg_errors.LockNotAvailable):
+        return StoreBusyError(
+            f"ledger {where}: another transaction held a lock longer than lock_timeout allows ({exc})"
+        )
+    if isinstance(exc, pg_errors.QueryCanceled):
+        return StoreError(
+            f"ledger {where}: the server canceled the statement (statement_timeout or a cancel request); "
+            f"nothing of the transaction was written: {exc}"
+        )
+    state = exc.sqlstate or ""
+    if state[:2] in ("53", "58") and state != "53300":  # resources (disk, memory) or a server-side I/O error
+        return StoreError(
+            f"the PostgreSQL server at {where} could not complete the statement (SQLSTATE {state}: {exc}); "
+            "nothing of the transaction was written; ask its administrator (disk space, memory, server log)"
+        )
+    return _connection_error(exc, where)
+
+
 def _is_conflict(exc: BaseException) -> bool:
     return isinstance(exc, StoreBusyError) and isinstance(
         exc.__cause__, pg_errors.SerializationFailure | pg_errors.DeadlockDetected
@@ -468,19 +492,10 @@ class PostgresStore(StoreCommon):
             yield
         except (pg_errors.SerializationFailure, pg_errors.DeadlockDetected) as exc:
             raise StoreBusyError(f"ledger {self._where}: concurrent transactions conflicted: {exc}") from exc
-        except pg_errors.LockNotAvailable as exc:  # an OperationalError, but the server answered
-            raise StoreBusyError(
-                f"ledger {self._where}: another transaction held a lock longer than lock_timeout allows ({exc})"
-            ) from exc
-        except pg_errors.QueryCanceled as exc:
-            raise StoreError(
-                f"ledger {self._where}: the server canceled the statement (statement_timeout or a cancel "
-                f"request; nothing of it was written): {exc}"
-            ) from exc
         except PoolTimeout as exc:
             raise StoreConnectionError(f"no connection to {self._where} became available: {exc}") from exc
         except psycopg.OperationalError as exc:
-            raise _connection_error(exc, self._where) from exc
+            raise _operational_error(exc, self._where) from exc
         except psycopg.Error as exc:
             raise StoreError(f"ledger {self._where}: {exc}") from exc
         except UnicodeEncodeError as exc:  # psycopg cannot send a lone surrogate; nothing was sent or written
