@@ -151,6 +151,33 @@ def test_a_transition_does_not_wait_for_rows_being_inserted_for_its_memory(pg_ur
         assert mem.verify().ok
 
 
+def _run_script_workers(script: str, url: str, *, timeout_s: float) -> list[str]:
+    """Run ``script`` in WORKERS Python processes at once (argv: url, worker number); their outputs, all exit 0."""
+    import subprocess
+    import sys
+
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, url, str(w)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for w in range(WORKERS)
+    ]
+    outs = [p.communicate(timeout=timeout_s)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    return outs
+
+
+def _assert_newest_fact_is_the_only_current_one(facts: list[Any]) -> None:
+    for entity in {m.entity for m in facts}:
+        key = [m for m in facts if m.entity == entity]
+        current = [m for m in key if m.state is not State.INVALIDATED]
+        newest = max(key, key=lambda m: m.valid_from)
+        assert [m.id for m in current] == [newest.id]  # exactly one current fact: the newest
+        for m in key:
+            if m.id != newest.id:
+                assert m.superseded_by is not None and m.valid_to is not None
+
+
 _ADDER = """
 import sys
 from remem_agent import ReMem
@@ -167,18 +194,8 @@ print("OK")
 @pytest.mark.slow
 def test_four_processes_superseding_the_same_keys_leave_one_current_fact(pg_url: str) -> None:
     """Concurrent adds of the same entity+attribute: supersession must end as if the adds took turns."""
-    import subprocess
-    import sys
-
     ReMem(pg_url).close()  # create the store first: this test is about supersession, not first open
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _ADDER, pg_url, str(w)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        for w in range(WORKERS)
-    ]
-    outs = [p.communicate(timeout=120)[0] for p in procs]
-    assert all(p.returncode == 0 for p in procs), outs
+    _run_script_workers(_ADDER, pg_url, timeout_s=120)
     with ReMem(pg_url) as mem:
         report = mem.verify()
         assert report.ok, report.problems
@@ -188,14 +205,8 @@ def test_four_processes_superseding_the_same_keys_leave_one_current_fact(pg_url:
             assert tx.lexical_index_problems() == []
             found = {mid for mid, _ in tx.lexical_candidates("Which region?", limit=1000, scopes=None)}
             assert found == {m.id for m in facts}
-        for k in range(5):
-            key = [m for m in facts if m.entity == f"svc{k}"]
-            current = [m for m in key if m.state is not State.INVALIDATED]
-            newest = max(key, key=lambda m: m.valid_from)
-            assert [m.id for m in current] == [newest.id]  # exactly one current fact: the newest
-            for m in key:
-                if m.id != newest.id:
-                    assert m.superseded_by is not None and m.valid_to is not None
+        assert {m.entity for m in facts} == {f"svc{k}" for k in range(5)}
+        _assert_newest_fact_is_the_only_current_one(facts)
 
 
 _MIXED = """
@@ -234,22 +245,13 @@ def test_four_processes_adding_searching_and_learning_at_once(pg_url: str) -> No
     lock is ``test_a_transition_does_not_wait_for_rows_being_inserted_for_its_memory``.
     """
     import json
-    import subprocess
-    import sys
 
     with ReMem(pg_url) as mem:
         for k in range(5):  # older than every worker's fact, so each key's newest fact is a worker's
             mem.add(
                 f"The svc{k} service runs in region start-{k}.", entity=f"svc{k}", attribute="region", timestamp=500
             )
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _MIXED, pg_url, str(w)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        for w in range(WORKERS)
-    ]
-    outs = [p.communicate(timeout=300)[0] for p in procs]
-    assert all(p.returncode == 0 for p in procs), outs
+    outs = _run_script_workers(_MIXED, pg_url, timeout_s=300)
     done = [json.loads(out.strip().splitlines()[-1]) for out in outs]
     with ReMem(pg_url) as mem:
         report = mem.verify()
@@ -262,8 +264,4 @@ def test_four_processes_adding_searching_and_learning_at_once(pg_url: str) -> No
         facts = mem.list(role="state")
         assert len(facts) == 5 + sum(d["adds"] for d in done)
         assert sum(len(mem.inspect(m.id).credits) for m in mem.list()) == sum(d["credited_rows"] for d in done)
-        for k in range(5):
-            key = [m for m in facts if m.entity == f"svc{k}"]
-            if key:
-                current = [m for m in key if m.state is not State.INVALIDATED]
-                assert [m.id for m in current] == [max(key, key=lambda m: m.valid_from).id]
+        _assert_newest_fact_is_the_only_current_one(facts)
