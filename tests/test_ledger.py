@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -188,6 +189,41 @@ def test_disk_full_is_a_store_error_and_loses_nothing(tmp_path: Path) -> None:
         with pytest.raises(StoreError, match="full"):
             mem.add_many([f"fact {i} " + "x" * 2000 for i in range(200)])
         mem.store._conn.execute("PRAGMA max_page_count = 1073741823")
+        assert mem.get(keep).text == "seed fact" and mem.stats().memories == 1
+        assert mem.verify().ok
+
+
+def test_a_ledger_locked_past_the_retry_window_says_how_long_it_was_retried(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Retries are logged at DEBUG, and the final StoreBusyError says how many there were, over how long."""
+    import logging
+
+    from remem_agent import StoreBusyError
+    from remem_agent.store.sqlite import SQLiteStore
+
+    with ReMem(tmp_path) as mem:
+        keep = mem.add("seed fact")
+    store = SQLiteStore(tmp_path, busy_timeout_s=0.01, lock_retry_s=0.3)
+    holder = raw(tmp_path)
+    holder.execute("BEGIN IMMEDIATE")  # another process's write transaction that does not end
+    try:
+        with (
+            caplog.at_level(logging.DEBUG, logger="remem_agent.store"),
+            pytest.raises(StoreBusyError, match=r"stayed locked \((\d+) attempts over \d+\.\d s\)") as info,
+            store.write(),
+        ):
+            pass
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+        store.close()
+    said = re.search(r"\((\d+) attempts", str(info.value))
+    assert said is not None
+    attempts = int(said.group(1))
+    retries = [r for r in caplog.records if r.name == "remem_agent.store" and "retrying in" in r.getMessage()]
+    assert attempts >= 2 and len(retries) == attempts - 1  # one line per retry; the last attempt gave up
+    with ReMem(tmp_path) as mem:
         assert mem.get(keep).text == "seed fact" and mem.stats().memories == 1
         assert mem.verify().ok
 

@@ -228,6 +228,30 @@ def test_timeouts_and_a_full_disk_are_not_called_unreachable_servers(pg_url: str
         assert mem.verify().ok
 
 
+def test_conflicts_past_the_retry_window_say_how_long_they_were_retried(pg_url: str) -> None:
+    """A body that keeps losing serialization conflicts is rerun until retry_s, then reported with the count."""
+    from remem_agent.store.postgres import PostgresStore
+
+    runs = 0
+
+    def always_conflicting(tx: Any) -> None:
+        nonlocal runs
+        runs += 1
+        tx.run("INSERT INTO meta (key, value) VALUES (?, ?)", (f"probe-{runs}", "x"))  # rolled back each time
+        raise pg_errors.SerializationFailure("could not serialize access (simulated)")
+
+    ReMem(pg_url).close()
+    store = PostgresStore(pg_url, retry_s=0.3)
+    try:
+        with pytest.raises(StoreBusyError, match=r"still conflicting after (\d+) attempts over \d+\.\d s") as info:
+            store.transact(always_conflicting)
+        with store.read() as tx:
+            assert tx.run("SELECT count(*) FROM meta WHERE key LIKE 'probe-%'").fetchone()[0] == 0
+    finally:
+        store.close()
+    assert runs >= 2 and f"after {runs} attempts" in str(info.value)
+
+
 def test_wrong_password_is_a_login_error_and_the_right_one_works(
     pg_server: Any, pg_url: str, password_role: tuple[str, str]
 ) -> None:

@@ -8,6 +8,7 @@ store (ingest, ranking, credit, lifecycle, the middleware) talks to a ``Store`` 
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable, Collection
@@ -18,6 +19,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from remem_agent.store.sql import LedgerTx
+
+log = logging.getLogger("remem_agent.store")
 
 T = TypeVar("T")
 
@@ -144,20 +147,31 @@ def backoff_retry(
     *,
     retryable: Callable[[BaseException], bool],
     deadline_s: float,
-    on_give_up: Callable[[BaseException], BaseException],
+    on_give_up: Callable[[BaseException, str], BaseException],
 ) -> T:
-    """Call ``fn`` until it succeeds, retrying errors that ``retryable`` accepts with jittered backoff."""
-    deadline = time.monotonic() + deadline_s
+    """Call ``fn`` until it succeeds, retrying errors that ``retryable`` accepts with jittered backoff.
+
+    Every retry is logged at DEBUG (contention shows up in the log before it shows up as an error). When the
+    deadline passes, ``on_give_up`` gets the last error and how long the retries went on ("12 attempts over
+    60.1 s"), for the message: a user who sees it knows it was sustained contention, not one conflict.
+    """
+    start = time.monotonic()
+    deadline = start + deadline_s
     delay = 0.005
+    attempts = 0
     while True:
+        attempts += 1
         try:
             return fn()
         except Exception as exc:
             if not retryable(exc):
                 raise
-            if time.monotonic() > deadline:
-                raise on_give_up(exc) from exc
-            time.sleep(delay * (0.5 + random.random()))
+            now = time.monotonic()
+            if now > deadline:
+                raise on_give_up(exc, f"{attempts} attempts over {now - start:.1f} s") from exc
+            pause = delay * (0.5 + random.random())
+            log.debug("attempt %d conflicted (%s); retrying in %.0f ms", attempts, type(exc).__name__, pause * 1000)
+            time.sleep(pause)
             delay = min(delay * 2, 0.5)
 
 

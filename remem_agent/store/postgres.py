@@ -547,7 +547,9 @@ class PostgresStore(StoreCommon):
             attempt,
             retryable=_is_conflict,
             deadline_s=self._retry_s,
-            on_give_up=lambda exc: StoreBusyError(f"ledger {self._where}: still conflicting after retries: {exc}"),
+            on_give_up=lambda exc, tried: StoreBusyError(
+                f"ledger {self._where}: still conflicting after {tried}: {exc}"
+            ),
         )
 
     def bind_dimension(self, dim: int) -> None:

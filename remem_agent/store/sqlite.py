@@ -905,7 +905,7 @@ class SQLiteStore(StoreCommon):
             fn,
             retryable=_is_locked,
             deadline_s=self._lock_retry_s,
-            on_give_up=lambda exc: StoreBusyError(f"ledger {self.path} stayed locked: {exc}"),
+            on_give_up=lambda exc, tried: StoreBusyError(f"ledger {self.path} stayed locked ({tried}): {exc}"),
         )
 
     @contextmanager
