@@ -58,6 +58,39 @@ def test_bm25_ranks_exact_term_match_first():
     assert scores == [0.0] * 4
 
 
+def test_bm25_scores_do_not_depend_on_the_hash_seed():
+    """The same query gives bit-identical scores under any PYTHONHASHSEED (so exact ties rank the same).
+
+    Summing a query's terms in a set's order made two runs of the LoCoMo benchmark order two tied turns
+    differently; eight seeds gave two different score lists before the fix.
+    """
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from evals.bench.bm25 import BM25\n"
+        "docs = ['alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu', "
+        "'alpha alpha beta gamma gamma gamma delta', 'epsilon zeta eta eta theta', "
+        "'iota kappa kappa lambda mu mu mu alpha', 'nothing here', 'beta delta zeta theta kappa mu']\n"
+        "print([repr(x) for x in BM25(docs).scores('alpha beta gamma delta epsilon zeta eta theta iota kappa "
+        "lambda mu')])\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    outs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in range(8)
+    }
+    assert len(outs) == 1, outs
+
+
 # -- LongMemEval ---------------------------------------------------------------------------------------
 def test_score_ranking_by_hand():
     turns = [

@@ -43,7 +43,9 @@ class BM25:
         out = [0.0] * self.n
         if not self.n or self.avgdl == 0:
             return out
-        for t in set(tokenize(query)):
+        # each term once, in query order: a set's order follows PYTHONHASHSEED, and summing the same terms in
+        # another order can change a score's last bit and so the order of two documents that tie exactly
+        for t in dict.fromkeys(tokenize(query)):
             idf = self.idf.get(t)
             if idf is None:
                 continue
