@@ -204,7 +204,7 @@ def test_a_ledger_locked_past_the_retry_window_says_how_long_it_was_retried(
 
     with ReMem(tmp_path) as mem:
         keep = mem.add("seed fact")
-    store = SQLiteStore(tmp_path, busy_timeout_s=0.01, lock_retry_s=0.3)
+    store = SQLiteStore(tmp_path, busy_timeout_s=0.01, lock_retry_s=1.0)
     holder = raw(tmp_path)
     holder.execute("BEGIN IMMEDIATE")  # another process's write transaction that does not end
     try:

@@ -241,7 +241,7 @@ def test_conflicts_past_the_retry_window_say_how_long_they_were_retried(pg_url: 
         raise pg_errors.SerializationFailure("could not serialize access (simulated)")
 
     ReMem(pg_url).close()
-    store = PostgresStore(pg_url, retry_s=0.3)
+    store = PostgresStore(pg_url, retry_s=1.0)
     try:
         with pytest.raises(StoreBusyError, match=r"still conflicting after (\d+) attempts over \d+\.\d s") as info:
             store.transact(always_conflicting)
