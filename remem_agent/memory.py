@@ -215,7 +215,9 @@ class ReMem:
             warned: list[str] = []  # fresh per attempt: a retried transaction must not warn twice
             before = tx.max_seq()
             tx.inserted = []
-            tx.prefetch_keys(state_keys(clean))  # the batch's key reads in a few statements, not one per fact
+            keys = state_keys(clean)
+            tx.lock_attributes(attribute for _, _, attribute in keys)  # before any memory row is locked
+            tx.prefetch_keys(keys)  # the batch's key reads in a few statements, not one per fact
             for c, vec in zip(clean, vecs, strict=True):
                 ids.append(insert_fact(tx, c, vec, warned, self.config.staleness))
             tx.drop_key_view()

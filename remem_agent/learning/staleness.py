@@ -116,10 +116,14 @@ class StalenessPolicy:
         self, tx: LedgerTx, memories: Mapping[str, Memory], records: Sequence[CreditRecord], *, at: float
     ) -> list[Event]:
         events: list[Event] = []
-        for rec in records:
-            m = memories.get(rec.memory_id)
-            if m is None or m.key is None or m.role != "state" or not rec.used:
-                continue
+        used_facts = [
+            (rec, m)
+            for rec in records
+            if rec.used and (m := memories.get(rec.memory_id)) is not None and m.key is not None and m.role == "state"
+        ]
+        # before this feedback's first memory-row lock (the loop below, then retention): see lock_attributes
+        tx.lock_attributes(m.attribute for _, m in used_facts if m.attribute is not None)
+        for rec, m in used_facts:
             m = tx.memory(m.id)  # fresh: an earlier record of this feedback may have retired it already
             if m.state is State.INVALIDATED:
                 continue

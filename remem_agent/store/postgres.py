@@ -29,7 +29,7 @@ import logging
 import struct
 import threading
 import zlib
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -164,8 +164,18 @@ class PostgresTx(LedgerTx):
     lock_suffix = " FOR NO KEY UPDATE"
     search_order = "seq"
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], schema: str = "remem") -> None:
         self.conn = conn
+        self.schema = schema
+
+    def lock_attributes(self, attributes: Iterable[str]) -> None:
+        """One transaction-scoped advisory lock per attribute (of this store's schema), taken in key order.
+
+        Every writer that may supersede takes all its locks before its first memory-row lock, in one global
+        order, so lock waits can no longer form a cycle through the attributes' counter rows.
+        """
+        for key in sorted({_lock_key(f"attribute:{name}", self.schema) for name in attributes}):
+            self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
 
     def run(self, sql: str, args: Sequence[Any] = ()) -> Any:
         if self.key_view is not None:
@@ -521,7 +531,7 @@ class PostgresStore(StoreCommon):
             conn.isolation_level = _LEVELS[isolation]
             conn.read_only = read_only
             with conn.transaction():
-                yield PostgresTx(conn)
+                yield PostgresTx(conn, self.schema)
 
     @contextmanager
     def write(self) -> Iterator[PostgresTx]:

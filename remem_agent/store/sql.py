@@ -323,6 +323,14 @@ class LedgerTx:
     # (a retried one gets a new object), so the view never outlives the snapshot it was read in.
     key_view: KeyView | None = None
 
+    def lock_attributes(self, attributes: Iterable[str]) -> None:
+        """Wait until no other transaction can supersede, reconfirm or count facts of these attributes.
+
+        Called before the transaction locks any memory row, with every attribute it may touch, so that writers
+        of one attribute take turns instead of each holding a memory row the other needs while waiting for
+        the attribute's counter row (a deadlock on PostgreSQL). SQLite has one writer: nothing to do.
+        """
+
     def prefetch_keys(self, keys: Iterable[Key]) -> None:
         """Read every role-'state' row of ``keys`` in as few statements as the host-parameter limit allows, so
         that ``current_for_key``, ``claims_at`` (of role 'state') and ``current_and_claims`` answer those keys
