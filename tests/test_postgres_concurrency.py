@@ -332,3 +332,40 @@ def test_writers_of_an_attribute_take_its_lock_before_any_memory_row(pg_url: str
         assert [m.attribute for m in mem.list(role="state")] == ["region", "port"]
         assert mem.stats().feedbacks == 0
         assert mem.verify().ok
+
+
+def test_a_feedback_waiting_for_an_attribute_holds_nothing_searches_need(pg_url: str) -> None:
+    """A feedback that waits for an attribute's lock has not written yet, so searches serving the same
+    memories go on (their counter upserts would otherwise queue behind its statistics rows)."""
+    import threading
+    import time
+
+    import psycopg
+
+    with ReMem(pg_url) as mem:
+        fact = mem.add("The billing service runs in eu-west-1.", entity="billing", attribute="region", timestamp=100)
+        first = mem.search("where does billing run", k=3)
+    with ReMem(pg_url) as waiting, ReMem(_with_lock_timeout(pg_url, 2000)) as searching:
+        outcome: list[object] = []
+        with waiting.store.write() as holder:
+            holder.lock_attributes(["region"])
+            worker = threading.Thread(
+                target=lambda: outcome.append(waiting.feedback(first.search_id, success=True, used_ids=[fact]))
+            )
+            worker.start()
+            give_up = time.monotonic() + 60  # a guard against hanging, not a timing assertion
+            with psycopg.connect(pg_url, autocommit=True) as probe:  # until the feedback waits for the lock
+                while not probe.execute(
+                    "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+                    "WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()"
+                ).fetchone()[0]:
+                    assert time.monotonic() < give_up and worker.is_alive(), "the feedback never waited for the lock"
+                    time.sleep(0.01)
+            again = searching.search("where does billing run", k=3)  # would hit lock_timeout behind its rows
+            assert fact in again.ids and worker.is_alive()
+        worker.join(timeout=60)
+        assert not worker.is_alive() and len(outcome) == 1
+    with ReMem(pg_url) as mem:
+        stats = mem.inspect(fact).stats
+        assert stats[ALL_TASKS].retrieved == 2 and stats[ALL_TASKS].shown == 1
+        assert mem.verify().ok

@@ -47,6 +47,11 @@ class FeedbackPlan:
 def apply_feedback(tx: LedgerTx, plan: FeedbackPlan, config: RememConfig) -> FeedbackReceipt:
     """Record the verdict once, write credit rows, then let staleness and retention move states."""
     payload = plan.payload()
+    served = list(plan.served)
+    mems = tx.memories(served)
+    # Before this transaction writes or locks any row: a writer superseding facts of these attributes finishes
+    # first (LedgerTx.lock_attributes), and searches never queue behind a feedback that waits for one.
+    tx.lock_attributes(config.staleness.attributes_at_stake(mems, plan.used))
     if not tx.record_feedback(plan.search_id, payload, plan.at):  # another writer answered meanwhile
         first = tx.search(plan.search_id)
         assert first is not None and first.feedback is not None
@@ -70,8 +75,6 @@ def apply_feedback(tx: LedgerTx, plan: FeedbackPlan, config: RememConfig) -> Fee
         for mid, (cr, bl) in assigned.items()
     ]
     tx.insert_credits(records)
-    served = list(plan.served)
-    mems = tx.memories(served)
     transitions: list[Event] = config.staleness.after_feedback(tx, mems, records, at=plan.at)
     if transitions:
         mems = tx.memories(served)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -112,18 +112,30 @@ class StalenessPolicy:
         info = tx.attributes([attribute]).get(attribute)
         return bool(info and info.single_valued)
 
+    @staticmethod
+    def acts_on(memory: Memory | None, used: bool) -> bool:
+        """Whether ``after_feedback`` may invalidate or count this served memory: a used, keyed 'state' fact."""
+        return used and memory is not None and memory.key is not None and memory.role == "state"
+
+    @classmethod
+    def attributes_at_stake(cls, memories: Mapping[str, Memory], used: Iterable[str]) -> set[str]:
+        """The attributes whose facts or counters a feedback using ``used`` may change (``lock_attributes``)."""
+        at_stake: set[str] = set()
+        for mid in used:
+            m = memories.get(mid)
+            if m is not None and m.attribute is not None and cls.acts_on(m, True):
+                at_stake.add(m.attribute)
+        return at_stake
+
     def after_feedback(
         self, tx: LedgerTx, memories: Mapping[str, Memory], records: Sequence[CreditRecord], *, at: float
     ) -> list[Event]:
+        """Outcome-triggered invalidation and schema evidence. The caller holds ``attributes_at_stake``'s locks."""
         events: list[Event] = []
-        used_facts = [
-            (rec, m)
-            for rec in records
-            if rec.used and (m := memories.get(rec.memory_id)) is not None and m.key is not None and m.role == "state"
-        ]
-        # before this feedback's first memory-row lock (the loop below, then retention): see lock_attributes
-        tx.lock_attributes(m.attribute for _, m in used_facts if m.attribute is not None)
-        for rec, m in used_facts:
+        for rec in records:
+            m = memories.get(rec.memory_id)
+            if m is None or not self.acts_on(m, rec.used):
+                continue
             m = tx.memory(m.id)  # fresh: an earlier record of this feedback may have retired it already
             if m.state is State.INVALIDATED:
                 continue
