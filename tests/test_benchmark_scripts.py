@@ -179,3 +179,42 @@ def test_embed_ceiling_counts_the_model_and_writes_its_report(tmp_path: Path) ->
     assert set(rep["ceiling_texts_per_s"]) == set(rep["onnx_measured"]) == {"1", "2"}
     assert rep["texts"]["n"] == 8 and rep["texts"]["mean_tokens"] > 2
     assert all(v > 0 for v in rep["ceiling_texts_per_s"].values())
+
+
+def test_pg_contention_quick_runs_every_workload_on_both_packages(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "pgc.json"
+    argv = [
+        "--quick",
+        "--workers",
+        "2",
+        "--repeats",
+        "1",
+        "--base",
+        "HEAD",
+        "--out",
+        str(out),
+        "--tmpdir",
+        str(tmp_path),
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "evals.perf.pg_contention", *argv],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rep = json.loads(out.read_text())
+    assert rep["benchmark"] == "pg_contention" and rep["quick"] is True and rep["base_commit"]
+    for package in ("head", "base"):
+        assert set(rep[package]) == {"feedback_shared", "mixed", "shuffled_batches"}
+        for workload, runs in rep[package].items():
+            (run,) = runs
+            assert run["workload"] == workload and run["workers"] == 2
+            assert run["verify_ok"] is True and run["workers_given_up"] == 0, run["errors"]
+            assert run["operations"] == 2 * rep["sizes"][workload]
+            assert run["learning_transactions"] > 0 and run["learning_reruns"] >= 0 and run["deadlocks"] >= 0
