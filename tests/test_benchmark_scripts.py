@@ -128,20 +128,25 @@ def test_similarity_only_preset_ranks_by_cosine_and_ignores_feedback(tmp_path: P
     assert mem.get(look).state.value == "ACTIVE"  # retention off in system A
 
 
-def test_perf_postgres_quick_writes_its_report(tmp_path: Path) -> None:
+def _run_module(module: str, argv: list[str], *, timeout_s: float) -> None:
+    """``python -m module argv`` from the repository root, in its own process; it must exit 0."""
     import subprocess
     import sys
 
-    out = tmp_path / "pg.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "evals.perf.postgres", "--quick", "--out", str(out), "--tmpdir", str(tmp_path)],
+        [sys.executable, "-m", module, *argv],
         cwd=Path(__file__).resolve().parent.parent,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout_s,
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_perf_postgres_quick_writes_its_report(tmp_path: Path) -> None:
+    out = tmp_path / "pg.json"
+    _run_module("evals.perf.postgres", ["--quick", "--out", str(out), "--tmpdir", str(tmp_path)], timeout_s=300)
     rep = json.loads(out.read_text())
     assert rep["benchmark"] == "perf_postgres" and rep["quick"] is True
     assert rep["machine"]["postgres"]["pgvector"] and "git_commit" in rep
@@ -182,9 +187,6 @@ def test_embed_ceiling_counts_the_model_and_writes_its_report(tmp_path: Path) ->
 
 
 def test_pg_contention_quick_runs_every_workload_on_both_packages(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
     out = tmp_path / "pgc.json"
     argv = [
         "--quick",
@@ -199,15 +201,7 @@ def test_pg_contention_quick_runs_every_workload_on_both_packages(tmp_path: Path
         "--tmpdir",
         str(tmp_path),
     ]
-    proc = subprocess.run(
-        [sys.executable, "-m", "evals.perf.pg_contention", *argv],
-        cwd=Path(__file__).resolve().parent.parent,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _run_module("evals.perf.pg_contention", argv, timeout_s=600)
     rep = json.loads(out.read_text())
     assert rep["benchmark"] == "pg_contention" and rep["quick"] is True and rep["base_commit"]
     for package in ("head", "base"):
