@@ -45,6 +45,7 @@ import contextlib
 import cProfile
 import gc
 import io
+import itertools
 import pstats
 import random
 import shutil
@@ -786,7 +787,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             machine = machine_facts()
             # Sizes interleaved across the repeats (10k, 100k, 10k, 100k, ...): a slow stretch of the host
             # reaches one run of a size, not all of them, and the median leaves it out.
-            for rep, n in ((rep, n) for rep in range(repeats) for n in sizes):
+            for rep, n in itertools.product(range(repeats), sizes):
                 if repeats > 1:
                     log(f"-- repeat {rep + 1}/{repeats}, size {n}")
                 res, mem, world = bench_size(

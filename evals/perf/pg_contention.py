@@ -28,14 +28,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from evals.harness.jsonio import write_json
-from evals.perf.measure import REPO_ROOT, git_commit, git_dirty, machine_facts
+from evals.perf.measure import REPO_ROOT, loadavg, provenance
 from evals.perf.postgres import create_database, private_server
-from evals.perf.search_ab import BASE_PACKAGE, export_base, resolve_commit
+from evals.perf.search_ab import BASE_PACKAGE, export_package, resolve_commit
 
 WORKLOADS = ("feedback_shared", "mixed", "shuffled_batches")
 
@@ -186,7 +186,15 @@ def _sizes(quick: bool) -> dict[str, int]:
 
 
 def run_all(
-    server: Any, *, label: str, pkg: str, env: dict[str, str], workers: int, repeats: int, quick: bool, log: Any
+    server: Any,
+    *,
+    label: str,
+    pkg: str,
+    env: dict[str, str],
+    workers: int,
+    repeats: int,
+    quick: bool,
+    log: Callable[[str], None],
 ) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {w: [] for w in WORKLOADS}
     sizes = _sizes(quick)
@@ -217,12 +225,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("--workers and --repeats must be at least 1")
     base = resolve_commit(ap, args.base) if args.base else None
     log = print
+    t0, load_start = time.perf_counter(), loadavg()
     report: dict[str, Any] = {
         "benchmark": "pg_contention",
         "command": "python -m evals.perf.pg_contention " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "git_commit": git_commit(),
-        "git_dirty": git_dirty(),
-        "machine": machine_facts(),
         "quick": args.quick,
         "workers": args.workers,
         "repeats": args.repeats,
@@ -246,8 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if base is not None:
             folder = Path(tmp) / "base"
             folder.mkdir()
-            export_base(base, folder)
-            sys.path.remove(str(folder))  # the workers import it; this process does not need it
+            export_package(base, folder)  # the workers import it, through PYTHONPATH
             env_base = {
                 **env,
                 "PYTHONPATH": os.pathsep.join([str(folder), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
@@ -263,6 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 quick=args.quick,
                 log=log,
             )
+    report.update(provenance(load_start, t0))  # commit, uncommitted files, machine, load, wall time
     write_json(args.out, report)
     log(f"wrote {args.out}")
     return 0

@@ -43,9 +43,9 @@ from evals.perf.measure import REPO_ROOT, latency_ms, loadavg, provenance
 BASE_PACKAGE = "remem_base"
 
 
-def export_base(rev: str, into: Path) -> ModuleType:
-    """``remem_agent`` as of ``rev``, importable as ``remem_base`` (every ``remem_agent`` name in its sources
-    renamed), from a folder put first on ``sys.path``."""
+def export_package(rev: str, into: Path) -> None:
+    """Write ``remem_agent`` as of ``rev`` into ``into`` as the package ``remem_base`` (every ``remem_agent`` name
+    in its sources renamed), for a process that has ``into`` on its path (this one: ``export_base``)."""
     archive = into / "base.tar"
     with archive.open("wb") as fh:
         subprocess.run(["git", "archive", rev, "remem_agent"], cwd=REPO_ROOT, stdout=fh, check=True)
@@ -55,6 +55,12 @@ def export_base(rev: str, into: Path) -> ModuleType:
     word = re.compile(r"\bremem_agent\b")
     for path in (into / BASE_PACKAGE).rglob("*.py"):
         path.write_text(word.sub(BASE_PACKAGE, path.read_text(encoding="utf-8")), encoding="utf-8")
+
+
+def export_base(rev: str, into: Path) -> ModuleType:
+    """``remem_agent`` as of ``rev``, imported as ``remem_base`` (``export_package``) from ``into``, which is put
+    first on ``sys.path``."""
+    export_package(rev, into)
     sys.path.insert(0, str(into))
     return importlib.import_module(BASE_PACKAGE)
 

@@ -58,7 +58,7 @@ def apply_feedback(tx: LedgerTx, plan: FeedbackPlan, config: RememConfig) -> Fee
         return repeat_receipt(tx, plan.search_id, first.feedback, payload, plan.success)
     cited, used = set(plan.cited), set(plan.used)
     assigned = config.credit.assign(
-        list(plan.served), success=plan.success, cited=list(plan.cited), used=list(plan.used), essential=plan.essential
+        served, success=plan.success, cited=list(plan.cited), used=list(plan.used), essential=plan.essential
     )
     records = [
         CreditRecord(
