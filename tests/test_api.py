@@ -272,6 +272,21 @@ def test_unknown_ids_are_key_errors_too(mem: ReMem) -> None:
         mem.feedback("s_nope", success=True)
 
 
+def test_a_transition_that_need_not_wait_is_a_transition_when_nothing_holds_the_row(mem: ReMem) -> None:
+    """``transition_unless_busy`` skips only a row another writer holds (PostgreSQL; see
+    test_postgres_concurrency): otherwise it moves the state and logs the event as ``transition`` does."""
+    from remem_agent.learning.lifecycle import LifecycleEvent
+
+    fact = mem.add("The billing service runs in eu-west-1.", entity="billing", attribute="region", timestamp=1)
+    with mem.store.write() as tx:
+        ev = tx.transition_unless_busy(fact, LifecycleEvent.DEMOTE, reason="test", at=2.0)
+    assert ev is not None and (ev.kind, ev.from_state, ev.to_state) == ("demote", State.ACTIVE, State.LOW_VALUE)
+    assert mem.get(fact).state is State.LOW_VALUE
+    with pytest.raises(UnknownMemoryError), mem.store.write() as tx:
+        tx.transition_unless_busy("m_nope", LifecycleEvent.DEMOTE, reason="test", at=3.0)
+    assert mem.verify().ok
+
+
 def test_feedback_ids_must_have_been_served(mem: ReMem) -> None:
     a = mem.add("served fact", timestamp=1)
     other = mem.add("zebra xylophone quartz", timestamp=1)

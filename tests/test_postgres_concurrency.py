@@ -369,3 +369,32 @@ def test_a_feedback_waiting_for_an_attribute_holds_nothing_searches_need(pg_url:
         stats = mem.inspect(fact).stats
         assert stats[ALL_TASKS].retrieved == 2 and stats[ALL_TASKS].shown == 1
         assert mem.verify().ok
+
+
+def test_retention_steps_over_a_memory_another_writer_is_changing(pg_url: str) -> None:
+    """Demoting, compressing, archiving or reviving is a policy a later feedback can apply as well; waiting for
+    a memory row another writer holds (an add superseding that fact) could close a deadlock cycle, since the
+    feedback takes no attribute lock for facts it did not use. So retention skips such a memory this time."""
+    from dataclasses import replace
+
+    from remem_agent import RememConfig
+    from remem_agent.learning.retention import RetentionPolicy
+
+    config = replace(RememConfig(), retention=RetentionPolicy(min_exposures=1, low_rate=0.9))
+    with ReMem(pg_url, config=config) as mem:
+        fact = mem.add("The billing service runs in eu-west-1.", entity="billing", attribute="region", timestamp=100)
+        note = mem.add("Billing was discussed on Monday.", role="note", timestamp=100)
+        first = mem.search("billing service region", k=3)
+        second = mem.search("billing service region monday", k=3)
+        assert {fact, note} <= set(first.ids) and {fact, note} <= set(second.ids)
+    with ReMem(_with_lock_timeout(pg_url, 200), config=config) as mem:
+        with mem.store.write() as holder:  # another writer, e.g. an add superseding the fact, still open
+            holder.run("SELECT state FROM memories WHERE id = ? FOR NO KEY UPDATE", (fact,))
+            receipt = mem.feedback(first.search_id, success=False)  # would wait, then hit lock_timeout
+        assert [(e.memory_id, e.kind) for e in receipt.transitions] == [(note, "demote")]
+        assert set(receipt.blame) == {fact, note}  # the verdict and its blame were recorded
+        assert mem.get(fact).state is State.ACTIVE
+        later = mem.feedback(second.search_id, success=False)  # nobody holds the row now
+        assert [(e.memory_id, e.kind) for e in later.transitions] == [(fact, "demote")]
+        assert mem.get(fact).state is State.LOW_VALUE
+        assert mem.verify().ok

@@ -17,6 +17,7 @@ Every transition is logged with its reason and the statistics that triggered it.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.store.sql import LedgerTx
 from remem_agent.tokens import count_tokens
 from remem_agent.types import ALL_TASKS, CreditRecord, Event, Memory, State, TaskStats
+
+log = logging.getLogger(__name__)
 
 _STOP = frozenset(
     [
@@ -100,7 +103,13 @@ class RetentionPolicy:
             if ev is None:
                 continue
             event, reason, evidence, updates = ev
-            events.append(tx.transition(m.id, event, reason=reason, at=at, evidence=evidence, updates=updates))
+            # Not worth a wait: this feedback holds statistics rows, and the memory's holder may be an add
+            # superseding it. A skipped move is made by a later feedback if its statistics still call for it.
+            done = tx.transition_unless_busy(m.id, event, reason=reason, at=at, evidence=evidence, updates=updates)
+            if done is None:
+                log.debug("retention skipped %s of %s: another writer holds its row", event.value, m.id)
+            else:
+                events.append(done)
         return events
 
     def _decide(

@@ -162,6 +162,7 @@ class PostgresTx(LedgerTx):
     # FOR UPDATE did, and a feedback that locked a memory to retire it while another feedback, holding
     # stats rows the first one needed, was inserting rows for that memory deadlocked (seen in CI).
     lock_suffix = " FOR NO KEY UPDATE"
+    skip_locked_suffix = " FOR NO KEY UPDATE SKIP LOCKED"  # LedgerTx.transition_unless_busy
     search_order = "seq"
 
     def __init__(self, conn: psycopg.Connection[Any], schema: str = "remem") -> None:

@@ -219,6 +219,8 @@ class LedgerTx:
     # -- dialect hooks (overridden by each backend) ---------------------------------------------
     dialect: ClassVar[str] = "sql"
     lock_suffix: ClassVar[str] = ""  # appended to a SELECT whose row is about to be updated
+    # The same, for an update that is not worth waiting for: the row is skipped while another writer holds it.
+    skip_locked_suffix: ClassVar[str] = ""
     search_order: ClassVar[str] = "at"  # insertion order of the searches table
 
     def run(self, sql: str, args: Sequence[Any] = ()) -> Any:
@@ -478,7 +480,42 @@ class LedgerTx:
         cur = self.run(f"SELECT state FROM memories WHERE id = ?{self.lock_suffix}", (memory_id,)).fetchone()
         if cur is None:
             raise UnknownMemoryError(memory_id)
-        from_state = State(cur[0])
+        return self._transition_from(State(cur[0]), memory_id, event, reason, at, evidence, updates)
+
+    def transition_unless_busy(
+        self,
+        memory_id: str,
+        event: LifecycleEvent,
+        *,
+        reason: str,
+        at: float,
+        evidence: Mapping[str, Any] | None = None,
+        updates: Mapping[str, Any] | None = None,
+    ) -> Event | None:
+        """``transition``, or ``None`` without waiting when another open transaction holds the memory's row.
+
+        For moves a later call can make as well (retention's demote, compress, archive, revive). Waiting would
+        let a feedback hold its statistics rows while it queues for a fact that an add is superseding, a wait
+        that can close a deadlock cycle (PostgreSQL); SQLite has one writer, so there it never skips.
+        """
+        cur = self.run(f"SELECT state FROM memories WHERE id = ?{self.skip_locked_suffix}", (memory_id,)).fetchone()
+        if cur is None:
+            if self.run("SELECT 1 FROM memories WHERE id = ?", (memory_id,)).fetchone() is None:
+                raise UnknownMemoryError(memory_id)
+            return None  # another writer holds the row; the next feedback reconsiders it
+        return self._transition_from(State(cur[0]), memory_id, event, reason, at, evidence, updates)
+
+    def _transition_from(
+        self,
+        from_state: State,
+        memory_id: str,
+        event: LifecycleEvent,
+        reason: str,
+        at: float,
+        evidence: Mapping[str, Any] | None,
+        updates: Mapping[str, Any] | None,
+    ) -> Event:
+        """The checks and writes of a transition whose row is locked and whose state was just read."""
         to_state = next_state(from_state, event, memory_id=memory_id)
         fields = dict(updates or {})
         allowed = {"valid_to", "superseded_by", "text", "token_cost", "confidence"}
