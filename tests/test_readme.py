@@ -231,6 +231,19 @@ def test_docs_point_at_no_path_outside_the_project(doc: Path) -> None:
     assert hits == [], f"{doc.name} points at a folder a user does not have"
 
 
+@pytest.mark.parametrize(
+    "doc", [*_doc_files(), ROOT / "results" / "studies" / "README.md"], ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_every_results_file_the_docs_quote_is_committed(doc: Path) -> None:
+    """A number quoted "from results/X" is checkable only if results/X is in the repository."""
+    if doc.is_dir():
+        return
+    text = doc.read_text(encoding="utf-8")
+    quoted = {p.rstrip(".,;:)") for p in re.findall(r"results/[\w./-]+", text)}
+    missing = sorted(p for p in quoted if not (ROOT / p).exists())
+    assert missing == [], f"{doc.relative_to(ROOT)} quotes results that are not committed"
+
+
 # -- set-up notes a new user needs ----------------------------------------------------------------------
 
 
