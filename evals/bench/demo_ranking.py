@@ -244,8 +244,8 @@ def write_report(
         "",
         f"For context: on {counts['more_similar_lookalike']} tasks a look-alike more similar than the served gold "
         f"fact was in the candidate pool; besides the {len(cases)} above, on {counts['outranked_but_served']} more "
-        "the look-alike was still served (its utility was still above the floor: too few uncredited exposures yet) "
-        "but ranked below the gold fact.",
+        "the look-alike was still served, ranked below the gold fact: the utility floor did not drop it (the floor "
+        "applies only to pools holding outcome evidence, and then only below its threshold).",
         "",
         "| tasks | " + " | ".join(f"{i * q + 1}–{(i + 1) * q if i < 3 else n_tasks}" for i in range(4)) + " |",
         "| --- | --- | --- | --- | --- |",
