@@ -156,6 +156,17 @@ def test_rerender_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert list(empty.iterdir()) == []
 
 
+def test_a_single_seed_run_states_its_means_without_an_interval() -> None:
+    bench = _bench(0.179, 0.084)
+    for h in bench["headline"].values():
+        for est in h.values():
+            est["ci95"], est["n"] = float("nan"), 1
+    text = "\n".join(comparison_section(bench))
+    assert "nan" not in text.lower()
+    assert "C − A = +17.9 pp against" in text and "**above**" in text and "overlap" not in text
+    assert "14.0 fewer tokens" in text
+
+
 def test_rendering_does_not_change_the_aggregate() -> None:
     bench = _bench(0.15, 0.06)
     before = copy.deepcopy(bench)

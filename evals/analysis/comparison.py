@@ -75,6 +75,11 @@ def _pp(x: float) -> str:
     return _signed(x * 100)
 
 
+def _pm(half_width: float) -> str:
+    """`` ± 1.0``, or nothing for a single seed (no interval)."""
+    return "" if math.isnan(half_width) else f" ± {half_width:.1f}"
+
+
 def _signed(x: float) -> str:
     """``+1.2`` / ``−1.2`` with a true minus sign, as the tables print differences."""
     return f"{x:+.1f}".replace("-", "−")
@@ -100,13 +105,14 @@ def _headline_bullet(bench: Mapping[str, Any]) -> list[str]:
         ca, rca = h.get("C-A"), ref.get(reader, {}).get("C-A")
         if not ca or not rca:
             continue
-        ours = ca["mean"] * 100
+        ours, half = ca["mean"] * 100, ca["ci95"] * 100
         where = position(ours, (rca[0], rca[1]))
         lo, hi = rca[0] - rca[1], rca[0] + rca[1]
-        overlap = ours - ca["ci95"] * 100 <= hi and ours + ca["ci95"] * 100 >= lo
-        tail = "" if where == "inside" else f"; the two intervals {'overlap' if overlap else 'do not overlap'}"
+        tail = ""
+        if where != "inside" and not math.isnan(half):  # one seed has no interval to overlap with
+            tail = f"; the two intervals {'overlap' if ours - half <= hi and ours + half >= lo else 'do not overlap'}"
         parts.append(
-            f"reader `{reader}`: C − A = {_pp(ca['mean'])} ± {ca['ci95'] * 100:.1f} pp against the "
+            f"reader `{reader}`: C − A = {_pp(ca['mean'])}{_pm(half)} pp against the "
             f"reference's +{rca[0]} ± {rca[1]}, **{where}** its interval ({lo:.1f} to {hi:.1f}{tail})"
         )
     if not parts:
@@ -262,7 +268,7 @@ def _tokens_bullet(bench: Mapping[str, Any]) -> list[str]:
             else " C serves more of its pool than A here."
         )
         return [
-            f"* **Tokens** (reader `{reader}`): C serves {abs(d):.1f} ± {t['ci95']:.1f} {direction} tokens per task "
+            f"* **Tokens** (reader `{reader}`): C serves {abs(d):.1f}{_pm(t['ci95'])} {direction} tokens per task "
             f"than A ({ref_text}).{why}"
         ]
     return []
