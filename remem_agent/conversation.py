@@ -2,7 +2,12 @@
 
 ``ReMem.add_conversation`` accepts, and this module normalises to a list of :class:`Turn`:
 
-* OpenAI messages: ``[{"role": "user", "content": "...", "name"?: ..., "timestamp"?: ...}, ...]``;
+* OpenAI messages: ``[{"role": "user", "content": "...", "name"?: ..., "timestamp"?: ...}, ...]``, the content
+  a string or a list of parts (the text parts are joined; images, audio and files are not text). Messages that
+  say nothing are skipped: an assistant message that only calls tools (``tool_calls`` / ``function_call``,
+  no text) and one whose parts hold no text. Tool results (role ``tool`` / ``function``) are the tool's
+  data, not something said in the conversation, and are skipped too: store what matters of them with
+  ``ReMem.add``. An assistant ``refusal`` counts as its text;
 * LoCoMo: one sample's ``conversation`` mapping (``speaker_a``, ``speaker_b``, ``session_<n>`` lists of
   ``{speaker, dia_id, text}`` and ``session_<n>_date_time`` like "1:56 pm on 8 May, 2023"), or the whole
   sample (a mapping with a ``conversation`` key);
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -132,6 +137,33 @@ def _when(value: object, where: str) -> float | None:
         raise BadTurnError(str(exc)) from exc
 
 
+_TEXT_PARTS = frozenset({"text", "input_text", "output_text"})  # content part types that carry text
+_TOOL_RESULT_ROLES = frozenset({"tool", "function"})
+
+
+def _message_text(raw: Mapping[str, Any], where: str) -> str | None:
+    """What a turn says, or ``None`` for a message that says nothing (module docstring); raises on bad input."""
+    if "speaker" not in raw and raw.get("role") in _TOOL_RESULT_ROLES:
+        return None
+    value = raw.get("content", raw.get("text"))
+    if value is None and isinstance(raw.get("refusal"), str):
+        value = raw["refusal"]
+    if value is None and (raw.get("tool_calls") or raw.get("function_call")):
+        return None
+    if isinstance(value, list):
+        texts = []
+        for j, part in enumerate(value):
+            if not isinstance(part, Mapping):
+                raise BadTurnError(f"{where}: content part {j} must be a mapping, got {type(part).__name__}")
+            if part.get("type") in _TEXT_PARTS:
+                if not isinstance(part.get("text"), str):
+                    raise BadTurnError(f"{where}: content part {j} of type {part['type']!r} has no text string")
+                if part["text"].strip():
+                    texts.append(_text(part["text"], f"{where} content part {j}"))
+        return "\n".join(texts) if texts else None
+    return _text(value, where)
+
+
 def _text(value: object, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise BadTurnError(f"{where}: the text must be a non-empty string")
@@ -140,10 +172,13 @@ def _text(value: object, where: str) -> str:
     return value.strip()
 
 
-def _turn(raw: object, where: str, *, session: str | None, base: float | None, index: int) -> Turn:
+def _turn(raw: object, where: str, *, session: str | None, base: float | None, index: int) -> Turn | None:
+    """One turn, or ``None`` for a message that says nothing (a tool call, a tool result, an image)."""
     if not isinstance(raw, Mapping):
         raise BadTurnError(f"{where}: a turn must be a mapping, got {type(raw).__name__}")
-    text = _text(raw.get("content", raw.get("text")), where)
+    text = _message_text(raw, where)
+    if text is None:
+        return None
     who = raw.get("speaker") or raw.get("name") or raw.get("role")
     if who is None:
         raise BadTurnError(f"{where}: a turn needs a speaker (speaker, name or role)")
@@ -161,6 +196,11 @@ def _turn(raw: object, where: str, *, session: str | None, base: float | None, i
     )
 
 
+def _said(turns: Iterable[Turn | None]) -> list[Turn]:
+    """The turns that say something (every turn is validated first: a bad one raises before any is kept)."""
+    return [t for t in list(turns) if t is not None]
+
+
 def _locomo(conv: Mapping[str, Any]) -> list[Turn]:
     sessions = sorted((int(m.group(1)), key) for key in conv if isinstance(key, str) and (m := _SESSION_RE.match(key)))
     if not sessions:
@@ -171,7 +211,7 @@ def _locomo(conv: Mapping[str, Any]) -> list[Turn]:
         if not isinstance(items, list):
             raise BadTurnError(f"{key}: expected a list of turns")
         base = _when(conv.get(f"{key}_date_time"), f"{key}_date_time")
-        turns += [_turn(t, f"{key}[{i}]", session=key, base=base, index=i) for i, t in enumerate(items)]
+        turns += _said(_turn(t, f"{key}[{i}]", session=key, base=base, index=i) for i, t in enumerate(items))
     return turns
 
 
@@ -189,7 +229,7 @@ def _longmemeval(entry: Mapping[str, Any]) -> list[Turn]:
             raise BadTurnError(f"haystack_sessions[{si}]: expected a list of turns")
         base = _when(date, f"haystack_dates[{si}]")
         where = f"haystack_sessions[{si}]"
-        turns += [_turn(t, f"{where}[{i}]", session=str(name), base=base, index=i) for i, t in enumerate(items)]
+        turns += _said(_turn(t, f"{where}[{i}]", session=str(name), base=base, index=i) for i, t in enumerate(items))
     return turns
 
 
@@ -204,7 +244,7 @@ def parse_conversation(transcript: object, *, timestamp: Timestamp | None = None
                 continue
             m = _PREFIX_RE.match(line)
             who, text = (m.group(1).strip(), m.group(2)) if m else ("user", line)
-            turns.append(_turn({"speaker": who, "text": text}, f"line {i + 1}", session=None, base=None, index=0))
+            turns += _said([_turn({"speaker": who, "text": text}, f"line {i + 1}", session=None, base=None, index=0)])
     elif isinstance(transcript, Mapping):
         if "haystack_sessions" in transcript:
             turns = _longmemeval(transcript)
@@ -214,14 +254,14 @@ def parse_conversation(transcript: object, *, timestamp: Timestamp | None = None
                 raise BadTurnError("a LoCoMo sample's 'conversation' must be a mapping")
             turns = _locomo(conv)
     elif isinstance(transcript, Sequence):
-        turns = [_turn(t, f"turn {i}", session=None, base=None, index=i) for i, t in enumerate(transcript)]
+        turns = _said(_turn(t, f"turn {i}", session=None, base=None, index=i) for i, t in enumerate(transcript))
     else:
         raise BadTurnError(
             "transcript must be a string, a list of turns, a LoCoMo conversation or a LongMemEval entry, "
             f"got {type(transcript).__name__}"
         )
     if not turns:
-        raise BadTurnError("the conversation has no turns")
+        raise BadTurnError("the conversation has no turns with text")
     if default is not None:
         # turns without a time of their own: the call's time, one second apart so they keep their order
         turns = [t if t.at is not None else replace(t, at=default + i) for i, t in enumerate(turns)]

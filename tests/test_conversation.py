@@ -74,9 +74,60 @@ def test_longmemeval_and_openai_shapes(tmp_path: Path) -> None:
         assert (mem.get(c).speaker, mem.get(c).text) == ("bob", "bob: The deploy is on Friday.")
 
 
+def test_openai_messages_as_an_agent_loop_leaves_them(tmp_path: Path) -> None:
+    """Real chat histories hold content parts, tool calls, tool results and refusals; what was said is
+    stored, what only plumbs tools is skipped. The assistant messages are built by the openai SDK's own types."""
+    from openai.types.chat import ChatCompletionMessage
+
+    call = ChatCompletionMessage.model_validate(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}
+            ],
+        }
+    ).model_dump()
+    answer = ChatCompletionMessage(role="assistant", content="It is 4 degrees in Oslo.").model_dump()
+    refused = ChatCompletionMessage(role="assistant", content=None, refusal="I cannot share that.").model_dump()
+    history = [
+        {"role": "system", "content": "You are a travel assistant."},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "I am flying to Oslo on Friday."},
+                {"type": "image_url", "image_url": {"url": "https://example.com/ticket.png"}},
+                {"type": "text", "text": "What will the weather be?"},
+            ],
+        },
+        call,
+        {"role": "tool", "tool_call_id": "c1", "content": '{"temp_c": 4, "sky": "overcast"}'},
+        answer,
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://example.com/x.png"}}]},
+        {"role": "user", "content": "What is my manager's salary?"},
+        refused,
+    ]
+    with ReMem(tmp_path / "s") as mem:
+        ids = mem.add_conversation(history, timestamp=_epoch(2024, 3, 1))
+        rows = [mem.get(i) for i in ids]
+    assert [(m.speaker, m.text) for m in rows] == [
+        ("system", "system: You are a travel assistant."),
+        ("user", "user: I am flying to Oslo on Friday.\nWhat will the weather be?"),
+        ("assistant", "assistant: It is 4 degrees in Oslo."),
+        ("user", "user: What is my manager's salary?"),
+        ("assistant", "assistant: I cannot share that."),
+    ]
+    assert [m.valid_from for m in rows] == sorted(m.valid_from for m in rows)  # still in conversation order
+
+
 @pytest.mark.parametrize(
     "bad",
     [
+        [{"role": "user", "content": "fine"}, {"role": "user", "content": ["a bare string part"]}],
+        [{"role": "user", "content": "fine"}, {"role": "user", "content": [{"type": "text"}]}],  # no text
+        [{"role": "user", "content": "fine"}, {"role": "assistant", "content": None}],  # no text, no tool call
+        [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}],  # says nothing
+        [{"role": "tool", "tool_call_id": "c1", "content": "42"}],  # only a tool result: nothing said
         [{"role": "user", "content": "fine"}, {"role": "user", "content": ""}],  # the second turn is empty
         [{"role": "user", "content": "fine"}, {"content": "who said this?"}],  # no speaker
         [{"role": "user", "content": "fine"}, {"role": "user", "content": "x", "timestamp": "not a time"}],
