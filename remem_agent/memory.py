@@ -266,6 +266,8 @@ class ReMem:
         transcript is given to it and the facts it returns are stored too, stamped with the session's last
         turn when they carry no time: keyed ``state`` facts then supersede what they replace. ``turns``
         (default: True without an extractor, False with one) says whether the turns themselves are stored.
+        Every turn given is stored (notes are not de-duplicated): an agent loop passes each round's new
+        messages, not its whole history again.
 
         Everything is validated and extracted before the one write: a bad turn raises ``BadTurnError`` (a
         ``UserInputError``) and nothing is stored. Returns the ids in order: turns first, then facts.
