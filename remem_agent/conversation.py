@@ -197,8 +197,8 @@ def _turn(raw: object, where: str, *, session: str | None, base: float | None, i
 
 
 def _said(turns: Iterable[Turn | None]) -> list[Turn]:
-    """The turns that say something (every turn is validated first: a bad one raises before any is kept)."""
-    return [t for t in list(turns) if t is not None]
+    """The turns that say something (a bad turn has raised while the turns were made, before any is kept)."""
+    return [t for t in turns if t is not None]
 
 
 def _locomo(conv: Mapping[str, Any]) -> list[Turn]:

@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from evals.harness.families import CORE_FAMILIES
+from evals.harness.families import BUDGET_TIGHT_TOKENS, CORE_FAMILIES
 
 Position = Literal["inside", "above", "below"]
 
@@ -55,7 +55,7 @@ def departures(bench: Mapping[str, Any]) -> list[str]:
     out = [
         f"{name} {params[name]!r} (reference {ref!r})"
         for name, ref in REFERENCE_PROTOCOL.items()
-        if name in params and params[name] != ref and not (name == "embedder" and params[name] == "minilm")
+        if name in params and params[name] != ref and not (name == "embedder" and _minilm(bench))
     ]
     if list(bench.get("seeds", [])) != REFERENCE_SEEDS:
         out.append("seeds " + ",".join(str(s) for s in bench.get("seeds", [])) + " (reference 0-14)")
@@ -64,11 +64,22 @@ def departures(bench: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _minilm(bench: Mapping[str, Any]) -> bool:
+    """Whether the run used all-MiniLM-L6-v2, the one real embedder the reference also reports."""
+    return bool((bench.get("params") or {}).get("embedder") == "minilm")
+
+
 def _mean(pf: Mapping[str, Any], family: str, system: str, metric: str) -> float | None:
     cell = pf.get(family, {}).get(system, {}).get(metric)
     if not cell or cell.get("mean") is None or math.isnan(cell["mean"]):
         return None
     return float(cell["mean"])
+
+
+def _gap(pf: Mapping[str, Any], family: str) -> float | None:
+    """C's success minus A's in one family (mean over seeds), or None when either is missing."""
+    a, c = _mean(pf, family, "A", "success"), _mean(pf, family, "C", "success")
+    return None if a is None or c is None else c - a
 
 
 def _pp(x: float) -> str:
@@ -87,13 +98,13 @@ def _signed(x: float) -> str:
 
 def _reference_headline(bench: Mapping[str, Any]) -> Mapping[str, Any]:
     """The reference's headline for this run's embedder (it measured the hash embedder and MiniLM)."""
-    if (bench.get("params") or {}).get("embedder") == "minilm":
+    if _minilm(bench):
         return REFERENCE_MINILM_HEADLINE
     return dict(bench["reference"]["headline"])
 
 
 def _reference_budget_tight(bench: Mapping[str, Any]) -> str:
-    if (bench.get("params") or {}).get("embedder") == "minilm":
+    if _minilm(bench):
         return "with MiniLM the reference's gain was smallest there (60.6 → 61.9)"
     return "the reference reports budget_tight as low for every system"
 
@@ -134,11 +145,7 @@ def _families_bullet(bench: Mapping[str, Any]) -> list[str]:
     if reader is None or not core:
         return []
     pf = bench["per_family"][reader]
-    gaps: list[tuple[float, str]] = []
-    for fam in core:
-        a, c = _mean(pf, fam, "A", "success"), _mean(pf, fam, "C", "success")
-        if a is not None and c is not None:
-            gaps.append((c - a, fam))
+    gaps = [(gap, fam) for fam in core if (gap := _gap(pf, fam)) is not None]
     if not gaps:
         return []
     gaps.sort(key=lambda g: (-g[0], g[1]))
@@ -159,20 +166,22 @@ def _families_bullet(bench: Mapping[str, Any]) -> list[str]:
         "levels differ from the reference's."
     ]
     bt_a, bt_c = _mean(pf, "budget_tight", "A", "success"), _mean(pf, "budget_tight", "C", "success")
-    if bt_a is not None and bt_c is not None and bt_c - bt_a > 0.05:
+    bt_gap = _gap(pf, "budget_tight")
+    if bt_a is not None and bt_c is not None and bt_gap is not None and bt_gap > 0.05:
         other = {
-            r: (_mean(p, "budget_tight", "C", "success") or 0.0) - (_mean(p, "budget_tight", "A", "success") or 0.0)
+            r: gap
             for r, p in bench["per_family"].items()
-            if r != reader and _mean(p, "budget_tight", "A", "success") is not None
+            if r != reader and (gap := _gap(p, "budget_tight")) is not None
         }
         same = "".join(
             f"; with reader `{r}` it is {_pp(gap)}"
-            + (", so the reader mode does not matter" if abs(gap - (bt_c - bt_a)) < 0.005 else "")
+            + (", so the reader mode does not matter" if abs(gap - bt_gap) < 0.005 else "")
             for r, gap in other.items()
         )
         lines.append(
             f"  budget_tight (A {bt_a * 100:.1f}%, C {bt_c * 100:.1f}%{same}): C's cost-aware selection "
-            "(utility floor, knapsack) keeps the long gold fact in a 45-token budget that a similarity ranking "
+            f"(utility floor, knapsack) keeps the long gold fact in a {BUDGET_TIGHT_TOKENS}-token budget that a "
+            "similarity ranking "
             f"fills with short look-alikes; {_reference_budget_tight(bench)}."
         )
     return lines
