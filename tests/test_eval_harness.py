@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,12 +12,13 @@ import pytest
 import evals.harness.runner as runner_mod
 from evals.bench import run_benchmark
 from evals.harness.embedders import embedder_for
-from evals.harness.families import make_world
+from evals.harness.families import BUDGET_TIGHT_TOKENS, CORE_FAMILIES, WORLDS_VERSION, make_world
 from evals.harness.reader import ReaderParams, Reading, read
 from evals.harness.replay import public_fact
 from evals.harness.systems import load_systems
 from evals.harness.world import DAY, T0, Fact, Step, Task, World
 from remem_agent import ReMem
+from remem_agent.tokens import count_tokens
 
 SYSTEMS = load_systems()
 
@@ -33,6 +35,24 @@ def test_worlds_are_deterministic_and_well_formed() -> None:
                 assert f.value in f.text  # value use is detectable lexically, as for an LLM answer
     assert sum(t.as_of is not None for t in make_world("state_change", 0).tasks()) > 50
     assert sum(t.critical for t in make_world("rare_critical", 0).tasks()) == 16
+
+
+def test_budget_worlds() -> None:
+    """budget_tight: two look-alikes per key (the reference's low-for-everyone world); budget_lookalike keeps
+    version 1's budget_tight (one look-alike for about half of the keys) outside the headline."""
+    tight, look = make_world("budget_tight", 0), make_world("budget_lookalike", 0)
+    for w in (tight, look):
+        assert w.params.token_budget == BUDGET_TIGHT_TOKENS
+    traps = Counter(f.text for f in tight.facts() if f.kind == "trap")
+    golds = [f for f in tight.facts() if f.kind == "gold"]
+    assert len(golds) == 40 and len(traps) == 40 and set(traps.values()) == {2}
+    look_traps = Counter(f.text for f in look.facts() if f.kind == "trap")
+    assert set(look_traps.values()) == {1} and 5 < len(look_traps) < 35
+    # the gold fact and its two look-alikes do not fit in the budget together
+    gold_tokens = min(count_tokens(f.text) for f in golds)
+    trap_tokens = min(count_tokens(t) for t in traps)
+    assert gold_tokens + 2 * trap_tokens > BUDGET_TIGHT_TOKENS >= gold_tokens
+    assert "budget_lookalike" not in CORE_FAMILIES and "budget_lookalike" in run_benchmark.ALL_FAMILIES
 
 
 def test_public_view_carries_no_truth() -> None:
@@ -124,7 +144,7 @@ def test_reader_modes_distraction_and_guessing() -> None:
     )
 
 
-def test_quick_benchmark_runs_and_is_sane(tmp_path: Path) -> None:
+def test_quick_benchmark_runs_and_is_sane(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run_benchmark.main(["--quick", "--out", str(tmp_path)]) == 0
     bench = json.loads((tmp_path / "benchmark.json").read_text())
     assert set(bench["headline"]) == {"first", "latest"}
@@ -135,8 +155,19 @@ def test_quick_benchmark_runs_and_is_sane(tmp_path: Path) -> None:
         assert fam["C"]["success"]["mean"] >= fam["A"]["success"]["mean"]
         assert fam["C"]["stale_in_context"]["mean"] == 0.0
     assert (tmp_path / "RESULTS.md").read_text().startswith("# Synthetic benchmark results")
-    # resumable: a second invocation finds every world done
+    # resumable: a second invocation finds every world done ...
+    capsys.readouterr()
     assert run_benchmark.main(["--quick", "--out", str(tmp_path)]) == 0
+    assert "(0 to run, 6 already done)" in capsys.readouterr().out
+    # ... but a world of another generation is a different world, and runs again
+    rec_path = tmp_path / "runs" / "contradiction" / "0.json"
+    rec = json.loads(rec_path.read_text())
+    assert rec["worlds"] == WORLDS_VERSION and bench["params"]["worlds"] == WORLDS_VERSION
+    del rec["worlds"]  # as written before worlds version 2
+    rec_path.write_text(json.dumps(rec))
+    assert run_benchmark.main(["--quick", "--out", str(tmp_path)]) == 0
+    assert "(1 to run, 5 already done)" in capsys.readouterr().out
+    assert json.loads(rec_path.read_text())["worlds"] == WORLDS_VERSION
 
 
 def test_worlds_do_not_depend_on_the_hash_seed() -> None:

@@ -16,8 +16,14 @@ from typing import Any
 import pytest
 
 from evals.analysis import report
-from evals.analysis.comparison import comparison_section, departures, position
-from evals.harness.families import CORE_FAMILIES
+from evals.analysis.comparison import (
+    BUDGET_WORLDS_DISCLOSURE,
+    budget_worlds_disclosure,
+    comparison_section,
+    departures,
+    position,
+)
+from evals.harness.families import CORE_FAMILIES, WORLDS_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = sorted(p.parent for p in (ROOT / "results").rglob("benchmark.json") if (p.parent / "RESULTS.md").exists())
@@ -62,7 +68,14 @@ def _bench(
         "headline": headline,
         "per_family": per_family,
         "reference": report.REFERENCE,
-        "params": {"embedder": "hash", "distraction": 0.05, "drop_keys": 0.0, "wording": True, "tasks_per_world": 300},
+        "params": {
+            "embedder": "hash",
+            "distraction": 0.05,
+            "drop_keys": 0.0,
+            "wording": True,
+            "tasks_per_world": 300,
+            "worlds": WORLDS_VERSION,
+        },
         "n_runs": 0,
         "cpu_seconds_all_runs": 0.0,
     }
@@ -172,3 +185,48 @@ def test_rendering_does_not_change_the_aggregate() -> None:
     before = copy.deepcopy(bench)
     comparison_section(bench)
     assert bench == before
+
+
+def _with_budget(bench: dict[str, Any], tight: tuple[float, float], lookalike: tuple[float, float] | None) -> None:
+    """Set budget_tight's (A, C) success for every reader and, when given, add budget_lookalike's."""
+    for fams in bench["per_family"].values():
+        fams["budget_tight"]["A"]["success"] = _est(tight[0])
+        fams["budget_tight"]["C"]["success"] = _est(tight[1])
+        if lookalike is not None:
+            fams["budget_lookalike"] = {"A": {"success": _est(lookalike[0])}, "C": {"success": _est(lookalike[1])}}
+    if lookalike is not None:
+        bench["families"] = [*bench["families"], "budget_lookalike"]
+
+
+def test_budget_tight_is_read_against_the_reference_description() -> None:
+    bench = _bench(0.15, 0.06)
+    _with_budget(bench, (0.18, 0.23), (0.26, 0.54))
+    text = "\n".join(comparison_section(bench))
+    assert "budget_tight (A 18.0%, C 23.0%, C − A +5.0): low for every system, as the reference reports" in text
+    # budget_lookalike is outside the headline; what swapping it in would do is computed: (28 - 5) / 7
+    assert "budget_lookalike (outside the headline" in text and "A 26.0%, C 54.0%, C − A +28.0" in text
+    assert "keeps the long gold fact" in text and "would move C − A by +3.3 pp" in text
+    _with_budget(bench, (0.55, 0.80), (0.50, 0.52))
+    text = "\n".join(comparison_section(bench))
+    assert "not low for every system, unlike the reference's" in text
+    assert "C − A +2.0." in text and "keeps the long gold fact" not in text  # no mechanism claimed without a gap
+
+
+def test_a_version_1_run_keeps_its_own_budget_text() -> None:
+    """Runs before worlds version 2 recorded no version: their budget_tight was today's budget_lookalike."""
+    bench = _bench(0.15, 0.06)
+    del bench["params"]["worlds"]
+    _with_budget(bench, (0.26, 0.54), None)
+    text = "\n".join(comparison_section(bench))
+    expected = "budget_tight (A 26.0%, C 54.0%; with reader `latest` it is +28.0, so the reader mode does not matter)"
+    assert expected in text
+    assert "as the reference reports" not in text and "budget_lookalike" not in text
+    assert budget_worlds_disclosure(bench) == BUDGET_WORLDS_DISCLOSURE[1]
+    assert "one look-alike for half of the keys" in budget_worlds_disclosure(bench)
+
+
+def test_every_worlds_version_has_its_disclosure(tmp_path: Path) -> None:
+    assert set(BUDGET_WORLDS_DISCLOSURE) == set(range(1, WORLDS_VERSION + 1))
+    report.write_report(_bench(0.15, 0.06), tmp_path / "RESULTS.md")
+    text = (tmp_path / "RESULTS.md").read_text()
+    assert "{budget_worlds}" not in text and BUDGET_WORLDS_DISCLOSURE[WORLDS_VERSION] in text

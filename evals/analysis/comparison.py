@@ -165,26 +165,105 @@ def _families_bullet(bench: Mapping[str, Any]) -> list[str]:
         "(`evals/harness/families.py`), written from the reference's description, not its code, so per-family "
         "levels differ from the reference's."
     ]
+    if worlds_version(bench) == 1:
+        lines += _budget_v1_line(bench, reader, pf)
+    else:
+        lines += _budget_lines(bench, pf)
+    return lines
+
+
+def worlds_version(bench: Mapping[str, Any]) -> int:
+    """The generation of the worlds a run used (:data:`WORLDS_VERSION`); runs before it was recorded are 1."""
+    return int((bench.get("params") or {}).get("worlds", 1))
+
+
+def _budget_lines(bench: Mapping[str, Any], pf: Mapping[str, Any]) -> list[str]:
+    """budget_tight against the reference's description, and budget_lookalike (outside the headline) beside it."""
+    lines = []
+    a, c, gap = _mean(pf, "budget_tight", "A", "success"), _mean(pf, "budget_tight", "C", "success"), None
+    if a is not None and c is not None:
+        gap = c - a
+        if _minilm(bench):
+            verdict = ""
+        elif max(a, c) < 0.5:
+            verdict = "low for every system, as the reference reports. "
+        else:
+            verdict = "not low for every system, unlike the reference's. "
+        ref = _reference_budget_tight(bench)
+        tail = f" {ref[:1].upper()}{ref[1:]}." if _minilm(bench) else ""
+        lines.append(
+            f"  budget_tight (A {a * 100:.1f}%, C {c * 100:.1f}%, C − A {_pp(gap)}): {verdict}Each key has two short "
+            f"look-alikes that share the question's words, and its long gold fact does not fit in the "
+            f"{BUDGET_TIGHT_TOKENS}-token budget beside them.{tail}"
+        )
+    la, lc = _mean(pf, "budget_lookalike", "A", "success"), _mean(pf, "budget_lookalike", "C", "success")
+    if la is not None and lc is not None:
+        text = (
+            f"  budget_lookalike (outside the headline; the facts and questions of budget_tight before worlds "
+            f"version 2, with one look-alike for half of the keys): A {la * 100:.1f}%, C {lc * 100:.1f}%, "
+            f"C − A {_pp(lc - la)}."
+        )
+        if lc - la > 0.05:
+            text += (
+                f" Here C's cost-aware selection (utility floor, knapsack) keeps the long gold fact in the "
+                f"{BUDGET_TIGHT_TOKENS}-token budget that a similarity ranking fills with a short look-alike first."
+            )
+        if gap is not None:
+            text += (
+                f" Counted in the headline instead of budget_tight, it would move C − A by "
+                f"{_pp((lc - la - gap) / len(bench.get('core_families') or CORE_FAMILIES))} pp."
+            )
+        lines.append(text)
+    return lines
+
+
+def _budget_v1_line(bench: Mapping[str, Any], reader: str, pf: Mapping[str, Any]) -> list[str]:
+    """Worlds version 1: budget_tight had one look-alike for half of the keys (now budget_lookalike)."""
     bt_a, bt_c = _mean(pf, "budget_tight", "A", "success"), _mean(pf, "budget_tight", "C", "success")
     bt_gap = _gap(pf, "budget_tight")
-    if bt_a is not None and bt_c is not None and bt_gap is not None and bt_gap > 0.05:
-        other = {
-            r: gap
-            for r, p in bench["per_family"].items()
-            if r != reader and (gap := _gap(p, "budget_tight")) is not None
-        }
-        same = "".join(
-            f"; with reader `{r}` it is {_pp(gap)}"
-            + (", so the reader mode does not matter" if abs(gap - bt_gap) < 0.005 else "")
-            for r, gap in other.items()
-        )
-        lines.append(
-            f"  budget_tight (A {bt_a * 100:.1f}%, C {bt_c * 100:.1f}%{same}): C's cost-aware selection "
-            f"(utility floor, knapsack) keeps the long gold fact in a {BUDGET_TIGHT_TOKENS}-token budget that a "
-            "similarity ranking "
-            f"fills with short look-alikes; {_reference_budget_tight(bench)}."
-        )
-    return lines
+    if bt_a is None or bt_c is None or bt_gap is None or bt_gap <= 0.05:
+        return []
+    other = {
+        r: gap for r, p in bench["per_family"].items() if r != reader and (gap := _gap(p, "budget_tight")) is not None
+    }
+    same = "".join(
+        f"; with reader `{r}` it is {_pp(gap)}"
+        + (", so the reader mode does not matter" if abs(gap - bt_gap) < 0.005 else "")
+        for r, gap in other.items()
+    )
+    return [
+        f"  budget_tight (A {bt_a * 100:.1f}%, C {bt_c * 100:.1f}%{same}): C's cost-aware selection "
+        f"(utility floor, knapsack) keeps the long gold fact in a {BUDGET_TIGHT_TOKENS}-token budget that a "
+        "similarity ranking "
+        f"fills with short look-alikes; {_reference_budget_tight(bench)}."
+    ]
+
+
+BUDGET_WORLDS_DISCLOSURE = {
+    1: (
+        "After a first full test run showed that no system ever served the gold fact in the budget families (two "
+        "look-alikes per key of ~18 tokens crowded out the ~36-token gold fact), those worlds were changed to one "
+        "look-alike for half of the keys, checked on dev seeds, and the test seeds were run again; the numbers "
+        "reported since come from that protocol only."
+    ),
+    2: (
+        "The budget worlds changed twice, each time after full test runs. After a first test run in which no "
+        "system ever served the gold fact (two look-alikes per key of ~18 tokens crowded out the ~36-token gold "
+        "fact), they got one look-alike for half of the keys (worlds version 1). With hybrid retrieval that world "
+        "had C at twice A's success in budget_tight, where the reference reports the family as low for every "
+        "system; the first design, checked again on dev seeds 200–201 (`results/budget_worlds_dev/`), now was "
+        "low for every system. So budget_tight and budget_medium went back to it (worlds version 2) and the test "
+        "seeds were run once more. The change was made knowing that it lowers the headline: counting "
+        "budget_tight's version-1 gap as zero would have put C − A inside the reference's intervals. The version-1 "
+        "world is kept as budget_lookalike (the same facts and questions; the simulated reader's coins differ, "
+        "as they depend on task ids that name the family) and reported above, outside the headline."
+    ),
+}
+
+
+def budget_worlds_disclosure(bench: Mapping[str, Any]) -> str:
+    """How the budget worlds of this run's version came about (fixed text per version, no measured number)."""
+    return BUDGET_WORLDS_DISCLOSURE[worlds_version(bench)]
 
 
 def _control_bullet(bench: Mapping[str, Any]) -> list[str]:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evals.analysis.comparison import comparison_section
+from evals.analysis.comparison import budget_worlds_disclosure, comparison_section
 from evals.harness.families import CORE_FAMILIES
 from evals.harness.stats import estimate, paired
 
@@ -188,7 +188,8 @@ def write_report(bench: dict[str, Any], path: Path) -> None:
         lines.append("")
     lines += comparison_section(bench)
     # Fixed text only (what was tuned where, where the plots are): every number is computed above.
-    lines += [Path(__file__).with_name("results_notes.md").read_text().strip(), ""]
+    notes = Path(__file__).with_name("results_notes.md").read_text().strip()
+    lines += [notes.replace("{budget_worlds}", budget_worlds_disclosure(bench)), ""]
     path.write_text("\n".join(lines))
 
 

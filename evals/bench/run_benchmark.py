@@ -25,7 +25,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from evals.harness.families import CONTROL_FAMILIES, CORE_FAMILIES, FAMILIES, make_world
+from evals.harness.families import CONTROL_FAMILIES, CORE_FAMILIES, FAMILIES, WORLDS_VERSION, make_world
 from evals.harness.jsonio import write_json
 from evals.harness.reader import ReaderMode, ReaderParams, reader_mode
 from evals.harness.runner import run
@@ -35,7 +35,7 @@ from evals.harness.world import WorldParams
 TEST_SEEDS = tuple(range(15))
 DEV_SEEDS = (200, 201)
 TRAIN_SEEDS = (100, 101, 102, 103)
-ALL_FAMILIES = (*CORE_FAMILIES, "budget_medium", *CONTROL_FAMILIES)
+ALL_FAMILIES = (*CORE_FAMILIES, "budget_medium", "budget_lookalike", *CONTROL_FAMILIES)
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -68,7 +68,7 @@ def _job(args: Job) -> dict[str, Any]:
             d = res.summary()
             d["rows"] = [asdict(r) for r in res.rows]
             runs.append(d)
-    record = {"family": family, "seed": seed, "runs": runs}
+    record = {"family": family, "seed": seed, "worlds": WORLDS_VERSION, "runs": runs}
     path = Path(out) / "runs" / family / f"{seed}.json"
     write_json(path, record, newline=False, atomic=True)  # atomic: a killed run never leaves a half-written result
     return {"family": family, "seed": seed, "wall_s": sum(r["wall_s"] for r in runs)}
@@ -138,7 +138,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if done.exists() and not args.fresh:
                 prev = json.loads(done.read_text())
                 have = {(r["system"], r["reader"]) for r in prev["runs"]}
-                if all((s, r) in have for s in systems for r in readers):
+                # A world of another generation is a different world: run it again (records without the
+                # field predate version 2).
+                if prev.get("worlds", 1) == WORLDS_VERSION and all((s, r) in have for s in systems for r in readers):
                     continue
             jobs.append((family, seed, systems, readers, params, args.distraction, str(out)))
     total = len(families) * len(seeds)
@@ -173,6 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "embedder": args.embedder,
         "wording": params.wording,
         "workers": args.workers,
+        "worlds": WORLDS_VERSION,
     }
     write_json(out / "benchmark.json", bench, indent=1, sort_keys=True)
     write_report(bench, out / "RESULTS.md")

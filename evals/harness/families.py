@@ -13,8 +13,9 @@ contradiction       values change (updates with wording), questions ask the curr
 state_change        frequent changes; a third of the questions ask about the past (as_of)
 rare_critical       critical keys needed rarely: dormant ones and ones retrieved elsewhere
 useless_frequent    generic notes similar to every question of a class, never helpful
-budget_tight        45-token budget; gold facts are long, traps short
+budget_tight        45-token budget; gold facts are long, each key has two short traps
 budget_medium       90-token budget, same world shape
+budget_lookalike    45-token budget, one short trap for half of the keys (outside the headline)
 =================== =====================================================================
 
 Each generator registers itself under its name (:func:`register`, :data:`FAMILIES`); :func:`make_world`
@@ -27,7 +28,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Protocol, TypeVar
+from typing import Literal, Protocol, TypeVar
 
 from evals.harness.world import (
     DAY,
@@ -70,6 +71,15 @@ CORE_FAMILIES = (
     "state_change",
 )
 CONTROL_FAMILIES = ("distractor_norecur",)
+
+WORLDS_VERSION = 2
+"""Which generation of these worlds a run used; bump it whenever any generator's output changes.
+
+Runs record it (per world and in ``benchmark.json``), a resumed run never mixes versions, and the report
+explains the budget worlds of the version it shows. Version 1 (runs up to commit ab59c9f) had one
+look-alike for half of the keys in budget_tight and budget_medium: the world ``budget_lookalike`` keeps.
+Version 2 gives each budget key two look-alikes, the worlds' first design (see ``_budget``).
+"""
 
 
 def register(name: str) -> Callable[[G], G]:
@@ -218,9 +228,10 @@ LEXICON: tuple[tuple[str, ...], ...] = (
 class Gen:
     """Builds one world: keeps the clock, ids and every fact so far (for truth)."""
 
-    def __init__(self, family: str, seed: int, params: WorldParams) -> None:
+    def __init__(self, family: str, seed: int, params: WorldParams, *, stream: str | None = None) -> None:
+        """``stream`` names the random stream when it is not the family's (a family that keeps another's draws)."""
         self.family, self.seed, self.params = family, seed, params
-        self.rng = random.Random(f"{family}:{seed}")
+        self.rng = random.Random(f"{stream or family}:{seed}")
         self.t = T0
         self.n = 0
         self.facts: list[Fact] = []
@@ -483,12 +494,25 @@ def useless_frequent(seed: int, params: WorldParams) -> World:
     return g.world()
 
 
-def _budget(seed: int, params: WorldParams, family: str, budget: int) -> World:
-    g = Gen(family, seed, replace(params, token_budget=budget, k=10))
+LookAlikes = Literal["two_per_key", "half_of_keys"]
+
+
+def _budget(
+    seed: int, params: WorldParams, family: str, budget: int, look_alikes: LookAlikes, *, stream: str | None = None
+) -> World:
+    """Long gold facts (~36 tokens) under a token budget, beside short look-alikes (~18 tokens) of their key.
+
+    ``two_per_key`` is the reference's budget world as it describes it: the long gold fact ranks below its
+    look-alikes on similarity and nearly fills the budget, so at 45 tokens it is low for every system.
+    ``half_of_keys`` leaves room for the gold fact whenever a ranking does not put a look-alike first;
+    there cost-aware selection (utility floor, knapsack) keeps what a similarity ranking crowds out.
+    """
+    g = Gen(family, seed, replace(params, token_budget=budget, k=10), stream=stream)
     keys = g.keys(40)
     for e, a in keys:
         g.state(e, a, long=True)
-        if g.rng.random() < 0.5:
+        n = 2 if look_alikes == "two_per_key" else int(g.rng.random() < 0.5)
+        for _ in range(n):
             g.trap(e, a)
     for _ in range(30):
         g.noise()
@@ -503,9 +527,18 @@ BUDGET_TIGHT_TOKENS = 45  # also quoted by the benchmark report (evals/analysis/
 
 @register("budget_tight")
 def budget_tight(seed: int, params: WorldParams) -> World:
-    return _budget(seed, params, "budget_tight", BUDGET_TIGHT_TOKENS)
+    return _budget(seed, params, "budget_tight", BUDGET_TIGHT_TOKENS, "two_per_key")
 
 
 @register("budget_medium")
 def budget_medium(seed: int, params: WorldParams) -> World:
-    return _budget(seed, params, "budget_medium", 90)
+    return _budget(seed, params, "budget_medium", 90, "two_per_key")
+
+
+@register("budget_lookalike")
+def budget_lookalike(seed: int, params: WorldParams) -> World:
+    """budget_tight's facts and questions of version 1 (its random stream), outside the headline: the knapsack's case.
+
+    Task ids name the family, so the simulated reader's coins differ from version 1's budget_tight runs.
+    """
+    return _budget(seed, params, "budget_lookalike", BUDGET_TIGHT_TOKENS, "half_of_keys", stream="budget_tight")
