@@ -502,8 +502,9 @@ def _budget(
 ) -> World:
     """Long gold facts (~36 tokens) under a token budget, beside short look-alikes (~18 tokens) of their key.
 
-    ``two_per_key`` is the reference's budget world as it describes it: the long gold fact ranks below its
-    look-alikes on similarity and nearly fills the budget, so at 45 tokens it is low for every system.
+    ``two_per_key`` is our reading of the reference's description of its budget world: the long gold fact
+    ranks below its look-alikes on similarity and nearly fills the budget, so at 45 tokens the family is low
+    for every system (with the hash embedder; with MiniLM, C learns past the look-alikes and A does not).
     ``half_of_keys`` leaves room for the gold fact whenever a ranking does not put a look-alike first;
     there cost-aware selection (utility floor, knapsack) keeps what a similarity ranking crowds out.
     """
