@@ -183,14 +183,14 @@ def _budget_lines(bench: Mapping[str, Any], pf: Mapping[str, Any]) -> list[str]:
     a, c, gap = _mean(pf, "budget_tight", "A", "success"), _mean(pf, "budget_tight", "C", "success"), None
     if a is not None and c is not None:
         gap = c - a
-        if _minilm(bench):
-            verdict = ""
+        verdict, tail = "", ""
+        if _minilm(bench):  # the reference gave MiniLM's budget_tight levels, not a verdict
+            ref = _reference_budget_tight(bench)
+            tail = f" {ref[:1].upper()}{ref[1:]}."
         elif max(a, c) < 0.5:
             verdict = "low for every system, as the reference reports. "
         else:
             verdict = "not low for every system, unlike the reference's. "
-        ref = _reference_budget_tight(bench)
-        tail = f" {ref[:1].upper()}{ref[1:]}." if _minilm(bench) else ""
         lines.append(
             f"  budget_tight (A {a * 100:.1f}%, C {c * 100:.1f}%, C − A {_pp(gap)}): {verdict}Each key has two short "
             f"look-alikes that share the question's words, and its long gold fact does not fit in the "
