@@ -154,6 +154,41 @@ def test_damaged_file_is_a_typed_error_or_a_verify_report(store: Path, case: str
         assert "LedgerCorruptError" in text and ".recover" in text and "backup" in text, text
 
 
+def _garble_first(marker: bytes, garbled: bytes) -> Callable[[Path, int], None]:
+    def fn(path: Path, size: int) -> None:
+        data = bytearray(path.read_bytes())
+        i = data.find(marker)
+        assert i >= 0, marker
+        data[i : i + len(garbled)] = garbled
+        path.write_bytes(bytes(data))
+
+    return fn
+
+
+def test_schema_text_that_is_not_utf8_is_a_corruption_error(tmp_path: Path) -> None:
+    """A byte flip inside a stored CREATE statement (invalid UTF-8 where SQLite keeps UTF-8 text) was a raw
+    UnicodeDecodeError on open; it is a LedgerCorruptError naming the damage and the recovery, from ReMem,
+    the read-only tools and the CLI's verify alike."""
+    folder = tmp_path / "s"
+    with ReMem(folder) as mem:
+        mem.add("x is y.")
+    _damage(folder, _garble_first(b"CREATE TABLE meta", b"CR\xf0(TE"))
+    for opener in (lambda: ReMem(folder), lambda: open_store(folder, create=False)):
+        with pytest.raises(LedgerCorruptError, match="damaged") as info:
+            opener()
+        assert ".recover" in str(info.value)
+    assert main(["verify", str(folder)]) == 2
+
+
+def test_row_text_that_is_not_utf8_is_reported_not_raised(store: Path) -> None:
+    """The same damage in a memory's text: opening works (the schema is intact) and verify() reports it."""
+    _damage(store, _garble_first(b"service s7 runs in region r7", b"service s\xff\xfe runs"))
+    kind, text = outcome(store)
+    assert "damaged" in text or "UTF-8" in text, text
+    if kind == "error":
+        assert "LedgerCorruptError" in text, text
+
+
 def test_ledger_truncated_to_zero_bytes_is_refused_not_an_empty_store(store: Path) -> None:
     _damage(store, _truncate(lambda size: 0))
     for opener in (lambda: ReMem(store), lambda: open_store(store, create=False)):

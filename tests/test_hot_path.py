@@ -63,6 +63,8 @@ TRICKY = [
     "api_key", "API-KEY", "x-api-key", "ApiKey", "passWord", "SECRET", "Authorization", "bearer\ttoken-abcdefgh",
     "author\u0130zation", "author\u0131zation", "\u017fecret", "api\u212aey",  # re.IGNORECASE equates them with ASCII
     "\nsk-12345678abc", "task-management", "hf_" + "b" * 17, "plain text", "é", "日本", "\x00", "\u2028",
+    "\\u0073k-bench-0123456789abcdef", "%73k-bench-0123456789abcdef", "\\u0073", "%7", "%2", "\\", "\\ud800",
+    "\\\\u0073k-abcdefgh12345678", "50% off", "%25", "\\\"",
 ]  # fmt: skip
 texts = st.one_of(st.sampled_from(TRICKY), st.text(max_size=12), st.lists(st.sampled_from(TRICKY)).map("".join))
 values = st.recursive(

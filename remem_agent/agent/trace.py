@@ -36,6 +36,7 @@ import json
 import os
 import re
 import threading
+import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -303,6 +304,8 @@ def _may_hold_secret(line: str, secrets: Sequence[str]) -> bool:
     """False only when ``redact(record, secrets)`` would leave the record whose JSON line this is unchanged."""
     if any(t in line for t in _SUSPECT_TOKENS):
         return True
+    if "\\\\" in line or _URL_ESCAPE.search(line):  # a string holds a backslash or a %XX: it may decode
+        return True
     low = (line if line.isascii() else line.translate(_IGNORECASE_ASCII)).lower()
     if any(w in low for w in _SUSPECT_WORDS):
         return True
@@ -331,6 +334,10 @@ def redact(obj: Any, secrets: tuple[str, ...] = ()) -> Any:
         return [redact(v, secrets) for v in obj]
     if isinstance(obj, str):
         s = obj
+        if "\\" in s or "%" in s:  # an escaped secret is still one: match the decoded text, write it redacted
+            decoded = _decoded(s)
+            if decoded != s and _holds_secret(decoded, secrets):
+                s = decoded
         for secret in secrets:
             if secret:  # as is, and as it reads inside JSON text (a model's raw reply, an echoed body)
                 s = s.replace(secret, "[REDACTED]").replace(_json_escaped(secret), "[REDACTED]")
@@ -339,6 +346,39 @@ def redact(obj: Any, secrets: tuple[str, ...] = ()) -> Any:
                 s = pat.sub("[REDACTED]", s)
         return s
     return obj
+
+
+_JSON_ESCAPE = re.compile(r'\\(?:u([0-9a-fA-F]{4})|(["\\/bfnrt]))')
+_JSON_SIMPLE = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+_URL_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+_DECODE_ROUNDS = 3  # an escape of an escape of an escape: deeper nesting is not an echo of a key any more
+
+
+def _unescape(m: re.Match[str]) -> str:
+    return chr(int(m.group(1), 16)) if m.group(1) else _JSON_SIMPLE[m.group(2)]
+
+
+def _decoded(text: str) -> str:
+    """``text`` with its JSON escapes (``\\u0073``, ``\\"``) and URL encoding (``%73``) undone, a few rounds
+    deep, so that a secret a server echoed in an encoded form is matched as what it is. Escaped surrogate pairs
+    are joined; a lone surrogate becomes U+FFFD (the result is written to a UTF-8 file)."""
+    out = text
+    for _ in range(_DECODE_ROUNDS):
+        before = out
+        if "\\" in out:
+            out = _JSON_ESCAPE.sub(_unescape, out)
+        if "%" in out:
+            out = urllib.parse.unquote(out, errors="replace")
+        if out == before:
+            break
+    if out == text:
+        return text
+    return out.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _holds_secret(text: str, secrets: tuple[str, ...]) -> bool:
+    """Whether ``text`` holds one of ``secrets`` or a value a secret pattern matches."""
+    return any(secret and secret in text for secret in secrets) or bool(_ANY_SECRET_VALUE.search(text))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -109,7 +109,13 @@ def recovery_hint(path: Path) -> str:
 
 
 def is_damage(exc: BaseException) -> bool:
-    """True for driver errors that mean a damaged ledger file rather than a busy or misused one."""
+    """True for driver errors that mean a damaged ledger file rather than a busy or misused one.
+
+    Text that is not UTF-8 where SQLite keeps UTF-8 (a schema statement, a row's text) is damage too: the
+    library never writes it (every text is checked before it is bound).
+    """
+    if isinstance(exc, UnicodeDecodeError):
+        return True
     if not isinstance(exc, sqlite3.DatabaseError):
         return False
     name = str(getattr(exc, "sqlite_errorname", "") or "")
@@ -117,7 +123,15 @@ def is_damage(exc: BaseException) -> bool:
         return True
     msg = str(exc).lower()
     return any(
-        s in msg for s in ("malformed", "not a database", "no such table", "no such column", "file is encrypted")
+        s in msg
+        for s in (
+            "malformed",
+            "not a database",
+            "no such table",
+            "no such column",
+            "file is encrypted",
+            "could not decode to utf-8",
+        )
     )
 
 
@@ -831,7 +845,7 @@ class SQLiteStore(StoreCommon):
             self._check_schema()
         except BaseException as exc:
             self._conn.close()
-            if isinstance(exc, sqlite3.Error):
+            if isinstance(exc, sqlite3.Error | UnicodeDecodeError):
                 raise self._driver_error(exc, "cannot open ledger") from exc
             if isinstance(exc, StoreError) and is_damage(exc.__cause__ or exc):
                 raise self._driver_error(exc.__cause__ or exc, "cannot open ledger") from exc
