@@ -199,3 +199,24 @@ async def test_tools_are_refused_with_a_typed_error(chat: LlamaCppChat) -> None:
 
     with pytest.raises(UserInputError, match="does not support tools"):
         await chat.complete(ChatRequest(messages=(Message("user", "hi"),), tools=(ToolSpec(name="ping"),)))
+
+
+def test_a_process_that_used_the_adapter_leaves_no_unclosed_file() -> None:
+    """llama-cpp-python opens two /dev/null files at import and never closes them: every process that loaded it
+    ended with two 'ResourceWarning: unclosed file' lines. The adapter closes them at exit."""
+    import subprocess
+    import sys
+
+    script = (
+        "import asyncio\n"
+        "from remem_agent.adapters.llamacpp_chat import LlamaCppChat\n"
+        "from remem_agent.adapters.base import ChatRequest, Message\n"
+        "m = LlamaCppChat.smollm2(n_ctx=256, n_threads=1)\n"
+        "print(asyncio.run(m.complete(ChatRequest(messages=(Message('user', 'hi'),), max_tokens=2))).text)\n"
+        "m.close()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-W", "error::ResourceWarning", "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "ResourceWarning" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr

@@ -197,3 +197,35 @@ def test_a_store_works_where_torch_and_sentence_transformers_cannot_be_imported(
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "Our production database moved to eu-west-2 last Tuesday."
+
+
+def test_a_forked_child_never_runs_an_inherited_sessions_destructor() -> None:
+    """A session's destructor waits on its thread pool, which a forked child lacks: a child that garbage-collects
+    an embedder it inherited (here an unreachable cycle) hung for ever with the GIL held. The child must exit."""
+    import gc
+    import multiprocessing as mp
+
+    gc.disable()  # the cycle below must still be garbage when the child starts
+    try:
+        emb = OnnxEmbedder(threads=2)
+        emb.embed(["warm the thread pool up", "twice"])
+        cycle: dict[str, object] = {"embedder": emb}
+        cycle["self"] = cycle
+        del emb, cycle
+
+        def child() -> None:
+            gc.collect()  # reaches the inherited session
+            OnnxEmbedder(threads=1).embed(["the child can still embed"])
+
+        proc = mp.get_context("fork").Process(target=child)
+        proc.start()
+        proc.join(60)
+        alive = proc.is_alive()
+        if alive:
+            proc.kill()
+            proc.join()
+    finally:
+        gc.enable()
+        gc.collect()
+    assert not alive, "the forked child hung destroying an inherited onnxruntime session"
+    assert proc.exitcode == 0

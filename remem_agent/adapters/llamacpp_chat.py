@@ -20,10 +20,12 @@ Notes:
 from __future__ import annotations
 
 import asyncio
+import atexit
 import functools
 import json
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -40,6 +42,18 @@ log = logging.getLogger(__name__)
 _EXTRA = "local"
 _CTX_PAD = 256
 _FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length"}
+
+
+@functools.cache
+def _close_null_files_at_exit() -> None:
+    """llama-cpp-python opens two ``/dev/null`` files when it is imported (``llama_cpp._utils``) and never closes
+    them, so every process that loaded it ended with two ``ResourceWarning: unclosed file`` lines. They are
+    used only while a model loads (to silence llama.cpp's log), never in a destructor: close them at exit."""
+    utils = sys.modules.get("llama_cpp._utils")
+    for name in ("outnull_file", "errnull_file"):
+        file = getattr(utils, name, None)
+        if file is not None and hasattr(file, "close"):
+            atexit.register(file.close)
 
 
 @functools.lru_cache(maxsize=64)
@@ -86,6 +100,7 @@ class LlamaCppChat:
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise UserInputError(f"seed must be an integer, got {seed!r}")
         self._llama_cpp = require("llama_cpp", _EXTRA, feature="LlamaCppChat")
+        _close_null_files_at_exit()
         path = Path(model_path).expanduser()
         if not path.is_file():
             raise ModelError(f"GGUF model file not found: {path}")

