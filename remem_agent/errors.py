@@ -6,7 +6,7 @@ one base class. The tree::
     RememError
     ├── UserInputError (also ValueError)        bad arguments; nothing was written
     │   ├── UnknownMemoryError (also KeyError)  a memory id that is not in the ledger
-    │   ├── UnknownSearchError (also KeyError)  a search_id that was never issued
+    │   ├── UnknownSearchError (also KeyError)  a search_id or answer_id that was never issued
     │   ├── FeedbackConflictError               a second, *different* feedback for one search
     │   └── EmbeddingError                      NaN/inf vectors, wrong dimension, wrong shape
     ├── InvalidTransition                       a lifecycle move the state machine forbids
@@ -55,17 +55,28 @@ class UnknownMemoryError(UserInputError, KeyError):
 
 
 class UnknownSearchError(UserInputError, KeyError):
-    """A search_id that this store never issued."""
+    """A search_id (or an answer id standing for one) that this store never issued, or not in this scope.
 
-    def __init__(self, search_id: str) -> None:
-        super().__init__(f"unknown search_id: {search_id!r}")
+    ``field`` is the name the caller used for the id ("search_id", "answer_id"), so the message speaks the
+    caller's words; ``detail`` says more where the caller's path knows more.
+    """
+
+    def __init__(self, search_id: str, *, field: str = "search_id", detail: str | None = None) -> None:
+        super().__init__(f"unknown {field}: {search_id!r}" + (f" ({detail})" if detail else ""))
         self.search_id = search_id
+        self.field = field
+        self.detail = detail
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.search_id,))
+        return (_unknown_search, (self.search_id, self.field, self.detail))
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+def _unknown_search(search_id: str, field: str, detail: str | None) -> UnknownSearchError:
+    """Unpickles an UnknownSearchError (its keyword-only arguments do not fit ``__reduce__``'s args tuple)."""
+    return UnknownSearchError(search_id, field=field, detail=detail)
 
 
 class FeedbackConflictError(UserInputError):

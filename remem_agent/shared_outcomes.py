@@ -133,3 +133,7 @@ class LedgerPendingOutcomes:
 
     async def scope_of(self, answer_id: str) -> str | None:
         return await self._read(lambda tx: pending.scope_of(tx, answer_id))
+
+    async def judged(self, answer_id: str, *, scope: str | None = None) -> Waiting | None:
+        rec = await self._read(lambda tx: pending.judged(tx, answer_id, scope=scope))
+        return _waiting(rec) if rec is not None else None

@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 
-from remem_agent import ModelError, OutputValidationError, ReMem, State, UnknownSearchError, UserInputError
+from remem_agent import (
+    FeedbackConflictError,
+    ModelError,
+    OutputValidationError,
+    ReMem,
+    State,
+    UnknownSearchError,
+    UserInputError,
+)
 from remem_agent.adapters import ChatRequest, ChatResponse, FunctionChatModel, RetryPolicy, ScriptedChatModel
 from remem_agent.agent import MemoryAgent, load_traces
 
@@ -158,9 +166,15 @@ async def test_user_feedback_later(mem: ReMem, tmp_path: Path) -> None:
     ans = await agent.ask("server?", schema=SCHEMA, now=2)
     assert ans.outcome is None and mem.stats().feedbacks == 0
     r = await agent.feedback(ans.answer_id, success=True)
-    assert r.credit[a] == 1.0
-    with pytest.raises(UnknownSearchError):
+    assert r.credit[a] == 1.0 and not r.repeated
+    again = await agent.feedback(ans.answer_id, success=True)  # the same verdict again: counted once
+    assert again.repeated and again.credit == r.credit and mem.stats().feedbacks == 1
+    assert mem.inspect(a).overall.credited == 1
+    with pytest.raises(FeedbackConflictError):  # another verdict for a judged answer
         await agent.feedback(ans.answer_id, success=False)
+    with pytest.raises(UnknownSearchError, match=r"^unknown answer_id: ") as err:  # the caller's own word for it
+        await agent.feedback("a_never_given", success=False)
+    assert err.value.field == "answer_id" and err.value.search_id == "a_never_given"
 
 
 async def test_inferred_failure_from_a_correction(mem: ReMem, tmp_path: Path) -> None:
@@ -421,3 +435,43 @@ async def test_configured_secrets_are_redacted_by_value_whatever_their_shape(mem
     text = (tmp_path / "trace.jsonl").read_text()
     assert hex_key not in text and "backslash" not in text and "gsk_abc" not in text
     assert text.count("[REDACTED]") >= 3 and load_traces(tmp_path / "trace.jsonl")
+
+
+@pytest.mark.parametrize(
+    "echo",
+    [
+        '{"error": "bad key \\u0073k-test-0123456789abcdef"}',  # the first letter JSON-escaped
+        '{"error": "bad key \\u0073\\u006b-test-0123456789abcdef"}',
+        "GET /v1?key=sk%2Dtest%2D0123456789abcdef",  # URL-encoded
+        "GET /v1?key=%73k-test-0123456789abcdef",
+        '{"e": "\\\\u0073k-test-0123456789abcdef"}',  # escaped twice
+    ],
+)
+async def test_an_encoded_echo_of_the_key_is_redacted_in_the_raw_reply(mem: ReMem, tmp_path: Path, echo: str) -> None:
+    """A server that echoes the API key in an encoded form: the trace's attempts[].raw holds it decoded and
+    redacted, not encoded and readable. The key is matched by value after decoding (no list of encodings)."""
+    key = "sk-test-0123456789abcdef"
+
+    class _Keyed(FunctionChatModel):
+        @property
+        def secrets(self) -> tuple[str, ...]:
+            return (key,)
+
+    agent = agent_for(mem, _Keyed(lambda req: echo), tmp_path)
+    with pytest.raises(OutputValidationError):
+        await agent.ask("Where is our server?", schema=SCHEMA)
+    [record] = load_traces(tmp_path / "trace.jsonl")
+    raws = [a["raw"] for a in record["attempts"]]
+    assert raws and all("[REDACTED]" in raw for raw in raws)
+    text = (tmp_path / "trace.jsonl").read_text()
+    assert "0123456789abcdef" not in text
+
+
+def test_redact_decodes_before_matching_a_key_and_leaves_ordinary_escapes_alone() -> None:
+    from remem_agent.agent.trace import redact
+
+    key = "0123456789abcdef0123"  # no pattern matches it: only its value can
+    assert redact("x \\u0030123456789abcdef0123 y", (key,)) == "x [REDACTED] y"
+    assert redact("x %30123456789abcdef0123 y", (key,)) == "x [REDACTED] y"
+    assert redact("a\\u00e9 50% off %41", (key,)) == "a\\u00e9 50% off %41"  # nothing secret: kept verbatim
+    assert redact("\\ud800 \\u0073k-abcdefgh12345678") == "\ufffd [REDACTED]"  # a lone surrogate cannot be written

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remem_agent import ModelError, ReMem, UnknownSearchError, UserInputError
+from remem_agent import FeedbackConflictError, ModelError, ReMem, UnknownSearchError, UserInputError
 from remem_agent.adapters import (
     Capabilities,
     ChatRequest,
@@ -155,10 +155,12 @@ async def test_explicit_feedback_with_a_reason_is_recorded_once(mem: ReMem, tmp_
     reply = await agent.chat(convo("Where is our server?"))
     receipt = await agent.feedback(reply.answer_id, success=True, reason="thumbs up")
     assert receipt.source == "user" and receipt.credit[reply.citations[0]] == 1.0
-    with pytest.raises(UnknownSearchError):
+    assert (await agent.feedback(reply.answer_id, success=True, reason="again")).repeated  # counted once
+    with pytest.raises(FeedbackConflictError):  # one verdict per answer
         await agent.feedback(reply.answer_id, success=False)
-    outcome = next(t for t in load_traces(tmp_path / "trace.jsonl") if t.get("kind") == "outcome")
-    assert outcome["reason"] == "thumbs up" and outcome["outcome"]["source"] == "user"
+    outcomes = [t for t in load_traces(tmp_path / "trace.jsonl") if t.get("kind") == "outcome"]
+    assert len(outcomes) == 1  # the repeat is not traced as a second outcome
+    assert outcomes[0]["reason"] == "thumbs up" and outcomes[0]["outcome"]["source"] == "user"
 
 
 async def test_a_judge_verdict_replaces_the_heuristic_and_both_are_traced(mem: ReMem, tmp_path: Path) -> None:
@@ -321,6 +323,58 @@ def test_correction_heuristic_reads_only_the_opening() -> None:
     assert looks_like_correction("actually it is Tuesday")
     assert not looks_like_correction("Great. Is there no parking?")
     assert not looks_like_correction("Nobody told me, thanks")
+
+
+CORRECTIONS = [
+    "That’s wrong.",  # U+2019, what phones type
+    "That‘s wrong",
+    "THAT'S WRONG",
+    "thats wrong",
+    "That is not right, it moved",
+    "It’s outdated: we moved last week",
+    "You’re wrong, it is Lisbon",
+    "youre mistaken",
+    "“No, it’s Lisbon.”",
+    "«Nope»",
+    "**No.** Lisbon.",
+    "  no — Lisbon",
+    "Actually, it moved",
+    "Incorrect.",
+    "Not quite: Lisbon",
+    "This is no longer true",
+    "👎 Lisbon now",
+    "👎️",  # with the emoji variation selector
+    "❌ wrong region",
+    "Nein, Lissabon.",
+    "Falsch",
+    "Das stimmt nicht",
+    "C’est faux, c’est Lisbonne",
+    "Non, Lisbonne.",
+    "Incorrecto, es Lisboa",
+    "¡No! Es Lisboa",
+]
+NOT_CORRECTIONS = [
+    "Nobody told me, thanks",
+    "Great. Is there no parking?",
+    "Thanks, that’s right.",
+    "That’s great",
+    "Nonetheless, thanks",
+    "Nonprofit hours?",
+    "Know anything else?",
+    "👍 thanks",
+    "Notes for tomorrow: deploy",
+    "What about west-2?",
+]
+
+
+@pytest.mark.parametrize("text", CORRECTIONS)
+def test_a_correction_reads_as_one_whatever_its_quotes_case_and_language(text: str) -> None:
+    assert looks_like_correction(text), text
+
+
+@pytest.mark.parametrize("text", NOT_CORRECTIONS)
+def test_other_openings_are_no_correction(text: str) -> None:
+    assert not looks_like_correction(text), text
 
 
 @settings(max_examples=1000, deadline=None)

@@ -151,6 +151,13 @@ def test_overload_is_429_with_retry_after_not_a_queue(fake: FakeOllama, mem: ReM
 
 
 # -------------------------------------------------------------------------------------- bad input
+def _nested(depth: int, *, key: str = "a") -> dict[str, Any]:
+    node: dict[str, Any] = {}
+    for _ in range(depth):
+        node = {key: node}
+    return node
+
+
 @pytest.fixture()
 def asgi(mem: ReMem, tmp_path: Path) -> Iterator[tuple[httpx.AsyncClient, FunctionChatModel]]:
     model = FunctionChatModel(lambda req: "It is in west-2 [M1].", name=MODEL)
@@ -178,6 +185,32 @@ def asgi(mem: ReMem, tmp_path: Path) -> Iterator[tuple[httpx.AsyncClient, Functi
         (json.dumps({"model": "gpt-9", "messages": USER}).encode(), 404, "model_not_found"),
         (json.dumps({"model": 3, "messages": USER}).encode(), 400, "invalid_value"),
         (json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "x" * 5000}]}).encode(), 413, None),
+        (b'{"model": "' + MODEL.encode() + b'", "messages": ' + b"[" * 1000 + b"]" * 1000 + b"}", 400, "too_deep"),
+        (json.dumps({"model": MODEL, "messages": USER, "metadata": _nested(100)}).encode(), 400, "too_deep"),
+        (
+            json.dumps(
+                {
+                    "model": MODEL,
+                    "messages": USER,
+                    "response_format": {
+                        "type": "json_schema",
+                        "json_schema": {"name": "deep", "schema": _nested(200, key="items")},
+                    },
+                }
+            ).encode(),
+            400,
+            "too_deep",
+        ),
+        (
+            b'{"model": "' + MODEL.encode() + b'", "messages": [{"role": "user", "content": "where \\ud800 is it"}]}',
+            400,
+            "invalid_unicode",
+        ),
+        (
+            b'{"model": "' + MODEL.encode() + b'", "messages": [{"role": "user", "content": "hi"}], "user": "\\udfff"}',
+            400,
+            "invalid_unicode",
+        ),
     ],
     ids=[
         "malformed",
@@ -190,6 +223,11 @@ def asgi(mem: ReMem, tmp_path: Path) -> Iterator[tuple[httpx.AsyncClient, Functi
         "model",
         "model-type",
         "too-large",
+        "nested-1000",
+        "nested-100",
+        "schema-nested-200",
+        "lone-surrogate",
+        "lone-surrogate-user",
     ],
 )
 async def test_bad_chat_requests_get_the_protocol_error_shape_and_write_nothing(
@@ -238,6 +276,10 @@ async def test_memory_endpoints(asgi: tuple[httpx.AsyncClient, FunctionChatModel
     assert [m["id"] for m in listed["data"]] == [mid]
     assert (await client.get("/v1/memories", params={"state": "bogus"})).status_code == 400
     assert (await client.get("/v1/memories", params={"limit": "-1"})).status_code == 400
+    for odd in ("١٠", "²", "１０", "1e3", " 5"):  # Unicode digits str.isdigit accepts, and other non-integers
+        r = await client.get("/v1/memories", params={"limit": odd})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_value", (odd, r.text)
+        assert (await client.get("/v1/memories", params={"offset": odd})).status_code == 400
     info = (await client.get(f"/v1/memories/{mid}")).json()
     assert info["memory"]["state"] == "ACTIVE" and info["history"][0]["kind"] == "add"
     assert (await client.get("/v1/memories/m_nope")).status_code == 404
@@ -245,9 +287,15 @@ async def test_memory_endpoints(asgi: tuple[httpx.AsyncClient, FunctionChatModel
     assert (await client.post("/v1/feedback", json={"answer_id": "a_x", "success": "yes"})).status_code == 400
     chat = await client.post("/v1/chat/completions", json={"model": MODEL, "messages": USER})
     aid = chat.headers["x-remem-answer-id"]
-    assert (await client.post("/v1/feedback", json={"answer_id": aid, "success": True})).status_code == 200
+    first = await client.post("/v1/feedback", json={"answer_id": aid, "success": True})
+    assert first.status_code == 200 and first.json()["repeated"] is False
+    same = await client.post("/v1/feedback", json={"answer_id": aid, "success": True})
+    assert same.status_code == 200 and same.json()["repeated"] is True  # the same verdict: counted once
+    assert same.json()["credit"] == first.json()["credit"]
     again = await client.post("/v1/feedback", json={"answer_id": aid, "success": False})
-    assert again.status_code == 404  # an answer gets one verdict
+    assert again.status_code == 409 and again.json()["error"]["code"] == "conflict"  # one verdict per answer
+    unknown = await client.post("/v1/feedback", json={"answer_id": "a_nope", "success": True})
+    assert "unknown answer_id" in unknown.json()["error"]["message"]
     stats = (await client.get("/v1/stats")).json()
     assert stats["memories"] == 2 and stats["feedbacks"] == 1
     assert (await client.get("/v1/verify")).json()["ok"] is True
@@ -581,7 +629,7 @@ async def test_a_superseding_fact_fails_the_waiting_answer(asgi: tuple[httpx.Asy
     (credit,) = info["credits"]
     assert credit["success"] is False and credit["blame"] > 0  # inferred from the correction, through the API
     late = await client.post("/v1/feedback", json={"answer_id": r.headers["x-remem-answer-id"], "success": True})
-    assert late.status_code == 404  # already judged
+    assert late.status_code == 409  # already judged (failed by the correction): another verdict conflicts
     bad = await client.post(
         "/v1/chat/completions",
         json={"model": MODEL, "messages": USER},

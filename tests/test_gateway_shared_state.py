@@ -171,7 +171,7 @@ def test_the_next_turn_settles_the_answer_another_process_gave(store_location: S
         _chat(http, b, turn3)  # a retry of turn 3 reaching B is no next turn: a3 stays waiting
         # explicit feedback for A's answer sent to B; a second verdict for a1 (already inferred) is refused
         assert http.post(f"{b}/v1/feedback", json={"answer_id": a3, "success": True}).status_code == 200
-        assert http.post(f"{a}/v1/feedback", json={"answer_id": a1, "success": True}).status_code == 404
+        assert http.post(f"{a}/v1/feedback", json={"answer_id": a1, "success": True}).status_code == 409
         info = http.get(f"{a}/v1/memories/{mid}").json()
         for base in (a, b):
             report = http.get(f"{base}/v1/verify").json()

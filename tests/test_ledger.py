@@ -249,6 +249,7 @@ def test_every_error_survives_pickling() -> None:
         E.UserInputError("bad"),
         E.UnknownMemoryError("m_1"),
         E.UnknownSearchError("s_1"),
+        E.UnknownSearchError("a_1", field="answer_id", detail="not given here"),
         E.FeedbackConflictError("s_1", "differs"),
         E.EmbeddingError("nan"),
         E.InvalidTransition("m_1", "INVALIDATED", "invalidate"),

@@ -22,6 +22,7 @@ import functools
 import hashlib
 import json
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -321,20 +322,32 @@ class CitationStripper:
 
 # ------------------------------------------------------------------------------------------ outcomes
 _CORRECTION = re.compile(
-    r"^\s*(?:no\b|nope\b|wrong\b|incorrect\b|not (?:quite|right|true|correct)\b|actually\b|"
-    r"that(?:'s| is| was) (?:not|wrong|incorrect|outdated|old)\b|you(?:'re| are) (?:wrong|mistaken)\b|"
-    r"(?:this|that) is no longer\b)",
-    re.IGNORECASE,
+    r"^(?:no\b|nope\b|nah\b|wrong\b|incorrect\b|not (?:quite|right|true|correct)\b|actually\b|"
+    r"(?:that|this|it)(?:'?s| is| was) (?:not|wrong|incorrect|outdated|old|false)\b|"
+    r"you(?:'?re| are) (?:wrong|mistaken)\b|(?:this|that) is no longer\b|"
+    r"nein\b|falsch\b|das stimmt nicht\b|non,|faux\b|c'est faux\b|incorrecto\b|eso no es\b|"  # de, fr, es
+    r"(?:\U0001f44e|\u274c|\u2716|\u2717|\u2718))",  # thumbs down, crosses
 )
+# Typographic apostrophes and quotes as the ASCII ones the pattern spells (phones and word processors type
+# "That’s wrong" with U+2019), and the variation selector emoji may carry.
+_PUNCTUATION = str.maketrans(
+    {"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\u2032": "'", "\u00b4": "'", "`": "'", "\ufe0f": None}
+)
+_LEADING = re.compile(r"^[\s\"'“”«»¡¿(\[*_~.,;:!?-]+")  # opening quotes, marks and markdown before the first word
 
 
 def looks_like_correction(text: str) -> bool:
     """True when a user turn opens like a correction of the previous answer ("No, ...", "That's wrong", "Actually ...").
 
     A heuristic on the turn's opening words only: it never reads a correction into a turn that merely
-    contains "no" somewhere. The optional judge (``MemoryAgent(judge=...)``) is the stronger signal.
+    contains "no" somewhere. The text is compared case-folded and NFKC-normalised, with typographic
+    apostrophes read as ``'`` and leading quotes and marks skipped, so "That’s wrong", "“No, Lisbon”" and
+    "THAT'S WRONG" read alike; "thats wrong" (no apostrophe) too. English, plus a few unambiguous German,
+    French and Spanish openings and a thumbs-down or cross emoji. The optional judge
+    (``MemoryAgent(judge=...)``) is the stronger signal.
     """
-    return bool(_CORRECTION.match(text))
+    folded = unicodedata.normalize("NFKC", text).translate(_PUNCTUATION).casefold()
+    return bool(_CORRECTION.match(_LEADING.sub("", folded)))
 
 
 def tool_arguments(calls: Sequence[ToolCall]) -> list[Any]:

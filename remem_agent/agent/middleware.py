@@ -552,20 +552,34 @@ class MemoryAgent:
     ) -> FeedbackReceipt:
         """An explicit user signal (thumbs up/down) for an earlier answer of ``ask`` or ``chat`` (source "user").
 
-        ``reason`` is kept in the trace's outcome line. An answer gets one verdict: a second call, or one
-        after the verdict was inferred, raises ``UnknownSearchError``; so does, with ``scope``, an answer
-        given in another scope.
+        ``reason`` is kept in the trace's outcome line. An answer gets one verdict: repeating the same call
+        returns the first receipt with ``repeated=True`` and counts nothing twice; a different verdict (another
+        ``success`` or ``used_ids``, or one after the verdict was inferred) raises ``FeedbackConflictError``.
+        An answer id never given, or given in another scope than ``scope``, raises ``UnknownSearchError``.
         """
         if not isinstance(success, bool):
             raise UserInputError("success must be True or False")
         if reason is not None:
             reason = check_text(reason, "reason")
         scope = None if scope is None else check_scope(scope)
-        item = await self._pending.take(answer_id, scope=scope) if isinstance(answer_id, str) else None
-        if item is None:
-            raise UnknownSearchError(str(answer_id))
-        used = sorted({*item.used_ids, *(used_ids or ())})
+        if not isinstance(answer_id, str):
+            raise UnknownSearchError(str(answer_id), field="answer_id")
+        item = await self._pending.take(answer_id, scope=scope)
         verdict = Verdict(success=success, source="user", weight=1.0, reason=reason or "")
+        if item is None:  # judged already: the same verdict again is idempotent, another one a conflict
+            judged = await self._pending.judged(answer_id, scope=scope)
+            if judged is None:
+                raise UnknownSearchError(answer_id, field="answer_id")
+            return await self.memory.afeedback(
+                judged.search_id,
+                success=success,
+                used_ids=sorted({*judged.used_ids, *(used_ids or ())}),
+                cited_ids=list(judged.cited_ids),
+                answer=judged.value,
+                weight=verdict.weight,
+                source=verdict.source,
+            )
+        used = sorted({*item.used_ids, *(used_ids or ())})
         return await self._conversations.record_verdict(item, verdict, used_ids=used, answer=item.value)
 
     async def remember(

@@ -74,6 +74,11 @@ class PendingStore(Protocol):
         """The scope a waiting (or judged) answer was given in; None if this store never held it."""
         ...
 
+    async def judged(self, answer_id: str, *, scope: str | None = None) -> Waiting | None:
+        """The answer (of ``scope``, when given) if a verdict already claimed it; None if waiting or unknown.
+        A repeated verdict is checked against the recorded one through it."""
+        ...
+
 
 @runtime_checkable
 class BlockingAdd(Protocol):
@@ -146,6 +151,12 @@ class PendingOutcomes(Generic[K]):
     async def scope_of(self, answer_id: str) -> str | None:
         item = self._waiting.get(answer_id)
         return item.scope if item is not None else None
+
+    async def judged(self, answer_id: str, *, scope: str | None = None) -> Waiting | None:
+        item = self._waiting.get(answer_id)
+        if item is None or answer_id not in self._claimed or (scope is not None and item.scope != scope):
+            return None
+        return item
 
     async def take_relying_on(self, memory_ids: Collection[str]) -> list[tuple[Waiting, list[str]]]:
         """Claim every waiting answer that cited or used one of ``memory_ids``, with those ids.

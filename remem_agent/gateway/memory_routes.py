@@ -63,7 +63,7 @@ def _int_param(request: Request, name: str, default: int, hi: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or int(raw) > hi:
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > hi:  # "١٠" and "²" are digits to str.isdigit
         raise ApiError(400, f"'{name}' must be an integer in [0, {hi}]", code="invalid_value")
     return int(raw)
 

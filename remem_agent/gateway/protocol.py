@@ -111,15 +111,59 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:1000] if text else type(exc).__name__
 
 
+MAX_JSON_DEPTH = 64
+"""The deepest nesting of objects and arrays a request body may have. Real requests (messages, tools, JSON
+schemas) stay far below it; a body nested hundreds of levels deep would otherwise exhaust Python's recursion
+in the parser, the schema validator or the trace writer, mid-request."""
+
+
 def json_object(body: bytes) -> dict[str, Any]:
-    """The request body as a JSON object, or a 400 (malformed JSON, not an object)."""
+    """The request body as a JSON object, or a 400: malformed JSON, not an object, nested deeper than
+    :data:`MAX_JSON_DEPTH`, or holding a string that is not valid Unicode (a lone surrogate such as ``\\ud800``,
+    which JSON's escapes can spell but UTF-8 cannot store). Checked before anything is written or sent."""
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         raise ApiError(400, "the request body is not valid JSON", code="invalid_json") from None
+    except RecursionError:
+        raise ApiError(
+            400, f"the request body is nested deeper than {MAX_JSON_DEPTH} levels", code="too_deep"
+        ) from None
     if not isinstance(data, dict):
         raise ApiError(400, f"the request body must be a JSON object, not {type(data).__name__}", code="invalid_json")
+    check_json_tree(data)
     return data
+
+
+def check_json_tree(data: object) -> None:
+    """Refuse (400) a parsed body nested deeper than :data:`MAX_JSON_DEPTH` or holding a lone surrogate in any
+    key or string; one iterative pass, no recursion."""
+    stack: list[tuple[object, int]] = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            if depth > MAX_JSON_DEPTH:
+                raise ApiError(400, f"the request body is nested deeper than {MAX_JSON_DEPTH} levels", code="too_deep")
+            for key, value in node.items():
+                _check_text(key)
+                stack.append((value, depth + 1))
+        elif isinstance(node, list):
+            if depth > MAX_JSON_DEPTH:
+                raise ApiError(400, f"the request body is nested deeper than {MAX_JSON_DEPTH} levels", code="too_deep")
+            stack.extend((value, depth + 1) for value in node)
+        elif isinstance(node, str):
+            _check_text(node)
+
+
+def _check_text(text: str) -> None:
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ApiError(
+            400, "the request body holds a string that is not valid Unicode (a lone surrogate)", code="invalid_unicode"
+        ) from None
 
 
 def check_schema(schema: object, where: str) -> dict[str, Any]:

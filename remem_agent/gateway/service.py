@@ -259,7 +259,9 @@ class ChatService:
         scope = self._answers.get(answer_id) or await self.pending.scope_of(answer_id)  # given here, or elsewhere
         if scope is None:
             raise UnknownSearchError(
-                f"unknown answer {answer_id!r} (not given by a gateway on this store, or it served no memory)"
+                answer_id,
+                field="answer_id",
+                detail="not given by a gateway on this store, or it served no memory",
             )
         if not caller.may(scope):
             raise ApiError(

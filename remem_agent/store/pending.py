@@ -101,6 +101,14 @@ def claim(tx: LedgerTx, answer_id: str, *, scope: str | None, by: str, at: float
     return _record(r) if r is not None else None
 
 
+def judged(tx: LedgerTx, answer_id: str, *, scope: str | None) -> PendingRecord | None:
+    """The answer (of ``scope``, when given) if a verdict already claimed it; None if waiting or unknown."""
+    where = "answer_id = ? AND claimed_at IS NOT NULL" + (" AND scope = ?" if scope is not None else "")
+    args: tuple[Any, ...] = (answer_id,) + ((scope,) if scope is not None else ())
+    r = tx.run(f"SELECT {_COLS} FROM pending_outcomes WHERE {where}", args).fetchone()
+    return _record(r) if r is not None else None
+
+
 def latest(tx: LedgerTx, thread: str) -> PendingRecord | None:
     """The thread's newest answer if it is still waiting; None otherwise."""
     r = tx.run(
