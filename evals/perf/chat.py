@@ -74,7 +74,7 @@ def scope_name(i: int, scopes: int) -> str:
 
 def build_store(path: Path, n: int, rng: random.Random, *, scopes: int = 1) -> ReMem:
     """N corpus memories; with several ``scopes`` they are dealt round-robin into them (batches of 2000)."""
-    mem = ReMem(path)
+    mem = ReMem(path, embedder="hash")
     facts = corpus(n, rng)
     if scopes > 1:
         per: dict[str, list[dict[str, Any]]] = defaultdict(list)

@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="perf-gw-") as tmp, ExitStack() as stack:
         store = Path(tmp) / "store"
-        mem = ReMem(store)
+        mem = ReMem(store, embedder="hash")  # named: every figure says its embedder
         facts = corpus(args.memories, random.Random(args.seed))
         for start in range(0, len(facts), 2000):
             mem.add_many(facts[start : start + 2000])

@@ -60,7 +60,7 @@ def percentiles(xs: list[float]) -> dict[str, float]:
 async def measure(n: int, asks: int, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="perf-mw-") as tmp:
-        mem = ReMem(Path(tmp) / "store")
+        mem = ReMem(Path(tmp) / "store", embedder="hash")
         facts = corpus(n, rng)
         for start in range(0, n, 2000):
             mem.add_many(facts[start : start + 2000])

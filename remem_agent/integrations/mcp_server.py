@@ -592,7 +592,8 @@ def open_from_env(env: Mapping[str, str] | None = None) -> RememTools:
     path: str | Path = raw if is_postgres_url(raw) else Path(raw).expanduser()
     auto = _flag(env.get("REMEM_AUTO_FEEDBACK"), True)
     scope = env.get("REMEM_SCOPE") or None
-    memory = ReMem(path, embedder=make_embedder(env))
+    # REMEM_EMBEDDER unset: an existing store reopens with its own embedder, a new one gets the hash embedder.
+    memory = ReMem(path, embedder=make_embedder(env) if env.get("REMEM_EMBEDDER") else None)
     try:
         return RememTools(memory, auto_feedback=auto, scope=scope)
     except BaseException:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from remem_agent.embedders.base import Embedder, check_vectors
 from remem_agent.errors import UserInputError
 from remem_agent.store.base import Store, is_postgres_url
 from remem_agent.store.factory import open_store
@@ -91,8 +92,16 @@ JSON_COLUMNS = frozenset(
 )
 
 
-def copy_store(source: str | Path, target: str | Path, *, batch: int = 2000) -> dict[str, Any]:
-    """Copy ``source`` into the empty store ``target``; returns row counts and the target's verify result."""
+def copy_store(
+    source: str | Path, target: str | Path, *, batch: int = 2000, embedder: Embedder | None = None
+) -> dict[str, Any]:
+    """Copy ``source`` into the empty store ``target``; returns row counts and the target's verify result.
+
+    With ``embedder`` (``remem reembed``) every memory's vector is computed anew from its original text by that
+    embedder and the target records it as the store's embedder; everything else (ids, texts, every event,
+    search, credit and statistic) is copied as it is, so the history and every ``as_of`` answer are kept.
+    The target's meta key ``reembedded_from`` names the embedder (and dimension) the source was built with.
+    """
     if not is_postgres_url(source):
         source = Path(source).expanduser()
     if not is_postgres_url(target):
@@ -105,12 +114,16 @@ def copy_store(source: str | Path, target: str | Path, *, batch: int = 2000) -> 
         if dim_text is None:
             raise UserInputError(f"{src.location} has no embedder dimension recorded: open it with ReMem once first")
         dim = int(dim_text)
+        vectors: _Reembed | None = None
+        if embedder is not None:
+            vectors = _Reembed(embedder, src.get_meta("embedder") or "", dim)
+            dim = vectors.dim
         dst: Store = open_store(target)
         try:
             with dst.read() as tx:
                 if tx.max_seq() or tx.search_counts()[0] or tx.get_meta("dim") is not None:
                     raise UserInputError(f"target {dst.location} is not empty; migrate into a new store")
-            copied = _copy_rows(src, dst, batch)
+            copied = _copy_rows(src, dst, batch, vectors)
             dst.bind_dimension(dim)  # after the bulk load: building the HNSW index once is faster
             problems = dst.verify(dim)
         finally:
@@ -167,7 +180,28 @@ def import_rows(tx: LedgerTx, table: str, rows: Sequence[Sequence[Any]]) -> None
         tx.run_many(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({','.join('?' * len(cols))})", enc)
 
 
-def _copy_rows(src: Store, dst: Store, batch: int) -> dict[str, int]:
+class _Reembed:
+    """What ``remem reembed`` changes in the copied rows: each memory's vector, and the embedder meta keys."""
+
+    def __init__(self, embedder: Embedder, source_name: str, source_dim: int) -> None:
+        self.embedder = embedder
+        self.dim = int(embedder.dim)
+        self.provenance = json.dumps({"embedder": source_name, "dim": source_dim})
+
+    def meta(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        new = {"embedder": self.embedder.name, "dim": str(self.dim), "reembedded_from": self.provenance}
+        kept = [r for r in rows if r[0] not in new]
+        return kept + sorted(new.items())
+
+    def memories(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        cols = TABLES["memories"]
+        text_i, vec_i = cols.index("original_text"), cols.index("embedding")
+        texts = [r[text_i] for r in rows]
+        vecs = check_vectors(self.embedder.embed(texts), len(texts), self.dim, source=self.embedder.name)
+        return [(*r[:vec_i], vecs[i], *r[vec_i + 1 :]) for i, r in enumerate(rows)]
+
+
+def _copy_rows(src: Store, dst: Store, batch: int, vectors: _Reembed | None = None) -> dict[str, int]:
     copied: dict[str, int] = {}
 
     def load(tx: Any) -> None:
@@ -176,6 +210,10 @@ def _copy_rows(src: Store, dst: Store, batch: int) -> dict[str, int]:
             for table in TABLES:
                 n = 0
                 for rows in export_rows(stx, table, batch):
+                    if vectors is not None and table == "meta":
+                        rows = vectors.meta(rows)
+                    elif vectors is not None and table == "memories":
+                        rows = vectors.memories(rows)
                     import_rows(tx, table, rows)
                     n += len(rows)
                 copied[table] = n
