@@ -5,7 +5,8 @@ first set-up command, read from the README (as ``.ci/run`` reads it), run in tha
 on ``PATH`` and with pip's verbose output (``PIP_VERBOSE``, an environment variable: the command's text is the
 README's), so that the llama-cpp-python compile can be timed inside the command from its own log lines. Also
 records the CPU flags of the host (does it have AVX-512/AMX?), the build flags the installed llama-cpp-python
-recorded (``remem doctor``'s build check), and the venv's size.
+recorded (``remem doctor``'s build check), the venv's size and the model cache's (a fresh one, so the run
+includes joining the Qwen model from its packages, as a new user's first demo does).
 
     python -m evals.perf.install                 # -> results/perf/install.json (about 6 minutes on 2 cores)
 """
@@ -102,9 +103,11 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONPATH", "CMAKE_ARGS"}}
         env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv), PIP_VERBOSE="1")
-        env.update(TMPDIR=str(work))
+        # A fresh model cache too: the first demo joins the Qwen GGUF from its packages into it, as a new user's.
+        env.update(TMPDIR=str(work), REMEM_MODEL_CACHE=str(work / "model-cache"))
         result = run(command, clone, env, work / "command1.log")
         size = dir_size(venv)
+        cache = dir_size(work / "model-cache") if (work / "model-cache").exists() else 0
         flags = subprocess.run(
             [str(venv / "bin" / "python"), "-c",
              "import json; from remem_agent.doctor import recorded_build_flags as f; print(json.dumps(f()))"],
@@ -124,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         **result,
         "venv_bytes": size,
         "venv_mib": round(size / 2**20, 1),
+        "model_cache_mib": round(cache / 2**20, 1),  # the joined Qwen GGUF, outside the venv
         "host_cpu_flags": cpu_flags(),
         "llama_cpp_build_flags": None if build_flags is None else {k: build_flags.get(k) for k in wanted},
         "demo_output_tail": log_tail,
