@@ -21,10 +21,11 @@ from evals.harness.reader import (
     read,
 )
 from evals.harness.world import DAY, T0, Fact, Task
+from remem_agent.agent.trace import load_traces
 from remem_agent.errors import UserInputError
 
 REPO = Path(__file__).resolve().parents[1]
-TRACE = REPO / "traces" / "llm_aliases" / "contradiction_0_A.jsonl"
+TRACE = REPO / "traces" / "llm_aliases" / "contradiction_0_A.jsonl.gz"  # committed traces are compressed
 KEY = ("svc", "owner")
 
 
@@ -132,7 +133,7 @@ def test_fit_recovers_known_parameters_and_beats_a_constant() -> None:
 
 
 def test_real_traces_rebuild_into_reader_contexts(tmp_path: Path) -> None:
-    recs = [json.loads(line) for line in TRACE.read_text().splitlines()]
+    recs = load_traces(TRACE)
     rep = cr.load([TRACE], n_tasks=(40,))
     assert rep.skipped == {} and len(rep.observations) == len(recs) == 40
     assert sum(o.success for o in rep.observations) == sum(bool(r["outcome"]["success"]) for r in recs)
@@ -164,7 +165,7 @@ def _summary(per_seed: dict[str, tuple[float, float]]) -> dict[str, object]:
 def test_fit_predict_compare_end_to_end(tmp_path: Path) -> None:
     traces = tmp_path / "traces"
     traces.mkdir()
-    for name in ("contradiction_0_A.jsonl", "contradiction_0_C.jsonl"):
+    for name in ("contradiction_0_A.jsonl.gz", "contradiction_0_C.jsonl.gz"):
         shutil.copy(TRACE.with_name(name), traces / name)
     fit_path, pred_path, cmp_path = tmp_path / "fit.json", tmp_path / "pred.json", tmp_path / "cmp.json"
     cr.main(["fit", str(traces), "--out", str(fit_path), "--tasks", "40"])

@@ -264,3 +264,20 @@ def test_the_set_up_commands_build_llama_cpp_portably_and_ci_can_read_them() -> 
         assert 'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --no-cache-dir -e ".[' in command, command
     assert first.endswith("remem demo") and second.endswith("python -m pytest -q")
     assert "../shared" not in (ROOT / ".ci" / "run").read_text() and "wheels" not in (ROOT / ".ci" / "run").read_text()
+
+
+def test_results_readme_lists_every_committed_result_and_the_layout_stays_small() -> None:
+    """results/README.md's manifest is what evals.analysis.results_manifest renders from the tracked files; the
+    results folder keeps at most 15 top-level entries and the committed traces at most 2 MB."""
+    import subprocess
+
+    from evals.analysis.results_manifest import README as RESULTS_README
+    from evals.analysis.results_manifest import render, updated
+
+    text = RESULTS_README.read_text(encoding="utf-8")
+    assert updated(text, render()) == text, "python -m evals.analysis.results_manifest"
+    tracked = subprocess.run(["git", "ls-files", "results", "traces"], cwd=ROOT, capture_output=True, text=True).stdout
+    top = {p.split("/")[1] for p in tracked.splitlines() if p.startswith("results/")}
+    assert len(top) <= 15, sorted(top)
+    traces = [ROOT / p for p in tracked.splitlines() if p.startswith("traces/")]
+    assert sum(p.stat().st_size for p in traces) <= 2 * 2**20

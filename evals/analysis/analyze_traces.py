@@ -40,7 +40,7 @@ Heuristics (text matching, so approximate):
   domain and not the true value; if the domain knows no other value, a memory that mentions the entity
   and the attribute's name but not the true value (and is not a question) counts as stale.
 
-``python -m evals.analysis.analyze_traces traces/llm/*.jsonl --out results/llm_agent/analysis`` writes
+``python -m evals.analysis.analyze_traces traces/llm/*.jsonl.gz --out results/llm_agent/analysis`` writes
 ``analysis.json`` and ``analysis.md``.
 """
 
@@ -57,7 +57,7 @@ from typing import Any
 from evals.harness.jsonio import write_json
 from remem_agent.agent.prompt import is_alias
 from remem_agent.agent.scoring import normalise_value
-from remem_agent.agent.trace import load_traces
+from remem_agent.agent.trace import load_traces, trace_stem
 
 PRIMARY = (
     "invalid_json",
@@ -267,13 +267,13 @@ def classify(rec: Mapping[str, Any], domains: Mapping[str, set[str]]) -> dict[st
 
 
 def system_of(rec: Mapping[str, Any], path: Path) -> str:
-    return str(rec.get("system") or path.stem.rsplit("_", 1)[-1])
+    return str(rec.get("system") or trace_stem(path).rsplit("_", 1)[-1])
 
 
 def family_of(rec: Mapping[str, Any], path: Path) -> str:
     tid = rec.get("task_id") or ""
     parts = tid.rsplit("-", 2)
-    return parts[0] if len(parts) == 3 else path.stem.split("_", 1)[0]
+    return parts[0] if len(parts) == 3 else trace_stem(path).split("_", 1)[0]
 
 
 def _example(rec: Mapping[str, Any], c: Mapping[str, Any], path: Path) -> dict[str, Any]:

@@ -66,7 +66,8 @@ from evals.harness.runner import run
 from evals.harness.stats import estimate
 from evals.harness.systems import load_systems
 from evals.harness.world import Fact, Task, World, WorldParams, key_name
-from remem_agent.agent.trace import load_traces
+from remem_agent.agent.trace import load_traces, trace_stem
+from remem_agent.agent.trace import trace_files as folder_traces
 from remem_agent.errors import UserInputError
 
 log = logging.getLogger("remem_agent.evals.calibrate_reader")
@@ -207,7 +208,7 @@ def observe(
         source=source,
         task_id=str(rec["task_id"]),
         family=world.family,
-        system=str(rec.get("system") or Path(source).stem.rsplit("_", 1)[-1]),
+        system=str(rec.get("system") or trace_stem(source).rsplit("_", 1)[-1]),
         success=bool(outcome.get("success")) and not rec.get("error"),
         contexts=contexts,
         n_irrelevant=sum(f.key not in needed for f in facts),
@@ -220,11 +221,11 @@ def observe(
 
 
 def trace_files(paths: Iterable[str | Path]) -> list[Path]:
-    """``paths`` with every folder replaced by its ``*.jsonl`` files (sorted)."""
+    """``paths`` with every folder replaced by its trace files (``*.jsonl``, ``*.jsonl.gz``; sorted)."""
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            out += sorted(p.glob("*.jsonl"))
+            out += folder_traces(p)
         elif p.is_file():
             out.append(p)
         else:

@@ -20,7 +20,7 @@ Micro-averaged per trace set and system (and over successful asks only, where th
 ``unsupported_gold_share`` = |(cited − supported) ∩ gold| / |cited − supported| (how often the support
 rule would down-weight a gold citation).
 
-``python -m evals.analysis.citation_precision --out results/citation_precision.json``
+``python -m evals.analysis.citation_precision --out results/llm_agent/citation_precision.json``
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from evals.analysis.analyze_traces import build_domains, classify, system_of
 from evals.harness.families import make_world
 from evals.harness.jsonio import write_json
 from evals.harness.world import World, WorldParams, key_name
-from remem_agent.agent.trace import load_traces
+from remem_agent.agent.trace import load_traces, trace_files
 from remem_agent.learning.credit import values_used
 
 TRACE_SETS = ("traces/llm", "traces/llm_after_fixes", "traces/llm_aliases", "traces/llm_sorted_keys")
@@ -133,7 +133,7 @@ def measure(paths: Iterable[str | Path], *, n_tasks: int = 40, world_check: bool
 def run(trace_sets: Sequence[str | Path], *, n_tasks: int = 40, world_check: bool = True) -> dict[str, Any]:
     sets: dict[str, Any] = {}
     for d in trace_sets:
-        files = sorted(Path(d).glob("*.jsonl"))
+        files = trace_files(d)
         if files:
             sets[str(d)] = {"files": [f.name for f in files]} | {
                 "per_system": measure(files, n_tasks=n_tasks, world_check=world_check)
@@ -178,7 +178,7 @@ def table(res: Mapping[str, Any], scope: str = "all") -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("trace_sets", nargs="*", default=list(TRACE_SETS))
-    p.add_argument("--out", default="results/citation_precision.json")
+    p.add_argument("--out", default="results/llm_agent/citation_precision.json")
     p.add_argument("--tasks", type=int, default=40, help="n_tasks of the worlds the traces were run on")
     p.add_argument("--no-world-check", action="store_true")
     a = p.parse_args(argv)

@@ -24,7 +24,8 @@ baseline, only in the other set, in neither, with an exact two-sided sign test o
 
     python -m evals.analysis.compare_traces \\
         --cells contradiction_0_A,contradiction_0_C,state_change_0_A,state_change_0_C \\
-        --sets before=traces/llm,after=traces/llm_after_fixes --out results/llm_agent_after_fixes/comparison.json
+        --sets before=traces/llm,after=traces/llm_after_fixes \\
+        --out results/llm_agent/iterations/after_fixes/comparison.json
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from evals.harness.jsonio import write_json
 from remem_agent.adapters.base import ChatRequest, Message
 from remem_agent.adapters.gguf import LocalModelName, local_model
 from remem_agent.adapters.llamacpp_chat import LlamaCppChat
+from remem_agent.agent.trace import iter_traces
 from remem_agent.errors import ModelError
 
 # llama.cpp's llama_ftype numbers of the common quantisations (general.file_type)
@@ -80,7 +81,7 @@ def metadata(path: Path) -> dict[str, Any]:
 
 def probe_ask(path: Path, name: str, trace: Path = PROBE_TRACE) -> dict[str, Any]:
     """One real ask: the messages and schema of ``trace``'s first line, through LlamaCppChat."""
-    rec = json.loads(trace.read_text(encoding="utf-8").splitlines()[0])
+    rec = next(iter_traces(trace, strict=False))
     model = LlamaCppChat(path, n_threads=1, n_ctx=2048, name=name)
     req = ChatRequest(
         messages=tuple(Message(role=m["role"], content=m["content"]) for m in rec["messages"]),

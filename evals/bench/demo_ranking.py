@@ -11,7 +11,7 @@ at the time asked), yet the look-alike is not served and the gold fact is. The g
 utility components come from ``search(..., explain=True)``; the look-alike's, which was not served, from the
 same scoring call (the utility model and the candidate pool are observed, not recomputed).
 
-Writes ``results/demo_ranking.md``: the count, its spread over the run, and examples from late tasks.
+Writes ``results/benchmark/demo_ranking.md``: the count, its spread over the run, and examples from late tasks.
 """
 
 from __future__ import annotations
@@ -313,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--tasks", type=int, default=WorldParams().n_tasks)
     ap.add_argument("--system", default="C")
     ap.add_argument("--examples", type=int, default=5)
-    ap.add_argument("--out", default="results/demo_ranking.md")
+    ap.add_argument("--out", default="results/benchmark/demo_ranking.md")
     args = ap.parse_args(argv)
     world = make_world(args.family, args.seed, WorldParams(n_tasks=args.tasks))
     system = load_systems()[args.system]

@@ -18,7 +18,7 @@ Usage (the data is not part of the repository; see its README)::
 
     python -m evals.bench.lexical_channel --data locomo-dev.json [--no-postgres]
 
-Writes ``results/lexical_channel_locomo.json``.
+Writes ``results/locomo/lexical_channel.json``.
 """
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m evals.bench.lexical_channel", description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True, help="LoCoMo JSON (a list of conversations)")
     ap.add_argument("--no-postgres", action="store_true", help="SQLite and the BM25 reference only")
-    ap.add_argument("--out", default="results/lexical_channel_locomo.json")
+    ap.add_argument("--out", default="results/locomo/lexical_channel.json")
     args = ap.parse_args(argv)
     samples = json.loads(Path(args.data).read_text(encoding="utf-8"))
     result = run(samples, postgres=not args.no_postgres)

@@ -11,7 +11,7 @@ Reported: each side's adds/s over every batch, and the median and quartiles of t
 Usage::
 
     python -m evals.perf.add_ab --base c16f9a7 [--size 10000] [--rounds 3] [--batch 1000] [--seed 7]
-                                [--out results/perf_add_ab.json]
+                                [--out results/perf/add_ab.json]
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--out", default="results/perf_add_ab.json")
+    ap.add_argument("--out", default="results/perf/add_ab.json")
     args = ap.parse_args(argv)
     if args.size < args.batch or args.batch < 1 or args.rounds < 1:
         ap.error("--batch must be >= 1, --size >= --batch, --rounds >= 1")

@@ -20,7 +20,7 @@ turn after the first) and the trace line write. Three parts:
 Targets (chat overhead p50 <= 5 ms, added time to first token p50 <= 5 ms) are evaluated in the JSON
 (``met``), never asserted. Usage::
 
-    python -m evals.perf.chat [--memories 10000] [--calls 300] [--conversations 100] [--out results/perf_chat.json]
+    python -m evals.perf.chat [--memories 10000] [--calls 300] [--conversations 100] [--out results/perf/chat.json]
     python -m evals.perf.chat --quick
 """
 
@@ -421,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=16, help="MemoryAgent max_concurrency in part 3")
     ap.add_argument("--scopes", type=int, default=SCOPES, help="scopes of part 3 (1: one, no scope check)")
     ap.add_argument("--seed", type=int, default=12)
-    ap.add_argument("--out", default="results/perf_chat.json")
+    ap.add_argument("--out", default="results/perf/chat.json")
     ap.add_argument("--tmpdir", default=None, help="where the temporary stores go")
     ap.add_argument(
         "--blas-threads",

@@ -14,7 +14,7 @@ Measures, for each store size, on synthetic but varied facts:
 
 Usage::
 
-    python -m evals.perf.core [--sizes 10000,100000] [--queries 300] [--out results/perf_core.json]
+    python -m evals.perf.core [--sizes 10000,100000] [--queries 300] [--out results/perf/core.json]
     python -m evals.perf.core --quick          # CI smoke: small store, few queries, one repeat, < 20 s
     python -m evals.perf.core --profile        # also cProfile search (largest size) and add (smallest)
 
@@ -380,7 +380,7 @@ def bench_size(
     # copy of the ledger: on the same file its search records would be another connection's commits
     # between two of the measured searches, and SQLite drops a connection's whole page cache (and this
     # library its row cache) when another connection committed, so each path would be measured cold.
-    # (Several processes on one store do pay that; results/perf_postgres.json and the gateway's
+    # (Several processes on one store do pay that; results/perf/postgres.json and the gateway's
     # --workers phase measure them.)
     mem.close()
     folder_a = root / f"store_{n}_system_a"
@@ -728,7 +728,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="warm-up queries per size (their own set; the full search there is reported as full_warmup)",
     )
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--out", default="results/perf_core.json")
+    ap.add_argument("--out", default="results/perf/core.json")
     ap.add_argument("--tmpdir", default=None, help="where the temporary stores go (default: system temp)")
     ap.add_argument("--quick", action="store_true", help="CI smoke: size 2000, 100 queries")
     ap.add_argument(

@@ -12,7 +12,7 @@ those products at BLAS speed; the measured rate of :class:`~remem_agent.embedder
 
 Usage::
 
-    python -m evals.perf.embed_ceiling [--texts 600] [--out results/perf_embed_ceiling.json]
+    python -m evals.perf.embed_ceiling [--texts 600] [--out results/perf/embed_ceiling.json]
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2, help="threads for the multi-threaded rates")
     ap.add_argument("--batch", type=int, default=16, help="texts per product (OnnxEmbedder's batch size)")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--out", default="results/perf_embed_ceiling.json")
+    ap.add_argument("--out", default="results/perf/embed_ceiling.json")
     args = ap.parse_args(argv)
     if args.texts < 1 or args.threads < 1 or args.batch < 1:
         ap.error("--texts, --threads and --batch must be >= 1")

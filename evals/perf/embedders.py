@@ -15,7 +15,7 @@ Two measurements (a benchmark, not a test):
 
 Usage::
 
-    python -m evals.perf.embedders [--out results/perf_embedders.json]
+    python -m evals.perf.embedders [--out results/perf/embedders.json]
     python -m evals.perf.embedders --queries 5 --batch-texts 16 --blocks 2 --seeds 1 --out /tmp/emb.json  # smoke
 """
 
@@ -188,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--blocks", type=int, default=4, help="alternating idle/loaded blocks per engine and threads")
     ap.add_argument("--timeout", type=float, default=900.0)
-    ap.add_argument("--out", default="results/perf_embedders.json")
+    ap.add_argument("--out", default="results/perf/embedders.json")
     ap.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -19,7 +19,7 @@ Usage::
 
     python -m evals.perf.gateway [--memories 10000] [--requests 300] [--concurrency 32] [--seconds 60]
                                  [--blas-threads 1] [--litellm /tmp/litellm-venv/bin/litellm]
-                                 [--out results/perf_gateway.json]
+                                 [--out results/perf/gateway.json]
     python -m evals.perf.gateway --quick
 """
 
@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         help="after the single-process runs, restart the gateway with this many workers (remem serve --workers) "
         "and measure its overhead and load again; 1 skips that phase",
     )
-    ap.add_argument("--out", default="results/perf_gateway.json")
+    ap.add_argument("--out", default="results/perf/gateway.json")
     ap.add_argument("--quick", action="store_true", help="1k memories, 40 requests, 5 s of load (CI smoke)")
     ap.add_argument("--fake-upstream-port", type=int, help=argparse.SUPPRESS)  # internal: run the fake upstream
     args = ap.parse_args(argv)

@@ -8,7 +8,7 @@ per call from the middleware's own per-stage timings.
 
 Usage::
 
-    python -m evals.perf.middleware [--memories 10000] [--asks 300] [--out results/perf_middleware.json]
+    python -m evals.perf.middleware [--memories 10000] [--asks 300] [--out results/perf/middleware.json]
     python -m evals.perf.middleware --quick
 """
 
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memories", type=int, default=10_000)
     ap.add_argument("--asks", type=int, default=300)
     ap.add_argument("--seed", type=int, default=11)
-    ap.add_argument("--out", default="results/perf_middleware.json")
+    ap.add_argument("--out", default="results/perf/middleware.json")
     ap.add_argument("--quick", action="store_true", help="small store and few asks (CI smoke)")
     args = ap.parse_args(argv)
     if args.quick:

@@ -24,7 +24,7 @@ says so).
 
 Usage::
 
-    python -m evals.perf.peers --pause-study --mem0-python /tmp/mem0-venv/bin/python [--out results/perf_peers.json]
+    python -m evals.perf.peers --pause-study --mem0-python /tmp/mem0-venv/bin/python [--out results/perf/peers.json]
     python -m evals.perf.peers --n 300 --queries 20 --systems remem-onnx --out /tmp/peers.json   # smoke
 
 The data is ``evals.perf.core.make_world`` (the core benchmark's varied synthetic facts) as plain texts.
@@ -281,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--pause-study", action="store_true", help="SIGSTOP the background study (run_llm_agent) while each system runs"
     )
-    ap.add_argument("--out", default="results/perf_peers.json")
+    ap.add_argument("--out", default="results/perf/peers.json")
     ap.add_argument("--worker", choices=SYSTEMS, help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)

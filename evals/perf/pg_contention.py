@@ -1,6 +1,6 @@
 """Concurrent writers on one PostgreSQL store: deadlocks, retries, give-ups and wall time per workload.
 
-    python -m evals.perf.pg_contention [--base REV] [--workers 4] [--repeats 2] [--out results/perf_pg_contention.json]
+    python -m evals.perf.pg_contention [--base REV] [--workers 4] [--repeats 2] [--out results/perf/pg_contention.json]
 
 The run starts its own PostgreSQL 16 + pgvector (``pgserver``) in a temporary folder. Each workload gets a fresh
 database, a seed written by the package under test, then ``--workers`` processes that start together:
@@ -218,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=2, help="runs of every workload (per package)")
     ap.add_argument("--quick", action="store_true", help="tiny workloads (a smoke test of the script)")
-    ap.add_argument("--out", default="results/perf_pg_contention.json")
+    ap.add_argument("--out", default="results/perf/pg_contention.json")
     ap.add_argument("--tmpdir", help="where the private server's data folder goes")
     args = ap.parse_args(argv)
     if args.workers < 1 or args.repeats < 1:

@@ -25,7 +25,7 @@ against the ledger's statistics: must be 0) and ``verify().ok``.
 
 Usage::
 
-    python -m evals.perf.postgres [--sizes 10000 100000] [--out results/perf_postgres.json]
+    python -m evals.perf.postgres [--sizes 10000 100000] [--out results/perf/postgres.json]
     python -m evals.perf.postgres --quick      # CI smoke: one small size, few cycles
 
 Latencies are wall time. ``client_cpu_s`` is this process's CPU; ``server_cpu_s`` is the CPU of
@@ -788,7 +788,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--no-analyze", action="store_true", help="search right after the load (no VACUUM ANALYZE in between)"
     )
-    ap.add_argument("--out", default="results/perf_postgres.json")
+    ap.add_argument("--out", default="results/perf/postgres.json")
     ap.add_argument("--tmpdir", default=None, help="where the stores and the server's data go")
     ap.add_argument("--quick", action="store_true", help="CI smoke: size 1000, 40 queries, 4 x 15 cycles")
     args = ap.parse_args(argv)

@@ -1,8 +1,8 @@
 """Paired A/B of ``ReMem.search`` between an earlier commit and the working tree, in one process (a benchmark).
 
 Why: on this machine the same ``evals.perf.core`` run at 10k gave a search p50 of 2.67, 2.17 and 1.80 ms minutes
-apart (b7b5a96: ``results/perf_core_repeat1.json``, ``perf_core_repeat2.json`` and the perf_core.json of that
-commit; the bare index lookup moved as much), so two runs cannot
+apart (b7b5a96: ``results/perf/history/core_repeat1.json``, ``perf/history/core_repeat2.json`` and the
+perf/core.json of that commit; the bare index lookup moved as much), so two runs cannot
 tell a 10% change from the machine's drift. Here both versions run in the same process at the same time: the
 earlier commit's ``remem_agent`` is exported with ``git archive`` into a temporary folder under another
 package name (``remem_base``; its imports renamed), both build a store from the same generated world
@@ -13,7 +13,7 @@ as contended). Reported per seed: each side's p50 and the median of the per-quer
 Usage::
 
     python -m evals.perf.search_ab --base 30c9b12 [--size 10000] [--queries 600] [--seeds 7,11]
-                                   [--out results/perf_search_ab.json]
+                                   [--out results/perf/search_ab.json]
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--queries", type=int, default=600)
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--seeds", default="7,11")
-    ap.add_argument("--out", default="results/perf_search_ab.json")
+    ap.add_argument("--out", default="results/perf/search_ab.json")
     args = ap.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     if args.size < 100 or args.queries < 2 or args.warmup < 0 or not seeds:

@@ -18,7 +18,7 @@ With ``--embedder onnx`` the memories and queries are embedded by the ONNX MiniL
 no task: the peers benchmark's setting) and query vectors come from the query cache, so ``total`` is the
 search without its embedding. Usage::
 
-    python -m evals.perf.search_stages [--size 10000] [--embedder hash|onnx] [--out results/perf_search_stages.json]
+    python -m evals.perf.search_stages [--size 10000] [--embedder hash|onnx] [--out results/perf/search_stages.json]
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--embedder", choices=("hash", "onnx"), default="hash")
-    ap.add_argument("--out", default="results/perf_search_stages.json")
+    ap.add_argument("--out", default="results/perf/search_stages.json")
     args = ap.parse_args(argv)
     if args.size < 100 or args.queries < 1 or args.warmup < 0:
         ap.error("--size must be >= 100, --queries >= 1, --warmup >= 0")

@@ -327,7 +327,7 @@ class LlamaCppChat:
             # Sorted keys: llama.cpp's grammar emits properties in schema order, so the agent's
             # "citations" come before the answer keys. We measured the alternative (the caller's order,
             # answer first) with Qwen2.5-0.5B: it still wrote memory ids as answers, cited less, and
-            # lost 15-18 points on contradiction seed 0 (results/llm_agent_after_fixes/COMPARISON.md).
+            # lost 15-18 points on contradiction seed 0 (results/llm_agent/iterations/after_fixes/COMPARISON.md).
             text = json.dumps(schema, sort_keys=True)
         except (TypeError, ValueError) as exc:
             raise UserInputError(f"json_schema is not JSON-serializable: {exc}") from exc

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gzip
 import json
 import os
 import re
@@ -446,8 +447,14 @@ def trace_kind(rec: Mapping[str, Any]) -> str:
 
 def iter_traces(path: str | Path, *, strict: bool = True, kind: str | None = None) -> Iterator[dict[str, Any]]:
     """Yield trace records (only those of ``kind`` when given); with ``strict`` a malformed line raises
-    UserInputError naming the line."""
-    with Path(path).open(encoding="utf-8") as f:
+    UserInputError naming the line.
+
+    A gzip-compressed trace (``NAME.jsonl.gz``) reads the same; so does ``NAME.jsonl`` when only its ``.gz``
+    exists (archived traces are kept compressed)."""
+    file = Path(path)
+    if not file.exists() and Path(f"{file}.gz").exists():
+        file = Path(f"{file}.gz")
+    with gzip.open(file, "rt", encoding="utf-8") if file.suffix == ".gz" else file.open(encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -468,3 +475,14 @@ def iter_traces(path: str | Path, *, strict: bool = True, kind: str | None = Non
 
 def load_traces(path: str | Path, *, strict: bool = True, kind: str | None = None) -> list[dict[str, Any]]:
     return list(iter_traces(path, strict=strict, kind=kind))
+
+
+def trace_stem(path: str | Path) -> str:
+    """A trace file's name without ``.jsonl`` or ``.jsonl.gz`` (``contradiction_0_C``)."""
+    return Path(str(path).removesuffix(".gz")).stem
+
+
+def trace_files(folder: str | Path) -> list[Path]:
+    """The trace files of ``folder`` (``*.jsonl`` and compressed ``*.jsonl.gz``), sorted by name."""
+    root = Path(folder)
+    return sorted([*root.glob("*.jsonl"), *root.glob("*.jsonl.gz")])

@@ -1,6 +1,6 @@
 """How many threads an embedder computes with, when the caller does not say.
 
-Why the defaults differ by engine (results/perf_embedders.json, ``python -m evals.perf.embedders``, one query
+Why the defaults differ by engine (results/perf/embedders.json, ``python -m evals.perf.embedders``, one query
 embedding on this 2-core machine, idle and with one competing CPU-bound process): torch's OpenMP pool waits
 at every barrier for a descheduled thread, so two torch threads were an order of magnitude slower than one
 (issue 18 first saw 216-316 ms instead of ~18 ms); onnxruntime's pool with spinning off degrades gracefully,

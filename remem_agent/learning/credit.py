@@ -41,7 +41,7 @@ class CreditPolicy:
     Because ``assign`` does not see whether an answer was given, the rule applies only when that
     support set is non-empty: with no value-use evidence at all (no ``answer=`` and no ``used_ids``,
     or an answer no served memory carries) citations keep the ordinary ``cited_only`` credit.
-    Why 0.25, not 0: on the committed real-LLM traces (``results/citation_precision.json``) 73-79% of
+    Why 0.25, not 0: on the committed real-LLM traces (``results/llm_agent/citation_precision.json``) 73-79% of
     citations are unsupported and only 2-7% of those are the gold memory (none on successful asks),
     so an unsupported citation is weak evidence; it keeps a little credit because value use is lexical
     (a paraphrased value is missed) and because self-citation is all the caller may have.

@@ -13,7 +13,7 @@ stemming, case and diacritics folded) over ``memories.text``, PostgreSQL a ``tsv
 comparable within one backend only (FTS5 ``bm25()``; PostgreSQL idf-weighted ``ts_rank``, see
 ``PostgresTx._lexical_query``); fusion uses ranks. Why 'english' and not 'simple' on PostgreSQL:
 stemming finds "camped" for "camping"; on the LoCoMo dev conversations 'simple' ranks 2 pp lower at
-evidence recall@5 (results/lexical_channel_locomo.json, ``python -m evals.bench.lexical_channel``).
+evidence recall@5 (results/locomo/lexical_channel.json, ``python -m evals.bench.lexical_channel``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ MAX_TERM_CHARS = 64  # longer "words" (hashes, base64) are not words a question 
 # to at most this many memories; a word with more matches than what is left is not searched. Why: the
 # cost of a full-text query is scoring and sorting every matching row (FTS5 bm25(), ts_rank), not
 # finding them, and a word in thousands of memories ("note", "service") would make one query cost tens
-# of milliseconds at 100k memories (results/perf_core_lexical.json, synthetic facts: 114 ms p50 with every
+# of milliseconds at 100k memories (results/perf/history/core_lexical.json, synthetic facts: 114 ms p50 with every
 # word searched, 1.6 ms with this bound; 48 of 300 queries then have no lexical candidates). Such a
 # word carries little evidence (a low idf); the dense channel still sees it. A store with fewer
 # memories than this is never pruned.

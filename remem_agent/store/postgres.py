@@ -13,7 +13,7 @@ Why these choices:
   process holds a copy of the vectors and a memory added on one machine is found by all others at
   once. ``hnsw.ef_search`` (the search width) is ``max(ef_search, pool)``: pgvector returns at most
   ef_search rows, and a wider search finds more of the exact neighbours (measured in
-  results/perf_postgres.json: pool recall at 100k memories 0.77 at width 40, 0.91 at 200). Pools
+  results/perf/postgres.json: pool recall at 100k memories 0.77 at width 40, 0.91 at 200). Pools
   above 1000 fall back to an exact scan.
 * **Connections** come from a ``psycopg_pool.ConnectionPool``; the async API runs these calls in
   worker threads, so the pool size bounds concurrency per process.
@@ -221,7 +221,7 @@ class PostgresTx(LedgerTx):
 
         Why not ``ts_rank_cd`` of the OR-ed query alone: it has no inverse document frequency, so a
         question's common words outweigh the one rare name or date that finds the answer; on the LoCoMo
-        dev conversations it ranks 9 pp lower at evidence recall@5 (results/lexical_channel_locomo.json:
+        dev conversations it ranks 9 pp lower at evidence recall@5 (results/locomo/lexical_channel.json:
         ``postgres_english_rank_cd`` vs ``postgres_english``). idf = ln(1 + (N - df + 0.5) / (df + 0.5)) as
         in Okapi BM25, with df the word's matches over the whole ledger (every scope), counted by
         ``_lexical_counts`` in this transaction, and N the highest ``seq`` (memories are never deleted).
