@@ -101,6 +101,14 @@ class Gw:
         assert self.http.get("/v1/verify").json()["ok"] is True
 
 
+_OPEN_CLIENTS: list[Any] = []
+
+
+def request_closes(client: Any) -> None:
+    """Close ``client`` (an official SDK client holding an httpx client) when the test's gateway stops."""
+    _OPEN_CLIENTS.append(client)
+
+
 @pytest.fixture()
 def gw(upstream: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Gw]:
     monkeypatch.setenv("REMEM_TEST_UPSTREAM_KEY", UPSTREAM_KEY)
@@ -113,6 +121,8 @@ def gw(upstream: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
         g = Gw(base, mem, trace)
         yield g
         g.http.close()
+        while _OPEN_CLIENTS:
+            _OPEN_CLIENTS.pop().close()
     mem.close()
 
 
@@ -301,6 +311,7 @@ def test_ollama_client_against_api_chat(gw: Gw) -> None:
 
     mid = gw.add("Our server moved to west-2.", entity="server", attribute="region")
     client = ollama.Client(host=gw.base, trust_env=False)
+    request_closes(client)
     msgs: list[Any] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
     parts = list(
         client.chat(
@@ -315,3 +326,41 @@ def test_ollama_client_against_api_chat(gw: Gw) -> None:
     assert reply.message.content == "West-2 [M1]." and reply.done
     gw.check_learning(mid, line["answer_id"], gw.lines()[-1]["answer_id"])
     assert [m.model for m in client.list().models] == ["smollm2"]
+
+
+def test_ollama_client_lists_shows_and_versions_and_the_probes_answer(gw: Gw) -> None:
+    """What Ollama clients and UIs call besides chat (`ps`, `show`, `/api/version`), with the official client;
+    and the liveness and readiness probes, ready while the upstream answers."""
+    ollama = pytest.importorskip("ollama")
+
+    client = ollama.Client(host=gw.base, trust_env=False)
+    request_closes(client)
+    assert [m.model for m in client.ps().models] == ["smollm2"]
+    shown = client.show("smollm2")
+    assert shown.capabilities is not None and "completion" in shown.capabilities
+    with pytest.raises(ollama.ResponseError) as err:
+        client.show("not-served")
+    assert err.value.status_code == 404
+    version = gw.http.get("/api/version")
+    assert version.status_code == 200 and version.json()["version"]
+    assert gw.http.get("/livez").json() == {"status": "alive"}
+    ready = gw.http.get("/readyz")
+    assert ready.status_code == 200 and ready.json() == {"status": "ready", "ledger": "ok", "upstream": "ok"}
+
+
+def test_readiness_names_an_unreachable_upstream(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    mem = ReMem(tmp_path / "store")
+    try:
+        config = GatewayConfig(upstream=dead, models=("m",), trace="off")
+        with running(create_app(config, memory=mem)) as base, httpx.Client(base_url=base, trust_env=False) as http:
+            r = http.get("/readyz")
+            assert r.status_code == 503 and r.json()["ledger"] == "ok" and r.json()["upstream"] != "ok"
+            assert "127.0.0.1" not in r.text  # the upstream's address is not echoed
+            assert http.get("/livez").status_code == 200
+    finally:
+        mem.close()

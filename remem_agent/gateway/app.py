@@ -8,6 +8,7 @@ a query string, an API key or the upstream's URL.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from remem_agent.adapters.base import ChatModel
 from remem_agent.agent.telemetry import Telemetry
+from remem_agent.errors import RememError
 from remem_agent.gateway import memory_routes, ollama_routes, openai_routes
 from remem_agent.gateway.auth import Caller
 from remem_agent.gateway.config import GatewayConfig, check_bind, load_api_keys
@@ -38,6 +40,25 @@ access_log = logging.getLogger("remem_agent.gateway.access")
 
 async def _healthz(gw: Gateway, request: Request, caller: Caller) -> Response:
     return JSONResponse({"status": "ok", "uptime_s": round(time.time() - gw.started, 3)})
+
+
+async def _livez(gw: Gateway, request: Request, caller: Caller) -> Response:
+    """The process serves requests (liveness: restart it when this fails)."""
+    return JSONResponse({"status": "alive"})
+
+
+async def _readyz(gw: Gateway, request: Request, caller: Caller) -> Response:
+    """The ledger answers a read and the upstream its model list: 200, else 503 naming what is not ready."""
+    checks: dict[str, str] = {}
+    try:
+        await asyncio.to_thread(gw.memory.store.max_seq)
+        checks["ledger"] = "ok"
+    except RememError as exc:
+        checks["ledger"] = type(exc).__name__
+    problem = await gw.router.reachable()
+    checks["upstream"] = "ok" if problem is None else problem
+    ready = all(v == "ok" for v in checks.values())
+    return JSONResponse({"status": "ready" if ready else "not ready", **checks}, status_code=200 if ready else 503)
 
 
 async def _metrics(gw: Gateway, request: Request, caller: Caller) -> Response:
@@ -70,7 +91,7 @@ class AccessLog:
             route = state.get("route", "other")
             ms = round((time.perf_counter() - t0) * 1000, 3)
             self.gw.metrics.inc("remem_gateway_requests_total", route=route, method=scope["method"], status=str(status))
-            if route not in ("/healthz", "/metrics") and access_log.isEnabledFor(logging.INFO):
+            if route not in ("/healthz", "/livez", "/readyz", "/metrics") and access_log.isEnabledFor(logging.INFO):
                 record = {
                     "event": "request",
                     "method": scope["method"],
@@ -115,6 +136,11 @@ def create_app(
         Route("/v1/stats", e("/v1/stats", "openai", memory_routes.stats), methods=["GET"]),
         Route("/v1/verify", e("/v1/verify", "openai", memory_routes.verify), methods=["GET"]),
         Route("/healthz", e("/healthz", "openai", _healthz, public=True), methods=["GET"]),
+        Route("/livez", e("/livez", "openai", _livez, public=True), methods=["GET"]),
+        Route("/readyz", e("/readyz", "openai", _readyz, public=True), methods=["GET"]),
+        Route("/api/version", e("/api/version", "ollama", ollama_routes.version, public=True), methods=["GET"]),
+        Route("/api/ps", e("/api/ps", "ollama", ollama_routes.ps), methods=["GET"]),
+        Route("/api/show", e("/api/show", "ollama", ollama_routes.show), methods=["POST"]),
         Route("/metrics", e("/metrics", "openai", _metrics), methods=["GET"]),
     ]
 

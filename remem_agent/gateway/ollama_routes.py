@@ -1,5 +1,5 @@
-"""Ollama wire protocol: ``POST /api/chat`` (NDJSON stream by default, ``"stream": false`` for one JSON) and
-``GET /api/tags``.
+"""Ollama wire protocol: ``POST /api/chat`` (NDJSON stream by default, ``"stream": false`` for one JSON),
+``GET /api/tags``, ``GET /api/version``, ``GET /api/ps`` and ``POST /api/show``.
 
 Request fields the gateway reads: ``model``, ``messages`` (tool results named by ``tool_name`` are matched
 to the assistant's open tool calls), ``tools``, ``format`` (``"json"`` or a JSON schema), ``options``
@@ -28,7 +28,7 @@ from remem_agent.adapters.base import ToolCall
 from remem_agent.agent.chat import ChatReply, ChatStream
 from remem_agent.errors import ModelError
 from remem_agent.gateway.auth import Caller, request_scope
-from remem_agent.gateway.protocol import ApiError, check_schema, count, error_of, number
+from remem_agent.gateway.protocol import ApiError, check_schema, count, error_of, json_object, number
 from remem_agent.gateway.service import ChatCall, ClosingStreamingResponse, Meta, StreamEnd
 
 if TYPE_CHECKING:
@@ -210,18 +210,45 @@ async def _ndjson(
         await end()
 
 
-async def tags(gw: Gateway, request: Request, caller: Caller) -> Response:
-    names = await gw.router.models()
+def _model_entry(gw: Gateway, name: str) -> dict[str, Any]:
     modified = datetime.fromtimestamp(gw.started, UTC).isoformat().replace("+00:00", "Z")
-    models = [
-        {
-            "name": n,
-            "model": n,
-            "modified_at": modified,
-            "size": 0,
-            "digest": "",
-            "details": {"format": "remem-gateway"},
-        }
-        for n in names
-    ]
+    return {"name": name, "model": name, "modified_at": modified, "size": 0, "digest": "", "details": _DETAILS}
+
+
+_DETAILS = {"format": "remem-gateway", "family": "", "parameter_size": "", "quantization_level": ""}
+
+
+async def tags(gw: Gateway, request: Request, caller: Caller) -> Response:
+    return JSONResponse({"models": [_model_entry(gw, n) for n in await gw.router.models()]})
+
+
+async def version(gw: Gateway, request: Request, caller: Caller) -> Response:
+    """``GET /api/version``: the gateway's own version (Ollama UIs call it to detect a server)."""
+    from remem_agent import __version__
+
+    return JSONResponse({"version": __version__})
+
+
+async def ps(gw: Gateway, request: Request, caller: Caller) -> Response:
+    """``GET /api/ps``: the models served, as Ollama lists its loaded ones (no size: they live elsewhere)."""
+    far = "9999-12-31T23:59:59Z"  # served for as long as the gateway runs
+    models = [{**_model_entry(gw, n), "expires_at": far, "size_vram": 0} for n in await gw.router.models()]
     return JSONResponse({"models": models})
+
+
+async def show(gw: Gateway, request: Request, caller: Caller) -> Response:
+    """``POST /api/show {"model": NAME}``: what the gateway knows of a model it serves (404 for another)."""
+    body = json_object(await gw.read_body(request))
+    name = body.get("model", body.get("name"))
+    name = await gw.service.check_model(name)
+    caps = gw.router.capabilities
+    return JSONResponse(
+        {
+            "modified_at": _model_entry(gw, name)["modified_at"],
+            "details": _DETAILS,
+            "model_info": {},
+            "parameters": "",
+            "template": "",
+            "capabilities": ["completion", *(["tools"] if caps.tools else [])],
+        }
+    )

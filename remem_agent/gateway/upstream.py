@@ -112,9 +112,24 @@ class ModelRouter:
                     self._discovered_at = time.monotonic()
                     try:
                         self._discovered = tuple(await self._discover())
-                    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+                    except (httpx.HTTPError, ModelError, ValueError, KeyError, TypeError) as exc:
                         log.warning("could not list the upstream's models: %s", type(exc).__name__)
         return self._discovered or (self._default,)
+
+    async def reachable(self, timeout_s: float = 2.0) -> str | None:
+        """None when the upstream answers its model list within ``timeout_s`` (a local model: always), else what
+        went wrong (the error's type, never its text: it may hold the upstream's address)."""
+        if self._discover is None:
+            return None
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._discover()
+        except TimeoutError:
+            return f"no answer within {timeout_s:g} s"
+        except (httpx.HTTPError, ModelError, ValueError, KeyError, TypeError) as exc:
+            cause = exc.__cause__ if isinstance(exc, ModelError) and exc.__cause__ is not None else exc
+            return type(cause).__name__
+        return None
 
     async def known(self, name: str) -> bool:
         if self._names:
@@ -219,7 +234,10 @@ def build_router(config: GatewayConfig, local: ChatModel | None = None) -> Model
         )
 
         async def discover_openai() -> list[str]:
-            page = await sdk.models.list()
+            try:
+                page = await sdk.models.list()
+            except openai.APIError as exc:  # the SDK's errors as the library's, at the boundary
+                raise ModelError(f"listing the upstream's models failed: {type(exc).__name__}") from exc
             return [m.id for m in page.data]
 
         async def close_openai() -> None:
