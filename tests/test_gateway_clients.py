@@ -132,12 +132,14 @@ def test_openai_sync_client(gw: Gw, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="remem_agent.gateway")
     mid = gw.add("Our server moved to west-2.", entity="server", attribute="region")
     client = openai.OpenAI(base_url=gw.base + "/v1", api_key="sk-client", http_client=httpx.Client(trust_env=False))
+    request_closes(client)
     msgs: list[Any] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
     raw = client.chat.completions.with_raw_response.create(
         model="smollm2", messages=msgs, max_tokens=30, extra_body=grammar("It is in west-2 [M1].")
     )
     first = raw.parse()
     a1 = raw.headers["x-remem-answer-id"]
+    assert first.id == f"chatcmpl-{a1}"  # the completion's own id carries the answer id every client keeps
     assert first.choices[0].message.content == "It is in west-2 [M1]."  # the unknown field reached llama.cpp
     assert mid in raw.headers["x-remem-served"].split(",")
     assert first.model_extra is not None and first.model_extra["remem"]["citations"] == [mid]
@@ -153,6 +155,8 @@ def test_openai_sync_client(gw: Gw, caplog: pytest.LogCaptureFixture) -> None:
     a2 = second.model_extra["remem"]["answer_id"]
     assert a2 != a1 and second.model_extra["remem"]["conversation_id"] == raw.headers["x-remem-conversation"]
     gw.check_learning(mid, a1, a2)
+    again = gw.http.post("/v1/feedback", json={"answer_id": second.id, "success": True})  # by the completion id
+    assert again.status_code == 200 and again.json()["repeated"] is True
     # the access log: one JSON line per request, never a prompt, a reply or a key
     access = [r.getMessage() for r in caplog.records if r.name == "remem_agent.gateway.access"]
     assert access and all(json.loads(a)["event"] == "request" for a in access)
@@ -173,14 +177,16 @@ async def test_openai_async_client_streaming(gw: Gw) -> None:
         model="smollm2", messages=msgs, max_tokens=30, stream=True, extra_body=grammar("It is in west-2 [M1] now.")
     )
     a1 = raw.headers["x-remem-answer-id"]
-    pieces, remem = [], None
+    pieces, remem, ids = [], None, set()
     async for chunk in raw.parse():
+        ids.add(chunk.id)
         if chunk.choices and chunk.choices[0].delta.content:
             pieces.append(chunk.choices[0].delta.content)
         if chunk.model_extra and "remem" in chunk.model_extra:
             remem = chunk.model_extra["remem"]
     assert len(pieces) > 3 and "".join(pieces) == "It is in west-2 [M1] now."
     assert remem is not None and remem["answer_id"] == a1 and remem["citations"] == [mid]
+    assert ids == {f"chatcmpl-{a1}"}  # every chunk names the answer, the first one included
     assert "west-2" in gw.block(a1)
     msgs += [{"role": "assistant", "content": "".join(pieces)}, {"role": "user", "content": CORRECTION}]
     stream = await client.chat.completions.create(
@@ -206,6 +212,7 @@ def test_openai_tool_call_round_trip(gw: Gw) -> None:
 
     mid = gw.add("Our server moved to west-2.", entity="server", attribute="region")
     client = openai.OpenAI(base_url=gw.base + "/v1", api_key="x", http_client=httpx.Client(trust_env=False))
+    request_closes(client)
     msgs: list[Any] = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": "Please ping our server in its current region."},

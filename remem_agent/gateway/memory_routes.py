@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from remem_agent.gateway.auth import Caller, request_scope, scoped
+from remem_agent.gateway.openai_routes import answer_id_of
 from remem_agent.gateway.protocol import ApiError, json_object
 from remem_agent.gateway.service import receipt_body
 
@@ -101,10 +102,12 @@ async def inspect_memory(gw: Gateway, request: Request, caller: Caller) -> Respo
 
 async def feedback(gw: Gateway, request: Request, caller: Caller) -> Response:
     body = json_object(await gw.read_body(request))
+    given = body.get("answer_id")
+    answer_id = answer_id_of(given) if isinstance(given, str) else given  # a chat completion's id names it too
     receipt = await gw.service.feedback(
-        caller, body.get("answer_id"), body.get("success"), body.get("reason"), body.get("used_ids")
+        caller, answer_id, body.get("success"), body.get("reason"), body.get("used_ids")
     )
-    request.state.answer_id = body.get("answer_id")
+    request.state.answer_id = answer_id
     return JSONResponse(dict(receipt_body(receipt)))
 
 

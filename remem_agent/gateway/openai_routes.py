@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -122,6 +121,20 @@ def _flag(value: str | None) -> bool | None:
     return None if value is None else value.strip().lower() in ("1", "true", "yes", "on")
 
 
+COMPLETION_PREFIX = "chatcmpl-"
+
+
+def completion_id(answer_id: str) -> str:
+    """A chat completion's ``id`` (every OpenAI client keeps it): ``chatcmpl-`` and the answer id, so that
+    ``POST /v1/feedback`` takes either (:func:`answer_id_of`)."""
+    return COMPLETION_PREFIX + answer_id
+
+
+def answer_id_of(given: str) -> str:
+    """The answer id a feedback names: itself, or the one inside a completion id."""
+    return given.removeprefix(COMPLETION_PREFIX)
+
+
 async def chat_completions(gw: Gateway, request: Request, caller: Caller) -> Response:
     body, stream, call = await gw.read_chat(request, caller, parse_call, stream_default=False)
     model = call.model
@@ -137,7 +150,7 @@ async def chat_completions(gw: Gateway, request: Request, caller: Caller) -> Res
             elif message["content"] is None:
                 message["content"] = ""
             completion = {
-                "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+                "id": completion_id(meta.answer_id),
                 "object": "chat.completion",
                 "created": int(time.time()),
                 "model": model,
@@ -200,7 +213,7 @@ async def _sse(
     end: StreamEnd,
     request: Request,
 ) -> AsyncIterator[bytes]:
-    cid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+    cid, created = completion_id(meta.answer_id), int(time.time())
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
         choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
