@@ -214,10 +214,14 @@ def _probe_ledger(location: str) -> ProbeResult:
     return "ok", f"{location}: {memories} memories, verify() ok", None
 
 
+def _socket_for(host: str) -> socket.socket:
+    return socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+
+
 def _probe_port(address: str) -> ProbeResult:
     host, _, port_text = address.rpartition(":")
     port = int(port_text)
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+    with _socket_for(host) as sock:
         try:
             sock.bind((host.strip("[]"), port))
         except OSError as exc:
@@ -227,7 +231,7 @@ def _probe_port(address: str) -> ProbeResult:
 
 
 def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+    with _socket_for(host) as sock:
         sock.bind((host.strip("[]"), 0))
         return int(sock.getsockname()[1])
 

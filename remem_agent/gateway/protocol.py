@@ -141,18 +141,17 @@ def check_json_tree(data: object) -> None:
     stack: list[tuple[object, int]] = [(data, 1)]
     while stack:
         node, depth = stack.pop()
-        if isinstance(node, dict):
-            if depth > MAX_JSON_DEPTH:
-                raise ApiError(400, f"the request body is nested deeper than {MAX_JSON_DEPTH} levels", code="too_deep")
-            for key, value in node.items():
-                _check_text(key)
-                stack.append((value, depth + 1))
-        elif isinstance(node, list):
-            if depth > MAX_JSON_DEPTH:
-                raise ApiError(400, f"the request body is nested deeper than {MAX_JSON_DEPTH} levels", code="too_deep")
-            stack.extend((value, depth + 1) for value in node)
-        elif isinstance(node, str):
+        if isinstance(node, str):
             _check_text(node)
+            continue
+        if not isinstance(node, dict | list):
+            continue
+        if depth > MAX_JSON_DEPTH:
+            raise ApiError(400, f"the request body is nested deeper than {MAX_JSON_DEPTH} levels", code="too_deep")
+        if isinstance(node, dict):
+            for key in node:
+                _check_text(key)
+        stack.extend((value, depth + 1) for value in (node.values() if isinstance(node, dict) else node))
 
 
 def _check_text(text: str) -> None:
