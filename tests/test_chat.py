@@ -460,3 +460,76 @@ async def test_a_chat_whose_recall_fails_still_leaves_its_trace_line(tmp_path: P
                 pass
     lines = load_traces(tmp_path / "t.jsonl")
     assert [ln["error"] for ln in lines] == ["recall failed: StoreError: disk gone"] * 2
+
+
+def _outcomes(tmp_path: Path) -> dict[str, dict[str, Any]]:
+    return {t["answer_id"]: t for t in load_traces(tmp_path / "trace.jsonl") if t.get("kind") == "outcome"}
+
+
+async def test_identical_fresh_requests_get_their_own_answers_and_their_own_outcomes(
+    mem: ReMem, tmp_path: Path
+) -> None:
+    said = iter(["It is in west-2 [M1].", "West-2, as far as I know [M1].", "ok", "ok"])
+    agent = agent_for(mem, FunctionChatModel(lambda req: next(said)), tmp_path)
+    question = convo("Where is our server?")
+    first, second = await agent.chat(question), await agent.chat(question)  # two users, same opening words
+    assert first.answer_id != second.answer_id
+    assert first.conversation_id == second.conversation_id  # the label of the opening: not what threads turns
+    # the second user corrects their answer, the first moves on: each verdict reaches its own answer
+    await agent.chat(
+        [*question, {"role": "assistant", "content": second.text}, {"role": "user", "content": "No, wrong."}]
+    )
+    await agent.chat([*question, {"role": "assistant", "content": first.text}, {"role": "user", "content": "Thanks!"}])
+    outcomes = _outcomes(tmp_path)
+    assert outcomes[first.answer_id]["outcome"] == {"success": True, "source": "inferred", "weight": 0.3}
+    assert outcomes[second.answer_id]["outcome"] == {"success": False, "source": "inferred", "weight": 1.0}
+
+
+async def test_the_history_a_client_resends_matches_with_labels_blanks_and_case_aside(
+    mem: ReMem, tmp_path: Path
+) -> None:
+    agent = agent_for(mem, FunctionChatModel(lambda req: "It is in  west-2 [M1].\n"), tmp_path, strip_citations=False)
+    question = convo("Where is our server?")
+    reply = await agent.chat(question)
+    assert reply.text == "It is in  west-2 [M1].\n"
+    shown = "it is in west-2."  # a client that shows the stripped, trimmed reply and lower-cases it
+    await agent.chat([*question, {"role": "assistant", "content": shown}, {"role": "user", "content": "No, east-1."}])
+    assert _outcomes(tmp_path)[reply.answer_id]["outcome"]["success"] is False
+    # a rewritten reply is another history: the answer it does not follow keeps waiting for its verdict
+    again = await agent.chat(question)
+    await agent.chat(
+        [*question, {"role": "assistant", "content": "Something else."}, {"role": "user", "content": "No."}]
+    )
+    assert again.answer_id not in _outcomes(tmp_path)
+    assert (await agent.feedback(again.answer_id, success=True)).source == "user"
+
+
+async def test_with_a_conversation_id_a_new_turn_settles_its_latest_answer(mem: ReMem, tmp_path: Path) -> None:
+    agent = agent_for(mem, FunctionChatModel(lambda req: "It is in west-2 [M1]."), tmp_path)
+    question = convo("Where is our server?")
+    first = await agent.chat(question, conversation_id="c-42")
+    retry = await agent.chat(question, conversation_id="c-42")  # the same request again: its own answer
+    assert retry.answer_id != first.answer_id and retry.conversation_id == "c-42"
+    # the history need not match: the id threads the turns, and the latest answer is the one judged
+    edited = [*question, {"role": "assistant", "content": "(edited)"}, {"role": "user", "content": "No, wrong."}]
+    await agent.chat(edited, conversation_id="c-42")
+    outcomes = _outcomes(tmp_path)
+    assert outcomes[retry.answer_id]["outcome"]["success"] is False and first.answer_id not in outcomes
+
+
+async def test_an_agent_loop_keeps_its_turns_answer_id_and_recall(mem: ReMem, tmp_path: Path) -> None:
+    calls = [
+        ChatResponse(text="", tool_calls=(ToolCall(id="c1", name="ping", arguments='{"region": "west-2"}'),),
+                     finish_reason="tool_calls"),
+        ChatResponse(text="west-2 answers [M1]."),
+    ]  # fmt: skip
+    agent = agent_for(mem, ScriptedChatModel(calls), tmp_path)
+    msgs = convo("Is our server up?")
+    first = await agent.chat(msgs, tools=[WEATHER_TOOL])
+    msgs += [
+        {"role": "assistant", "content": None, "tool_calls": [c.to_dict() for c in first.tool_calls]},
+        {"role": "tool", "tool_call_id": "c1", "content": "pong"},
+    ]
+    searches = mem.stats().searches
+    second = await agent.chat(msgs, tools=[WEATHER_TOOL])
+    assert second.answer_id == first.answer_id and not second.recalled and mem.stats().searches == searches

@@ -25,7 +25,7 @@ from remem_agent import ReMem
 from remem_agent.adapters import FunctionChatModel
 from remem_agent.adapters.base import Capabilities, ChatRequest, ChatResponse, StreamChunk
 from remem_agent.gateway import GatewayConfig, check_bind, create_app, load_api_keys
-from remem_agent.gateway.auth import LIBRARY_SCOPES, ApiKeys, request_scope
+from remem_agent.gateway.auth import ApiKeys, request_scope
 from remem_agent.gateway.config import GatewayConfigError, Limits
 
 MODEL = "qwen2.5:0.5b"
@@ -324,6 +324,7 @@ def test_fields_reach_an_ollama_upstream(fake: FakeOllama, mem: ReMem, tmp_path:
         c.post("/v1/chat/completions", json={"model": MODEL, "messages": USER, "top_p": 0.5, "seed": 7})
         sent = fake.requests[-1].body
         assert sent["options"]["top_p"] == 0.5 and sent["options"]["seed"] == 7
+        assert "temperature" not in sent["options"] and "num_predict" not in sent["options"]  # none sent: none added
         assert "Long-term memory" in sent["messages"][0]["content"] and "west-2" in sent["messages"][0]["content"]
         msgs = [
             {"role": "user", "content": "Please ping our server in its current region."},
@@ -441,7 +442,6 @@ def test_the_gateway_takes_its_embedder_from_the_registry(tmp_path: Path) -> Non
 
 
 def test_two_keys_never_see_each_others_memories(fake: FakeOllama, tmp_path: Path) -> None:
-    assert LIBRARY_SCOPES
     mem = ReMem(tmp_path / "iso")
     try:
         with serving(fake, mem, tmp_path, keys=KEYS) as c:
@@ -671,3 +671,18 @@ async def test_a_stream_longer_than_the_limit_ends_with_an_error(mem: ReMem, tmp
     assert json.loads(o.text.splitlines()[-1])["error"].startswith("the stream exceeded")
     assert app.state.gateway.gate.active == 0
     nothing_credited(mem)
+
+
+async def test_identical_requests_get_their_own_answer_ids(asgi: tuple[httpx.AsyncClient, FunctionChatModel]) -> None:
+    client, _ = asgi
+    first, second = [await client.post("/v1/chat/completions", json={"model": MODEL, "messages": USER}) for _ in "ab"]
+    ids = [r.headers["x-remem-answer-id"] for r in (first, second)]
+    assert ids[0] != ids[1] and [r.json()["remem"]["answer_id"] for r in (first, second)] == ids
+    assert first.json()["id"] != second.json()["id"]  # the completion id carries the answer id
+    # the follow-up of the second settles the second: the first still takes its own verdict
+    said = second.json()["choices"][0]["message"]["content"]
+    turn2 = [*USER, {"role": "assistant", "content": said}, {"role": "user", "content": "No, that's wrong."}]
+    assert (await client.post("/v1/chat/completions", json={"model": MODEL, "messages": turn2})).status_code == 200
+    late = await client.post("/v1/feedback", json={"answer_id": ids[1], "success": True})
+    assert late.status_code == 409  # judged by the correction
+    assert (await client.post("/v1/feedback", json={"answer_id": ids[0], "success": True})).status_code == 200

@@ -92,10 +92,14 @@ def test_what_reaches_the_upstream(
         assert sent.headers["authorization"] == f"Bearer {UPSTREAM_KEY}"
         body = sent.body
         assert body["model"] == MODEL and body["top_p"] == 0.5 and body["logit_bias"] == {"1": 2}  # unknown fields
-        assert isinstance(body["temperature"], float) and "stream" not in body
+        # exactly the sampling fields the client sent, nothing added: none here
+        assert not {"temperature", "max_tokens", "seed", "stream"} & set(body), body
         assert "Long-term memory" in body["messages"][0]["content"] and "west-2" in body["messages"][0]["content"]
         assert not any(k.startswith("__remem") for k in body)  # the gateway's private keys stay in the gateway
         assert UPSTREAM_KEY not in r.text and UPSTREAM_KEY not in (tmp_path / "trace.jsonl").read_text()
+        sampling = {"temperature": 0.7, "max_tokens": 20, "seed": 3}
+        assert c.post("/v1/chat/completions", json={"model": MODEL, "messages": USER, **sampling}).status_code == 200
+        assert {k: fake.requests[-1].body.get(k) for k in sampling} == sampling
 
 
 def test_a_tool_call_and_a_stream_come_back(

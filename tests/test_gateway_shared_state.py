@@ -147,6 +147,12 @@ def _chat(http: httpx.Client, base: str, messages: list[dict[str, str]]) -> http
     return r
 
 
+def _said(r: httpx.Response) -> str:
+    content = r.json()["choices"][0]["message"]["content"]
+    assert isinstance(content, str)
+    return content
+
+
 def test_the_next_turn_settles_the_answer_another_process_gave(store_location: StoreLocation, tmp_path: Path) -> None:
     store = str(store_location("gw"))
     ta, tb = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
@@ -162,10 +168,12 @@ def test_the_next_turn_settles_the_answer_another_process_gave(store_location: S
         r1 = _chat(http, a, turn1)
         a1 = r1.headers["x-remem-answer-id"]
         assert r1.headers["x-remem-served"] == mid
-        turn2 = [*turn1, {"role": "assistant", "content": "It is in west-2."},
+        # no conversation id: each turn resends the history, replies as the client got them
+        turn2 = [*turn1, {"role": "assistant", "content": _said(r1)},
                  {"role": "user", "content": "No, that's wrong: it moved to east-1 last week."}]  # fmt: skip
-        a2 = _chat(http, b, turn2).headers["x-remem-answer-id"]  # B settles A's a1: a correction
-        turn3 = [*turn2, {"role": "assistant", "content": "Noted."},
+        r2 = _chat(http, b, turn2)
+        a2 = r2.headers["x-remem-answer-id"]  # B settles A's a1: a correction
+        turn3 = [*turn2, {"role": "assistant", "content": _said(r2)},
                  {"role": "user", "content": "Thanks, and which team runs it there?"}]  # fmt: skip
         a3 = _chat(http, a, turn3).headers["x-remem-answer-id"]  # A settles B's a2: moved on
         _chat(http, b, turn3)  # a retry of turn 3 reaching B is no next turn: a3 stays waiting

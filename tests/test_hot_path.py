@@ -29,7 +29,7 @@ from remem_agent import ModelError, ReMem
 from remem_agent.adapters import FunctionChatModel, RetryPolicy, call_with_retries
 from remem_agent.agent import MemoryAgent, load_traces
 from remem_agent.agent import trace as trace_mod
-from remem_agent.agent.conversation import _conversation_key, conversation_key, parse_messages
+from remem_agent.agent.conversation import _conversation_key, conversation_key, parse_messages, transcript_digest
 from remem_agent.agent.prompt import _iso
 from remem_agent.agent.trace import _SECRET_VALUES, TraceWriter, _json_escaped, redact
 from remem_agent.learning import credit
@@ -251,7 +251,7 @@ async def test_a_chat_call_adds_its_waiting_answer_and_trace_line_in_one_thread_
     assert reply is not None and text == "It is in west-2 [M1]."
     after_recall = hops[hops.index("Conversations.persist.<locals>.work") :]
     assert after_recall == ["Conversations.persist.<locals>.work"]  # nothing else after the search's own hop
-    waiting = await LedgerPendingOutcomes(mem.store).latest(("conv", f"default|{reply.conversation_id}"))
+    waiting = await LedgerPendingOutcomes(mem.store).latest(_after(msgs, reply.raw))
     assert waiting is not None and waiting.answer_id == reply.answer_id and waiting.cited_ids == reply.citations
     (line,) = load_traces(tmp_path / "t.jsonl")
     assert line["answer_id"] == reply.answer_id and line["latency_ms"]["total"] > 0 and line["stream"] is stream
@@ -392,16 +392,23 @@ async def test_a_refused_settlement_releases_its_claim_and_recalls_nothing(
         await agent.chat(msgs)
     monkeypatch.undo()
     assert mem.stats().searches == searches  # nothing recalled for the refused turn
-    thread = ("conv", f"default|{first.conversation_id}")
+    thread = _after(msgs[:1], first.raw)
     waiting = await LedgerPendingOutcomes(mem.store).latest(thread)
     assert waiting is not None and waiting.answer_id == first.answer_id  # the claim was released
     lines = load_traces(tmp_path / "t.jsonl")
     assert lines[-1]["error"] == "recall failed: StoreError: ledger refused"
     assert [ln["kind"] for ln in lines] == ["chat", "chat"]  # no outcome line
     second = await agent.chat(msgs)  # the turn again: now it settles
-    assert (await LedgerPendingOutcomes(mem.store).latest(thread)).answer_id == second.answer_id  # type: ignore[union-attr]
+    assert await LedgerPendingOutcomes(mem.store).latest(thread) is None  # settled by the turn
+    assert (await LedgerPendingOutcomes(mem.store).latest(_after(msgs, second.raw))).answer_id == second.answer_id  # type: ignore[union-attr]
     assert [ln["kind"] for ln in load_traces(tmp_path / "t.jsonl")][-2:] == ["outcome", "chat"]
     mem.close()
+
+
+def _after(msgs: list[dict[str, Any]], reply: str, scope: str = "default") -> tuple[str, str]:
+    """The thread a chat answer without a conversation id waits under: its request and its reply."""
+    history = parse_messages([*msgs, {"role": "assistant", "content": reply}])
+    return ("after", f"{scope}|{transcript_digest(history)}")
 
 
 def test_can_stream_is_the_protocol_check() -> None:

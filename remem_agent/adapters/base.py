@@ -77,12 +77,13 @@ class ChatRequest:
     ``tools``/``tool_choice`` offer function calling (an adapter whose ``capabilities.tools`` is False
     refuses a request with tools with a ``UserInputError``). ``extra`` holds provider fields the
     library does not model; adapters pass them to the server untouched (the gateway uses this).
+    ``temperature``, ``max_tokens`` and ``seed`` set to None are not sent: the model's own defaults apply.
     """
 
     messages: tuple[Message, ...]
     json_schema: Mapping[str, Any] | None = None
     schema_name: str = "answer"
-    temperature: float = 0.0
+    temperature: float | None = 0.0
     max_tokens: int | None = 512
     seed: int | None = 0
     stop: tuple[str, ...] = ()

@@ -313,11 +313,12 @@ class LlamaCppChat:
             )
         kwargs: dict[str, Any] = {
             "messages": [m.to_dict() for m in request.messages],
-            "temperature": float(request.temperature),
             "seed": self._seed if request.seed is None else request.seed,
             "max_tokens": request.max_tokens,
             "stop": list(request.stop),
         }
+        if request.temperature is not None:  # else llama-cpp-python's own default
+            kwargs["temperature"] = float(request.temperature)
         if request.json_schema is not None:
             kwargs["response_format"] = {"type": "json_object", "schema": self._plain_schema(request.json_schema)}
         return kwargs

@@ -153,7 +153,8 @@ class OllamaChat:
         options = dict(self._options)
         if isinstance(extra.get("options"), Mapping):
             options.update(extra["options"])
-        options["temperature"] = request.temperature
+        if request.temperature is not None:
+            options["temperature"] = request.temperature
         if request.seed is not None:
             options["seed"] = request.seed
         if request.max_tokens is not None:

@@ -229,8 +229,9 @@ class OpenAIChat:
         kwargs: dict[str, Any] = {
             "model": self._model,
             "messages": [m.to_dict() for m in request.messages],
-            "temperature": request.temperature,
         }
+        if request.temperature is not None:
+            kwargs["temperature"] = request.temperature
         if request.max_tokens is not None:
             kwargs["max_tokens"] = request.max_tokens
         if request.seed is not None:

@@ -22,9 +22,9 @@ from remem_agent.errors import ModelError
 
 @dataclass(frozen=True, kw_only=True)
 class Sampling:
-    """The generation parameters every attempt of an ask uses."""
+    """The generation parameters every attempt uses; None leaves one to the model (it is not sent)."""
 
-    temperature: float = 0.0
+    temperature: float | None = 0.0
     max_tokens: int | None = 512
     seed: int | None = 0
 

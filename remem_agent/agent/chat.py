@@ -3,16 +3,22 @@
 The caller keeps its system prompt, history, tools and sampling; per call the middleware
 
 1. validates the messages and tools (:mod:`.conversation`), before any model call;
-2. recalls once per *user turn*: a call whose latest user message is new runs a search; a call that
-   only adds assistant tool calls and tool results to the same turn (an agent loop) reuses that turn's
-   recall, so every call of the turn shows the same labels and credit goes to the turn that served;
+2. recalls once per *user turn*: a call that ends with a user message is a new answer (its own
+   ``answer_id``, even when an identical request came before) and runs a search; a call that adds assistant
+   tool calls and tool results after that user message (an agent loop) continues its turn and reuses the
+   turn's recall and answer id, so every call of the turn shows the same labels and credit goes to the turn
+   that served;
 3. adds one memory block (placement in :func:`~remem_agent.agent.conversation.inject_memories`);
 4. calls the model (streamed or not), extracts inline citations ``[M1]`` and the values of served
    memories that the reply or tool-call arguments repeat;
 5. leaves the turn's answer waiting for its outcome, which arrives as an explicit
    ``feedback(answer_id, ...)``, as a correction (a new ``state`` fact superseding a served one), or
-   from the next user turn of the same conversation: a correction ("No, ...") is a failure blamed on the
-   memories the answer used; moving on is a weak success; an optional judge model rates the answer;
+   from the next user turn that follows it: a correction ("No, ...") is a failure blamed on the
+   memories the answer used; moving on is a weak success; an optional judge model rates the answer.
+   Which answer a turn follows: with a ``conversation_id``, that conversation's latest answer; without
+   one, the answer whose request and reply are exactly the turn's history
+   (:func:`~remem_agent.agent.conversation.transcript_digest`), so two conversations that open alike
+   never settle each other's answers;
 6. writes one trace line per call and one per outcome (:mod:`.trace`, version 2).
 """
 
@@ -62,8 +68,16 @@ from remem_agent.agent.conversation import (
     recall_query,
     strip_citations,
     tool_arguments,
+    transcript_digest,
 )
-from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, BlockingAdd, BlockingClaims, PendingStore, Waiting
+from remem_agent.agent.outcomes import (
+    WEAK_SUCCESS_WEIGHT,
+    BlockingAdd,
+    BlockingClaims,
+    PendingStore,
+    Thread,
+    Waiting,
+)
 from remem_agent.agent.ports import AgentMemory, BlockingMemory
 from remem_agent.agent.prompt import citation_aliases, render_memories
 from remem_agent.agent.telemetry import AttributeValue, NoTelemetry, Span, Telemetry
@@ -76,7 +90,6 @@ from remem_agent.types import FeedbackReceipt, Hit, OutcomeSource, SearchResult
 log = logging.getLogger("remem_agent.agent")
 
 MAX_CONVERSATIONS = 10_000  # turn state kept for this many conversations (least recently used dropped)
-Thread = tuple[str, str | None]  # ("conv", conversation id) in the pending outcomes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,7 +101,7 @@ class ChatReply:
     tool_calls: tuple[ToolCall, ...]
     finish_reason: FinishReason
     usage: Usage
-    answer_id: str  # the turn's answer: the same for every call of one user turn (tool loop)
+    answer_id: str  # the turn's answer: its own per new user turn; the same for an agent loop's later calls
     conversation_id: str
     scope: str
     search_id: str | None
@@ -130,7 +143,7 @@ accepts it or moves on. "unclear": you cannot tell."""
 
 @dataclass
 class _Turn:
-    """State of the latest user turn of one conversation."""
+    """State of one user turn (one answer), kept while its agent loop may continue it."""
 
     key: tuple[int, str]
     answer_id: str
@@ -153,7 +166,8 @@ class ChatOptions:
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...]
     tool_choice: str | None
-    conversation_id: str
+    conversation_id: str  # the caller's, else a label derived from the opening (``conversation_key``)
+    threaded: bool  # the caller gave the conversation id: its latest answer is what a new turn follows
     scope: str
     task: str | None
     k: int | None
@@ -193,7 +207,8 @@ class Conversations:
         self.telemetry: Telemetry = telemetry or NoTelemetry()
         self._tracer, self.run_id, self.retry = tracer, run_id, retry
         self.k, self.token_budget, self.judge = k, token_budget, judge
-        self._turns: OrderedDict[str, _Turn] = OrderedDict()
+        self._turns: OrderedDict[str, _Turn] = OrderedDict()  # by slot (scope, conversation, history): LRU
+        self._answers: dict[str, _Turn] = {}  # the same turns by answer id (what a judge reads)
         self._locks: dict[str, asyncio.Lock] = {}
 
     # -- validation -----------------------------------------------------------------------------
@@ -230,6 +245,7 @@ class Conversations:
             tools=specs,
             tool_choice=choice,
             conversation_id=conversation_id or conversation_key(msgs),
+            threaded=conversation_id is not None,
             scope=check_scope(scope),
             task=task,
             k=k,
@@ -242,23 +258,22 @@ class Conversations:
 
     # -- recall once per user turn ----------------------------------------------------------------
     async def begin(self, opts: ChatOptions) -> tuple[_Turn, bool]:
-        """The turn this call belongs to; a new user turn first settles the previous one, then recalls."""
-        cid = f"{opts.scope}|{opts.conversation_id}"  # two scopes never share a conversation's state
+        """The turn this call belongs to; a new user turn first settles the answer it follows, then recalls."""
         ui = latest_user_index(opts.messages)
         user = opts.messages[ui].content
         key = (ui, hashlib.sha256(user.encode()).hexdigest()[:16])
-        lock = self._locks.get(cid) or self._locks.setdefault(cid, asyncio.Lock())
-        async with lock:  # two calls of one conversation never recall or settle the same turn twice
-            prev = self._turns.get(cid)
-            if prev is not None and prev.key == key:
-                self._turns.move_to_end(cid)
+        # the turn's slot: where it stands (its history up to its user message), in its scope and conversation
+        where = transcript_digest(opts.messages[: ui + 1])
+        slot = f"{opts.scope}|{opts.conversation_id if opts.threaded else ''}|{where}"
+        lock = self._locks.get(slot) or self._locks.setdefault(slot, asyncio.Lock())
+        async with lock:  # two calls of one turn never recall or settle it twice
+            prev = self._turns.get(slot)
+            continuing = ui < len(opts.messages) - 1  # tool calls and results after the user message
+            if continuing and prev is not None and prev.key == key:
+                self._turns.move_to_end(slot)
                 return prev, False
             deferred = None
-            # shared: another process may have answered the last turn (unless this is the conversation's opening
-            # turn under its derived id: the only earlier answers are then of this very turn)
-            opening = ui == min(i for i, m in enumerate(opts.messages) if m.role == "user")
-            derived = opts.conversation_id == conversation_key(opts.messages)
-            settling = prev is not None or (self.pending.shared and not (opening and derived))
+            follows = self.thread_before(opts, ui)  # the thread whose latest answer this turn follows
             query = recall_query(opts.messages)
             search: dict[str, Any] = {
                 "k": opts.k or self.k,
@@ -267,15 +282,16 @@ class Conversations:
                 "token_budget": self.token_budget if opts.token_budget is None else opts.token_budget,
                 "scope": opts.scope,
             }
-            blocking = self._blocking() if settling else None
-            if blocking is not None:
+            blocking = self._blocking() if follows is not None else None
+            label = f"{opts.scope}|{opts.conversation_id}"
+            if blocking is not None and follows is not None:
                 res = await asyncio.to_thread(
-                    self._settle_and_search, blocking, prev, cid, user, _turn_key(key), query, search
+                    self._settle_and_search, blocking, follows, label, user, _turn_key(key), query, search
                 )
             else:
-                if settling:
+                if follows is not None:
                     deferred = await self.settle_from_next_turn(
-                        prev, cid, user, defer_moved_on=self.capture is not None, turn=_turn_key(key)
+                        follows, label, user, defer_moved_on=self.capture is not None, turn=_turn_key(key)
                     )
                 res = await self.memory.asearch(query, **search)
             turn = _Turn(
@@ -287,8 +303,9 @@ class Conversations:
                 user_text="\n".join(m.content for m in opts.messages if m.role == "user"),
                 question=user,
             )
-            self._turns[cid] = turn
-            self._turns.move_to_end(cid)
+            self._turns[slot] = turn
+            self._turns.move_to_end(slot)
+            self._answers[turn.answer_id] = turn
             if self.capture is not None:  # in the background: the reply never waits for it
                 accepted = self.capture.submit(
                     user,
@@ -300,9 +317,29 @@ class Conversations:
                 if not accepted and deferred is not None:
                     await deferred()
             while len(self._turns) > MAX_CONVERSATIONS:
-                old, _ = self._turns.popitem(last=False)
+                old, dropped = self._turns.popitem(last=False)
                 self._locks.pop(old, None)
+                self._answers.pop(dropped.answer_id, None)
             return turn, True
+
+    @staticmethod
+    def thread_before(opts: ChatOptions, ui: int) -> Thread | None:
+        """The thread whose newest waiting answer the user turn at ``ui`` follows: the caller's conversation,
+        or, without an id, the history before the turn (None at a conversation's opening: nothing came before)."""
+        if opts.threaded:
+            return ("conv", f"{opts.scope}|{opts.conversation_id}")
+        before = opts.messages[:ui]
+        if not any(m.role == "assistant" for m in before):
+            return None
+        return ("after", f"{opts.scope}|{transcript_digest(before)}")
+
+    @staticmethod
+    def thread_after(opts: ChatOptions, resp: ChatResponse) -> Thread:
+        """The thread a reply's waiting answer is filed under: what the next user turn will look up."""
+        if opts.threaded:
+            return ("conv", f"{opts.scope}|{opts.conversation_id}")
+        reply = Message("assistant", resp.text, resp.tool_calls)
+        return ("after", f"{opts.scope}|{transcript_digest((*opts.messages, reply))}")
 
     async def begin_traced(self, opts: ChatOptions, t0: float) -> tuple[_Turn, bool]:
         """``begin``, but a failure of recall (a store error, say) still leaves the call's trace line."""
@@ -368,7 +405,7 @@ class Conversations:
                     scope=opts.scope,
                     turn=_turn_key(turn.key),
                 ),
-                ("conv", f"{opts.scope}|{opts.conversation_id}"),
+                self.thread_after(opts, resp),
             )
         if unknown:
             log.debug("reply cited labels that were not served: %s", unknown)
@@ -421,26 +458,20 @@ class Conversations:
             await tracer.write(record)
 
     async def settle_from_next_turn(
-        self, prev: _Turn | None, cid: str, next_user: str, *, defer_moved_on: bool = False, turn: str = ""
+        self, thread: Thread, cid: str, next_user: str, *, defer_moved_on: bool = False, turn: str = ""
     ) -> Callable[[], Awaitable[None]] | None:
-        """The next user turn arrived: judge the previous answer (unless a verdict already came).
+        """The next user turn arrived: judge the answer it follows, ``thread``'s newest (unless a verdict came).
 
         With ``defer_moved_on`` (fact capture is on) a "moved on" verdict is not given now but returned
         as a callable for the capture worker to run once it has read this turn: a fact the user stated in
         it may supersede what the answer used, which makes the answer a failure instead.
         """
-        if self.pending.shared:
-            # The conversation's last waiting answer, whichever process gave it (this one's own ``prev`` may be
-            # an older turn, or missing); none when it was judged already or belongs to this very turn (a retry).
-            latest = await self.pending.latest(("conv", cid))
-            if latest is None or latest.turn == turn:
-                return None
-            answer_id = latest.answer_id
-        elif prev is None or not prev.answered or not prev.result.items:
+        # whichever process gave it; none when it was judged already or belongs to this very turn (a retry)
+        latest = await self.pending.latest(thread)
+        if latest is None or latest.turn == turn:
             return None
-        else:
-            answer_id = prev.answer_id
-        own = prev if prev is not None and prev.answer_id == answer_id else None  # what the judge reads
+        answer_id = latest.answer_id
+        own = self._answers.get(answer_id)  # what the judge reads, when this process gave the answer
         correction = looks_like_correction(next_user)
         heuristic = _heuristic(correction)
         judged = await self._judge(own, next_user) if self.judge is not None and own is not None else None
@@ -470,7 +501,7 @@ class Conversations:
     def _settle_and_search(
         self,
         memory: BlockingMemory,
-        prev: _Turn | None,
+        thread: Thread,
         cid: str,
         next_user: str,
         turn: str,
@@ -483,9 +514,9 @@ class Conversations:
         raises, before any recall), its outcome line, then the recall of this turn."""
         claims = self._claims
         assert claims is not None and self.judge is None and self.capture is None
-        latest = claims.latest_blocking(("conv", cid))
+        latest = claims.latest_blocking(thread)
         if latest is not None and latest.turn != turn:
-            own = prev if prev is not None and prev.answer_id == latest.answer_id else None
+            own = self._answers.get(latest.answer_id)
             verdict = _heuristic(looks_like_correction(next_user))
             item = claims.take_blocking(latest.answer_id)
             if item is not None:  # else already judged (explicit feedback, a correction by a new fact)
@@ -760,8 +791,9 @@ def _model_attributes(model: ChatModel, opts: ChatOptions) -> dict[str, Attribut
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": model.adapter,
         "gen_ai.request.model": model.name,
-        "gen_ai.request.temperature": opts.sampling.temperature,
     }
+    if opts.sampling.temperature is not None:
+        attrs["gen_ai.request.temperature"] = opts.sampling.temperature
     if opts.sampling.max_tokens is not None:
         attrs["gen_ai.request.max_tokens"] = opts.sampling.max_tokens
     return attrs

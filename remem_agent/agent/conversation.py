@@ -13,6 +13,7 @@ Everything here is pure (no I/O), so the rules are easy to test and to document:
   message(s) (first if there are none); the caller's system prompt and history are not changed.
 * :func:`extract_citations` finds labels the model cited inline (``[M1]``, ``[M1, M3]``);
   :class:`CitationStripper` removes them from text, also when it arrives in streamed pieces.
+* :func:`transcript_digest` keys where a conversation stands, so a new turn finds the answer it follows.
 * :func:`looks_like_correction` is the heuristic that reads the next user turn as a correction.
 """
 
@@ -233,10 +234,11 @@ def recall_query(messages: Sequence[Message]) -> str:
 
 
 def conversation_key(messages: Sequence[Message]) -> str:
-    """A conversation's identity when the caller gives none: a hash of its first system and first user message.
+    """A conversation's label when the caller gives no id: a hash of its first system and first user message.
 
-    Every request of one conversation resends its beginning, so the prefix names it; two conversations
-    that open with the same words are one conversation to the memory unless the caller passes an id.
+    A label for traces and replies only (every request of one conversation resends its beginning, so it
+    groups them): two conversations that open with the same words share it, so it never decides which
+    answer a new turn follows; :func:`transcript_digest` does.
     """
     first_system = next((m.content for m in messages if m.role == "system"), "")
     first_user = next(m.content for m in messages if m.role == "user")
@@ -253,6 +255,37 @@ def _conversation_key(first_system: str, first_user: str) -> str:
     """The key of a conversation opening (one request derives and checks it several times)."""
     digest = hashlib.sha256(json.dumps([first_system, first_user]).encode()).hexdigest()
     return f"c_{digest[:20]}"
+
+
+_BLANKS = re.compile(r"\s+")
+
+
+def transcript_digest(messages: Sequence[Message]) -> str:
+    """Where a conversation stands, as a key: a hash of its user, assistant and tool messages, in order.
+
+    Without a conversation id, this is how a new user turn finds the answer it follows: each waiting answer
+    is filed under the digest of its request plus its own reply, and the next turn resends exactly that as
+    its history. System messages are left out (callers often put the date or per-request context there),
+    and so are tool-call ids (some clients renumber them); text is compared with citation labels removed,
+    blanks collapsed and case folded, so a client that shows the stripped reply or trims it still matches.
+    Two conversations meet only when their whole histories, replies included, are the same.
+    """
+    parts: list[Any] = []
+    for m in messages:
+        if m.role == "system":
+            continue
+        text = _BLANKS.sub(" ", strip_citations(m.content)).strip().casefold()
+        calls = [[c.name, _canonical_arguments(c.arguments)] for c in m.tool_calls]
+        parts.append([m.role, text, calls] if calls else [m.role, text])
+    digest = hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
+    return digest[:32]
+
+
+def _canonical_arguments(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True, ensure_ascii=False)
+    except ValueError:
+        return arguments.strip()
 
 
 def inject_memories(

@@ -118,7 +118,7 @@ class MemoryAgent:
         scorer: Scorer = exact_match,
         success_threshold: float = 1.0,
         on_invalid: Literal["raise", "return"] = "raise",
-        temperature: float = 0.0,
+        temperature: float | None = 0.0,
         max_tokens: int | None = 512,
         seed: int | None = 0,
         system_prompt: str | None = None,
@@ -134,6 +134,9 @@ class MemoryAgent:
 
         ``judge`` (off by default): a chat model that rates a conversation's previous answer from the
         next user turn (schema-enforced); its verdict replaces the next-turn heuristic when it is sure.
+        ``temperature``, ``max_tokens``, ``seed``: the sampling every call uses unless it passes its own; None
+        sends none of that field, so the model's own default applies (the gateway passes exactly what its
+        client sent this way).
         ``strip_citations``: remove inline ``[M1]`` labels from chat replies (``ChatReply.raw`` keeps them).
         ``telemetry``: e.g. ``OpenTelemetrySpans()`` to send each chat turn as GenAI spans (default: none).
         ``capture`` (off by default): an extractor (e.g. ``LLMFactExtractor(model)``) that turns each new
@@ -177,7 +180,8 @@ class MemoryAgent:
                     self.tracer.add_secrets(m.secrets)
         self.strip_citations = strip_citations
         self._sem = asyncio.Semaphore(max_concurrency)
-        # Threads of waiting answers: ("task", task class) for ask, ("conv", conversation id) for chat.
+        # Threads of waiting answers: ("task", task class) for ask; for chat the conversation id, or without one
+        # the history an answer leaves (``Conversations.thread_after``).
         self._pending: PendingStore = pending if pending is not None else PendingOutcomes()
         self.capture = (
             FactCapture(
@@ -238,8 +242,11 @@ class MemoryAgent:
 
         ``messages`` are OpenAI-style (system / user / assistant with ``tool_calls`` / tool with
         ``tool_call_id``); they are passed on unchanged apart from one added memory block. Bad input is
-        a ``UserInputError`` before any model call. ``conversation_id`` defaults to a hash of the
-        conversation's first system and user message. ``scope`` (default "default") is whose memory
+        a ``UserInputError`` before any model call. Every new user turn gets its own ``answer_id``. With a
+        ``conversation_id``, a new turn settles that conversation's latest answer; without one, the answer
+        whose request and reply are exactly the turn's history (the reply's text must come back, citation
+        labels and blanks aside), and the reply's ``conversation_id`` is a label hashed from the opening
+        messages. ``scope`` (default "default") is whose memory
         this is: recall reads only that scope, and only a caller of that scope can judge the answer.
         """
         opts = self._chat_options(

@@ -45,7 +45,8 @@ class Waiting:
 
 
 K = TypeVar("K", bound=Hashable)
-Thread = tuple[str, str | None]  # ("task", "<scope>|<task class>") for ask, ("conv", "<scope>|<id>") for chat
+# ("task", "<scope>|<task class>") for ask; for chat ("conv", "<scope>|<id>") or ("after", "<scope>|<digest>")
+Thread = tuple[str, str | None]
 
 
 class PendingStore(Protocol):

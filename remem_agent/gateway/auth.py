@@ -109,15 +109,3 @@ def request_scope(headers: Mapping[str, str], body_user: object, caller: Caller)
         return f"agent:{_name(agent, 'x-remem-agent')}"
     exact = [p for p in caller.patterns if not p.endswith("*")]
     return exact[0] if len(exact) == 1 and len(caller.patterns) == 1 else DEFAULT_SCOPE
-
-
-# --- scopes: the ONE place where a request's scope reaches the library ------------------------------------
-# ReMem.add/search/list/inspect/stats and MemoryAgent.chat/chat_stream/remember/feedback take ``scope=``
-# (commit 3cf4cc5): a search never serves another scope's memory and only a caller of an answer's scope may
-# judge it. Set this to False only to run against a library without scopes (all scopes then share one memory).
-LIBRARY_SCOPES = True
-
-
-def scoped(scope: str) -> dict[str, str]:
-    """Keyword arguments that pass ``scope`` to a ReMem/MemoryAgent call (none until the library has scopes)."""
-    return {"scope": scope} if LIBRARY_SCOPES else {}

@@ -102,6 +102,8 @@ class Gateway:
             trace=self._trace(),
             run_id=f"gateway-{os.getpid()}",
             max_concurrency=config.limits.max_concurrency,
+            # exactly the client's sampling fields reach the model: none of the library's defaults are added
+            temperature=None,
             max_tokens=512 if config.upstream is None else None,
             seed=None,
             strip_citations=config.strip_citations,

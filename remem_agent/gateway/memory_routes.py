@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from remem_agent.gateway.auth import Caller, request_scope, scoped
+from remem_agent.gateway.auth import Caller, request_scope
 from remem_agent.gateway.openai_routes import answer_id_of
 from remem_agent.gateway.protocol import ApiError, json_object
 from remem_agent.gateway.service import receipt_body
@@ -55,7 +55,7 @@ async def add_memory(gw: Gateway, request: Request, caller: Caller) -> Response:
         role=body.get("role") or "state",
         task=body.get("task"),
         timestamp=ts,
-        **scoped(scope),
+        scope=scope,
     )
     return JSONResponse({"id": memory_id, "scope": scope}, status_code=201)
 
@@ -81,14 +81,14 @@ async def list_memories(gw: Gateway, request: Request, caller: Caller) -> Respon
         role=role,  # type: ignore[arg-type]  # the library checks the value (400 when unknown)
         limit=limit,
         offset=offset,
-        **scoped(scope),
+        scope=scope,
     )
     return JSONResponse({"object": "list", "data": [m.to_dict("iso") for m in rows], "limit": limit, "offset": offset})
 
 
 async def inspect_memory(gw: Gateway, request: Request, caller: Caller) -> Response:
     scope = _scope(gw, request, caller)
-    info = await asyncio.to_thread(gw.memory.inspect, request.path_params["memory_id"], **scoped(scope))
+    info = await asyncio.to_thread(gw.memory.inspect, request.path_params["memory_id"], scope=scope)
     return JSONResponse(
         {
             "memory": info.memory.to_dict("iso"),
@@ -113,7 +113,7 @@ async def feedback(gw: Gateway, request: Request, caller: Caller) -> Response:
 
 async def stats(gw: Gateway, request: Request, caller: Caller) -> Response:
     scope = _scope(gw, request, caller)
-    result = await asyncio.to_thread(gw.memory.stats, **scoped(scope))
+    result = await asyncio.to_thread(gw.memory.stats, scope=scope)
     return JSONResponse(dataclasses.asdict(result))
 
 

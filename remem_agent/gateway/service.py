@@ -4,10 +4,11 @@ Recall, the memory block, citations, value use and outcomes all happen inside th
 prepares the call (conversation identity per scope, the router's private ``extra`` keys), remembers which
 scope each answer belongs to (so feedback is authorized against it), and records metrics.
 
-Conversation identity: the ``x-remem-conversation`` header, else the agent's own derivation from the
-conversation's first system and user message (:func:`~remem_agent.agent.conversation.conversation_key`).
-Either way it is the scope's own conversation (the library keys conversation state by scope), so two users
-whose chats open with the same words never settle each other's answers.
+Conversation identity: the ``x-remem-conversation`` header threads a conversation's turns (a new turn settles
+its latest answer). Without it, a new turn settles the answer whose request and reply are exactly its history
+(:func:`~remem_agent.agent.conversation.transcript_digest`), and the reply's conversation id is a label hashed
+from the first system and user message. Every response has its own answer id, and conversation state is the
+scope's own, so two users whose chats open with the same words never settle each other's answers.
 
 Waiting answers are ledger rows (:class:`~remem_agent.shared_outcomes.LedgerPendingOutcomes`): feedback
 for an answer, and the next turn of its conversation, may arrive at any worker or gateway on the store.
@@ -33,7 +34,7 @@ from remem_agent.agent.chat import ChatReply, ChatStream
 from remem_agent.agent.conversation import conversation_key, parse_messages
 from remem_agent.agent.outcomes import PendingStore
 from remem_agent.errors import UnknownSearchError, UserInputError
-from remem_agent.gateway.auth import LIBRARY_SCOPES, Caller, scoped
+from remem_agent.gateway.auth import Caller
 from remem_agent.gateway.config import Limits
 from remem_agent.gateway.metrics import Metrics
 from remem_agent.gateway.protocol import ApiError, schema_valid
@@ -140,14 +141,14 @@ class ChatService:
         kwargs: dict[str, Any] = {
             "tools": call.tools,
             "tool_choice": call.tool_choice,
-            # the library keeps each scope's conversations apart; without scopes the gateway must do it
-            "conversation_id": cid if LIBRARY_SCOPES else f"{call.scope}|{cid}",
+            # the caller's id threads its turns; without one the agent follows the history (and labels it ``cid``)
+            "conversation_id": call.conversation,
             "task": call.task,
             "temperature": call.temperature,
             "max_tokens": call.max_tokens,
             "strip_citations": call.strip,
             "extra": extra,
-            **scoped(call.scope),
+            "scope": call.scope,
         }
         return msgs, cid, kwargs
 
@@ -270,7 +271,7 @@ class ChatService:
                 type="permission_error",
                 code="scope_forbidden",
             )
-        return await self.agent.feedback(answer_id, success=success, reason=reason, used_ids=used_ids, **scoped(scope))
+        return await self.agent.feedback(answer_id, success=success, reason=reason, used_ids=used_ids, scope=scope)
 
 
 class StreamDeadline:

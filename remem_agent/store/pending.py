@@ -12,8 +12,9 @@ The rules, in SQL both backends run alike:
   own write transaction; of two processes racing for one answer exactly one gets the row back, the other
   nothing (PostgreSQL re-checks the ``WHERE`` after waiting for the row lock; SQLite has one writer at a
   time). The search's own ``feedback IS NULL`` guard (``LedgerTx.record_feedback``) stays underneath.
-* **the latest of a thread**: a thread is a conversation (``conv:<id>``) or an ``ask`` task class
-  (``task:<class>``) inside one scope; the next turn claims the thread's newest row, and only while it
+* **the latest of a thread**: a thread is a conversation (``conv:<id>``), the point a conversation without
+  an id stands at after an answer (``after:<transcript digest>``) or an ``ask`` task class (``task:<class>``)
+  inside one scope; the next turn claims the thread's newest row, and only while it
   is unclaimed (an answer already judged by feedback is not judged again, and an older one is not
   reached past it), as the in-process store does.
 * **release**: a claim whose feedback the ledger refused is released (``claimed_at`` back to NULL), so the
@@ -44,7 +45,7 @@ class PendingRecord:
 
     answer_id: str
     scope: str
-    thread: str  # "conv:<scope>|<conversation id>" or "task:<scope>|<task class>"
+    thread: str  # "conv:<scope>|<conversation id>", "after:<scope>|<transcript digest>" or "task:<scope>|<task class>"
     turn: str  # which user turn of the thread the answer belongs to ("" when turns do not apply)
     search_id: str
     served_ids: tuple[str, ...]
@@ -70,12 +71,12 @@ def _record(r: Any) -> PendingRecord:
 
 
 def put(tx: LedgerTx, rec: PendingRecord) -> None:
-    """Add a waiting answer, or update the citations and value use of one still waiting (a tool loop's
-    later reply of the same turn); a claimed row is left as it is."""
+    """Add a waiting answer, or update the thread, citations and value use of one still waiting (a tool loop's
+    later reply of the same turn: the history now ends with that reply); a claimed row is left as it is."""
     tx.run(
         f"INSERT INTO pending_outcomes ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?) "
-        "ON CONFLICT (answer_id) DO UPDATE SET cited_ids = excluded.cited_ids, used_ids = excluded.used_ids, "
-        "value = excluded.value WHERE pending_outcomes.claimed_at IS NULL",
+        "ON CONFLICT (answer_id) DO UPDATE SET thread = excluded.thread, cited_ids = excluded.cited_ids, "
+        "used_ids = excluded.used_ids, value = excluded.value WHERE pending_outcomes.claimed_at IS NULL",
         (
             rec.answer_id,
             rec.scope,
