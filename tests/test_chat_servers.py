@@ -14,6 +14,7 @@ and streaming works over the real wire format.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -147,10 +148,16 @@ def _ollama_call(name: str, args: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_agent_with_a_tool_over_the_ollama_protocol(mem: ReMem, tmp_path: Path) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        await _tool_over_ollama(mem, tmp_path, stack)
+
+
+async def _tool_over_ollama(mem: ReMem, tmp_path: Path, stack: contextlib.AsyncExitStack) -> None:
     from remem_agent.adapters.ollama_chat import OllamaChat
 
     with FakeOllama() as server:
         model = OllamaChat("qwen2.5:0.5b", host=server.url)
+        stack.push_async_callback(model.aclose)  # its HTTP pool: no socket left open
         agent = MemoryAgent(mem, model, trace=tmp_path / "t.jsonl", retry=FAST)
         msgs: list[dict[str, Any]] = [
             {"role": "system", "content": SYSTEM},
