@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +23,13 @@ from remem_agent.types import ROLES, State, StoreStats
 def _open_store(location: str) -> Any:
     """Open an existing ledger (folder or postgresql:// URL) without needing its embedder."""
     return open_store(location, create=False)
+
+
+def _retention(days: float) -> float:
+    """Days as seconds, refused when negative or not finite (before anything starts)."""
+    if not math.isfinite(days) or days < 0:
+        raise SystemExit(f"remem serve: --response-retention-days must be 0 or more, got {days}")
+    return days * 86_400.0
 
 
 def _positive_int(value: str) -> int:
@@ -105,6 +113,13 @@ def _add_serve_parser(sub: Any) -> None:
     p.add_argument("--max-messages", type=_positive_int, default=256)
     p.add_argument("--max-stream-seconds", type=float, default=300.0)
     p.add_argument("--strip-citations", action="store_true", help="remove inline [M1] labels from replies")
+    p.add_argument(
+        "--response-retention-days",
+        type=float,
+        default=30.0,
+        help="how long a stored response of POST /v1/responses can be continued by previous_response_id "
+        "(0: responses are not stored)",
+    )
     p.add_argument("--otel", action="store_true", help="OpenTelemetry spans per chat turn (extra otel)")
     p.add_argument(
         "--embedder",
@@ -142,6 +157,7 @@ def _serve(args: argparse.Namespace) -> int:
         workers=args.workers,
         trace=args.trace,
         strip_citations=args.strip_citations,
+        response_retention_s=_retention(args.response_retention_days),
         otel=args.otel,
         embedder=args.embedder,
         limits=limits,

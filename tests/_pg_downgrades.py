@@ -3,14 +3,17 @@
 The upgrade tests build a store with this version, undo the newest migrations with these statements (run
 with ``search_path`` set to the ledger's schema), then reopen it and check that the migrations bring it back
 with its rows intact. The statements exist once, here, because two tests start from the same undoing of
-migrations 7, 6 and 5: tests/test_lexical_store.py (a version-4 store gains the lexical index) and
+migrations 8, 7, 6 and 5: tests/test_lexical_store.py (a version-4 store gains the lexical index) and
 tests/test_postgres_store.py (a version-2 store upgrades through every later migration); tests/test_key_index.py
-undoes migration 7 alone. A change to those migrations is then one edit here.
+undoes migrations 8 and 7, tests/test_gateway_responses.py migration 8 alone. A change to those migrations is
+then one edit here.
 """
 
 from __future__ import annotations
 
-DOWNGRADE_7_TO_6 = [  # from the latest schema: what migration 7 (valid_from in the key index) changed
+DOWNGRADE_8_TO_7 = ["DROP TABLE responses", "DELETE FROM schema_migrations WHERE version = 8"]  # stored responses
+DOWNGRADE_7_TO_6 = [  # migration 8 undone first, then what migration 7 (valid_from in the key index) changed
+    *DOWNGRADE_8_TO_7,
     "DROP INDEX memories_scope_key_valid_from",
     "CREATE INDEX memories_scope_key ON memories (scope, entity, attribute) "
     "WHERE entity IS NOT NULL AND attribute IS NOT NULL",

@@ -170,7 +170,7 @@ def _downgrade(location: str | Path, backend: str) -> tuple[int, set[str]]:
 def test_a_version_6_store_opens_with_the_new_key_index_and_unchanged_rows(
     store_location: StoreLocation, backend: str
 ) -> None:
-    assert migrations.LATEST == pg_migrations.LATEST == 7  # a migration 8 must be undone first in _downgrade
+    assert migrations.LATEST == pg_migrations.LATEST == 8  # a migration 9 must be undone first in _downgrade
     loc = store_location("s")
     with ReMem(loc) as mem:
         ids = _store(mem)
@@ -179,7 +179,7 @@ def test_a_version_6_store_opens_with_the_new_key_index_and_unchanged_rows(
     version, names = _downgrade(loc, backend)
     assert version == 6 and {OLD_INDEX, OLDEST_INDEX} <= names and INDEX not in names  # as version 6 left it
     with ReMem(loc) as mem:
-        assert mem.stats() == stats and mem.stats().schema_version == 7
+        assert mem.stats() == stats and mem.stats().schema_version == migrations.LATEST
         indexes = _indexes(mem, backend)
         assert indexes[INDEX] == ["scope", "entity", "attribute", "valid_from"]
         assert not {OLD_INDEX, OLDEST_INDEX} & set(indexes)

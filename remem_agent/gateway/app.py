@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from remem_agent.adapters.base import ChatModel
 from remem_agent.agent.telemetry import Telemetry
 from remem_agent.errors import RememError
-from remem_agent.gateway import memory_routes, ollama_routes, openai_routes
+from remem_agent.gateway import memory_routes, ollama_routes, openai_routes, responses_routes
 from remem_agent.gateway.auth import Caller
 from remem_agent.gateway.config import GatewayConfig, check_bind, load_api_keys
 from remem_agent.gateway.core import Gateway
@@ -124,6 +124,7 @@ def create_app(
             e("/v1/chat/completions", "openai", openai_routes.chat_completions),
             methods=["POST"],
         ),
+        Route("/v1/responses", e("/v1/responses", "openai", responses_routes.responses), methods=["POST"]),
         Route("/v1/models", e("/v1/models", "openai", openai_routes.list_models), methods=["GET"]),
         Route("/api/chat", e("/api/chat", "ollama", ollama_routes.chat), methods=["POST"]),
         Route("/api/tags", e("/api/tags", "ollama", ollama_routes.tags), methods=["GET"]),

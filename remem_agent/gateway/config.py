@@ -69,6 +69,8 @@ class GatewayConfig:
     otel: bool = False  # OpenTelemetry spans per chat turn (extra otel; the global tracer provider)
     retry_attempts: int = 3
     retry_max_wait_s: float = 10.0
+    # Responses protocol: how long a stored response can be continued (previous_response_id); 0: never stored
+    response_retention_s: float = 30 * 86_400.0
     limits: Limits = field(default_factory=Limits)
 
     def to_env(self) -> str:

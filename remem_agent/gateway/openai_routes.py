@@ -85,28 +85,38 @@ def parse_call(gw: Gateway, body: dict[str, Any], request: Request, caller: Call
         extra=extra,
         conversation=request.headers.get("x-remem-conversation"),
         task=request.headers.get("x-remem-task"),
-        strip=_flag(request.headers.get("x-remem-strip-citations")),
+        strip=flag(request.headers.get("x-remem-strip-citations")),
     )
-    fmt = body.get("response_format")
-    if fmt is not None:
-        kind = fmt.get("type") if isinstance(fmt, dict) else None
-        if kind == "json_schema":
-            spec = fmt.get("json_schema")
-            if not isinstance(spec, dict):
-                raise ApiError(400, "response_format.json_schema must be an object", code="invalid_value")
-            call.schema = check_schema(spec.get("schema"), "response_format.json_schema.schema")
-            call.validate = call.schema
-            call.schema_name = str(spec.get("name") or "answer")
-        elif kind == "json_object":
-            call.validate = {"type": "object"}
-            if gw.router.adapter == "gateway:openai":
-                call.extra["response_format"] = fmt  # untouched to an OpenAI-compatible upstream
-            else:
-                call.schema = {"type": "object"}
-        elif kind != "text":
-            raise ApiError(
-                400, "response_format.type must be 'text', 'json_object' or 'json_schema'", code="invalid_value"
-            )
+    apply_response_format(gw, call, body.get("response_format"), "response_format")
+    route_extra(gw, call)
+    return call
+
+
+def apply_response_format(gw: Gateway, call: ChatCall, fmt: object, where: str) -> None:
+    """An OpenAI output format (chat's ``response_format``, Responses' ``text.format`` in chat's shape) on the call."""
+    if fmt is None:
+        return
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "json_schema":
+        assert isinstance(fmt, dict)
+        spec = fmt.get("json_schema")
+        if not isinstance(spec, dict):
+            raise ApiError(400, f"{where}.json_schema must be an object", code="invalid_value")
+        call.schema = check_schema(spec.get("schema"), f"{where}.json_schema.schema")
+        call.validate = call.schema
+        call.schema_name = str(spec.get("name") or "answer")
+    elif kind == "json_object":
+        call.validate = {"type": "object"}
+        if gw.router.adapter == "gateway:openai":
+            call.extra["response_format"] = fmt  # untouched to an OpenAI-compatible upstream
+        else:
+            call.schema = {"type": "object"}
+    elif kind != "text":
+        raise ApiError(400, f"{where}.type must be 'text', 'json_object' or 'json_schema'", code="invalid_value")
+
+
+def route_extra(gw: Gateway, call: ChatCall) -> None:
+    """The client's other fields as the upstream's protocol takes them (Ollama: sampling under ``options``)."""
     if gw.router.adapter != "gateway:openai":
         call.extra.pop("stream_options", None)  # an OpenAI-compatible upstream gets it (usage in the stream)
     if gw.router.adapter == "gateway:ollama":
@@ -114,10 +124,9 @@ def parse_call(gw: Gateway, body: dict[str, Any], request: Request, caller: Call
         if options:
             given = call.extra.get("options")
             call.extra["options"] = {**(given if isinstance(given, dict) else {}), **options}
-    return call
 
 
-def _flag(value: str | None) -> bool | None:
+def flag(value: str | None) -> bool | None:
     return None if value is None else value.strip().lower() in ("1", "true", "yes", "on")
 
 
@@ -130,9 +139,17 @@ def completion_id(answer_id: str) -> str:
     return COMPLETION_PREFIX + answer_id
 
 
+RESPONSE_PREFIX = "resp_"
+
+
 def answer_id_of(given: str) -> str:
-    """The answer id a feedback names: itself, or the one inside a completion id."""
-    return given.removeprefix(COMPLETION_PREFIX)
+    """The answer id a feedback names: itself, or the one inside a chat completion's id (``chatcmpl-<answer>``)
+    or a response's (``resp_<answer>-<suffix>``)."""
+    if given.startswith(COMPLETION_PREFIX):
+        return given[len(COMPLETION_PREFIX) :]
+    if given.startswith(RESPONSE_PREFIX):
+        return given[len(RESPONSE_PREFIX) :].rsplit("-", 1)[0]
+    return given
 
 
 async def chat_completions(gw: Gateway, request: Request, caller: Caller) -> Response:

@@ -245,6 +245,24 @@ MIGRATIONS: list[tuple[int, str]] = [
             WHERE entity IS NOT NULL AND attribute IS NOT NULL;
         """,
     ),
+    (
+        8,
+        """
+        -- Stored responses of the gateway's Responses protocol (store/responses.py): a request naming a
+        -- previous_response_id continues that response's conversation. A row keeps only what its request
+        -- added (input items as chat messages, without its instructions) and its reply, with a pointer to its
+        -- parent; the conversation is the chain of rows. Past the retention, a row's items are cleared
+        -- (UPDATE, so no DELETE grant is needed) and the chain through it ends: its id is then unknown.
+        CREATE TABLE responses (
+            response_id TEXT PRIMARY KEY,
+            scope       TEXT NOT NULL,
+            parent_id   TEXT,
+            items       TEXT,
+            created_at  REAL NOT NULL
+        );
+        CREATE INDEX responses_live ON responses (created_at) WHERE items IS NOT NULL;
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

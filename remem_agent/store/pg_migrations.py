@@ -268,6 +268,21 @@ MIGRATIONS: list[tuple[int, str]] = [
             WHERE entity IS NOT NULL AND attribute IS NOT NULL;
         """,
     ),
+    (
+        8,
+        """
+        -- Stored responses of the gateway's Responses protocol: see the SQLite migration 8
+        -- (store/migrations.py) and store/responses.py.
+        CREATE TABLE responses (
+            response_id text PRIMARY KEY,
+            scope       text NOT NULL,
+            parent_id   text,
+            items       text,
+            created_at  double precision NOT NULL
+        );
+        CREATE INDEX responses_live ON responses (created_at) WHERE items IS NOT NULL;
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -82,6 +82,7 @@ TABLES = (
     "attributes",
     "memories_fts",
     "pending_outcomes",
+    "responses",
 )
 TRIGGERS = (
     "events_append_only_u",
