@@ -250,26 +250,28 @@ def test_langchain_chat_openai(gw: Gw) -> None:
 
     mid = gw.add("Our server moved to west-2.", entity="server", attribute="region")
 
-    def llm(text: str) -> ChatOpenAI:
-        return ChatOpenAI(
-            model="smollm2",
-            base_url=gw.base + "/v1",
-            api_key="x",  # type: ignore[arg-type]
-            max_tokens=30,  # type: ignore[call-arg]
-            extra_body=grammar(text),
-            default_headers={"x-remem-conversation": "lc-1"},
-            http_client=httpx.Client(trust_env=False, timeout=120),
-        )
+    with httpx.Client(trust_env=False, timeout=120) as http:  # closed after the test: no socket left open
 
-    history: list[Any] = [SystemMessage(SYSTEM), HumanMessage(QUESTION)]
-    first = llm("It is in west-2 [M1].").invoke(history)
-    assert first.content == "It is in west-2 [M1]."
-    line = gw.lines()[-1]
-    assert line["conversation_id"] == "lc-1" and line["scope"] == "default" and "west-2" in (line["memory_block"] or "")
-    assert line["citations"] == [mid]
-    history += [AIMessage(str(first.content)), HumanMessage(CORRECTION)]
-    llm("West-2 [M1].").invoke(history)
-    gw.check_learning(mid, line["answer_id"], gw.lines()[-1]["answer_id"])
+        def llm(text: str) -> ChatOpenAI:
+            return ChatOpenAI(
+                model="smollm2",
+                base_url=gw.base + "/v1",
+                api_key="x",  # type: ignore[arg-type]
+                max_tokens=30,  # type: ignore[call-arg]
+                extra_body=grammar(text),
+                default_headers={"x-remem-conversation": "lc-1"},
+                http_client=http,
+            )
+
+        history: list[Any] = [SystemMessage(SYSTEM), HumanMessage(QUESTION)]
+        first = llm("It is in west-2 [M1].").invoke(history)
+        assert first.content == "It is in west-2 [M1]."
+        line = gw.lines()[-1]
+        assert line["conversation_id"] == "lc-1" and line["scope"] == "default"
+        assert "west-2" in (line["memory_block"] or "") and line["citations"] == [mid]
+        history += [AIMessage(str(first.content)), HumanMessage(CORRECTION)]
+        llm("West-2 [M1].").invoke(history)
+        gw.check_learning(mid, line["answer_id"], gw.lines()[-1]["answer_id"])
 
 
 def test_openai_agents_sdk(gw: Gw) -> None:

@@ -15,6 +15,7 @@ shared by every model name; connections are bounded and reused (keep-alive).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import AsyncIterator, Mapping
@@ -74,6 +75,10 @@ class UpstreamSession:
         if self._session is not None:
             await self._session.close()
             self._session = None
+            # A closed transport closes its socket in a callback of the loop's next turns: let them run, or a loop
+            # that stops right after this (server shutdown) leaves the sockets to the garbage collector.
+            for _ in range(2):
+                await asyncio.sleep(0)
 
 
 class OpenAIUpstream(OpenAIChat):
