@@ -41,8 +41,22 @@ _BODY = st.one_of(
         optional={"stream": _JSON, "temperature": _JSON, "tools": _JSON, "user": _JSON, "response_format": _JSON,
                   "format": _JSON, "options": _JSON, "max_tokens": _JSON},
     ).map(lambda d: json.dumps(d).encode()),
+    st.fixed_dictionaries(  # the Responses and Messages shapes (each route also gets the others' bodies)
+        {"model": st.one_of(st.just(MODEL), _SCALAR),
+         "input": st.one_of(st.text(max_size=8), st.lists(_MESSAGE, max_size=3), _JSON)},
+        optional={"instructions": _JSON, "previous_response_id": _JSON, "text": _JSON, "tools": _JSON,
+                  "store": _JSON, "max_output_tokens": _JSON, "stream": _JSON, "tool_choice": _JSON},
+    ).map(lambda d: json.dumps(d).encode()),
+    st.fixed_dictionaries(
+        {"model": st.one_of(st.just(MODEL), _SCALAR), "max_tokens": st.one_of(st.just(16), _JSON),
+         "messages": st.one_of(st.lists(_MESSAGE, max_size=3), _JSON)},
+        optional={"system": _JSON, "tools": _JSON, "tool_choice": _JSON, "stop_sequences": _JSON,
+                  "metadata": _JSON, "output_config": _JSON, "stream": _JSON, "thinking": _JSON},
+    ).map(lambda d: json.dumps(d).encode()),
 )  # fmt: skip
-_PATH = st.sampled_from(["/v1/chat/completions", "/api/chat", "/v1/memories", "/v1/feedback"])
+_PATH = st.sampled_from(
+    ["/v1/chat/completions", "/v1/responses", "/v1/messages", "/api/chat", "/v1/memories", "/v1/feedback"]
+)
 _HEADERS = st.dictionaries(
     st.sampled_from(["x-remem-user", "x-remem-agent", "x-remem-conversation", "authorization"]),
     st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=12),
@@ -50,7 +64,7 @@ _HEADERS = st.dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(path=_PATH, body=_BODY, headers=_HEADERS)
 def test_any_request_gets_a_protocol_answer_and_refusals_write_nothing(
     tmp_path: Path, path: str, body: bytes, headers: dict[str, str]

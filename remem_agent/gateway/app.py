@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from remem_agent.adapters.base import ChatModel
 from remem_agent.agent.telemetry import Telemetry
 from remem_agent.errors import RememError
-from remem_agent.gateway import memory_routes, ollama_routes, openai_routes, responses_routes
+from remem_agent.gateway import anthropic_routes, memory_routes, ollama_routes, openai_routes, responses_routes
 from remem_agent.gateway.auth import Caller
 from remem_agent.gateway.config import GatewayConfig, check_bind, load_api_keys
 from remem_agent.gateway.core import Gateway
@@ -125,6 +125,7 @@ def create_app(
             methods=["POST"],
         ),
         Route("/v1/responses", e("/v1/responses", "openai", responses_routes.responses), methods=["POST"]),
+        Route("/v1/messages", e("/v1/messages", "anthropic", anthropic_routes.messages), methods=["POST"]),
         Route("/v1/models", e("/v1/models", "openai", openai_routes.list_models), methods=["GET"]),
         Route("/api/chat", e("/api/chat", "ollama", ollama_routes.chat), methods=["POST"]),
         Route("/api/tags", e("/api/tags", "ollama", ollama_routes.tags), methods=["GET"]),
@@ -154,6 +155,8 @@ def create_app(
         """Unknown paths (404) and wrong methods (405) in the protocol's error shape."""
         status = getattr(exc, "status_code", 500)
         protocol: Protocol = "ollama" if request.url.path.startswith("/api/") else "openai"
+        if request.url.path.startswith("/v1/messages"):
+            protocol = "anthropic"
         message = "no such endpoint" if status == 404 else f"{request.method} is not allowed here"
         return ApiError(status, message, code="not_found" if status == 404 else "method_not_allowed").response(
             protocol, getattr(exc, "headers", None)

@@ -166,7 +166,7 @@ class Gateway:
     def endpoint(self, route: str, protocol: Protocol, handler: Handler, *, public: bool = False) -> Any:
         async def run(request: Request) -> Response:
             request.state.route = route
-            caller = self.keys.authenticate(request.headers.get("authorization"))
+            caller = self.keys.authenticate(_credentials(request))
             if caller is None and not public:
                 request.state.error = "unauthorized"
                 self.metrics.inc("remem_gateway_rejected_total", reason="unauthorized")
@@ -195,3 +195,11 @@ class Gateway:
         await self.router.aclose()
         if self._owns_memory:
             self.memory.close()
+
+
+def _credentials(request: Request) -> str | None:
+    """The API key as ``Authorization: Bearer KEY``, or as Anthropic clients send it (``x-api-key: KEY``)."""
+    given = request.headers.get("authorization")
+    if given is None and (key := request.headers.get("x-api-key")) is not None:
+        return f"Bearer {key}"
+    return given

@@ -139,16 +139,18 @@ def completion_id(answer_id: str) -> str:
     return COMPLETION_PREFIX + answer_id
 
 
-RESPONSE_PREFIX = "resp_"
+RESPONSE_PREFIX = "resp_"  # a response of the Responses protocol: resp_<answer id>-<suffix>
+MESSAGE_PREFIX = "msg_"  # a message of the Anthropic protocol: msg_<answer id>-<suffix>
 
 
 def answer_id_of(given: str) -> str:
-    """The answer id a feedback names: itself, or the one inside a chat completion's id (``chatcmpl-<answer>``)
-    or a response's (``resp_<answer>-<suffix>``)."""
+    """The answer id a feedback names: itself, or the one inside a chat completion's id (``chatcmpl-<answer>``),
+    a response's (``resp_<answer>-<suffix>``) or an Anthropic message's (``msg_<answer>-<suffix>``)."""
     if given.startswith(COMPLETION_PREFIX):
         return given[len(COMPLETION_PREFIX) :]
-    if given.startswith(RESPONSE_PREFIX):
-        return given[len(RESPONSE_PREFIX) :].rsplit("-", 1)[0]
+    for prefix in (RESPONSE_PREFIX, MESSAGE_PREFIX):
+        if given.startswith(prefix):
+            return given[len(prefix) :].rsplit("-", 1)[0]
     return given
 
 

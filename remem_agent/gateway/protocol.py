@@ -1,6 +1,8 @@
-"""What the two wire protocols share: errors in each protocol's own shape, JSON bodies, schema checks.
+"""What the wire protocols share: errors in each protocol's own shape, JSON bodies, schema checks.
 
 * OpenAI: ``{"error": {"message", "type", "code"}}`` (also for the memory endpoints under ``/v1``);
+* Anthropic: ``{"type": "error", "error": {"type", "message"}}``, the type named by the status as Anthropic's
+  API names it (``invalid_request_error``, ``authentication_error``, ``not_found_error``, ...);
 * Ollama: ``{"error": "message"}``.
 
 :func:`error_of` maps every exception the gateway can meet to one :class:`ApiError` (status, type, code,
@@ -30,7 +32,19 @@ from remem_agent.errors import (
 )
 from remem_agent.gateway.limits import BodyTooLarge, Overloaded
 
-Protocol = Literal["openai", "ollama"]
+Protocol = Literal["openai", "anthropic", "ollama"]
+# Anthropic's error type for an HTTP status (its API documents one per status); 5xx not listed: api_error
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
 
 
 @dataclass
@@ -47,6 +61,9 @@ class ApiError(Exception):
     def body(self, protocol: Protocol) -> dict[str, Any]:
         if protocol == "ollama":
             return {"error": self.message}
+        if protocol == "anthropic":
+            kind = _ANTHROPIC_TYPES.get(self.status, "api_error" if self.status >= 500 else "invalid_request_error")
+            return {"type": "error", "error": {"type": kind, "message": self.message}}
         return {"error": {"message": self.message, "type": self.type, "code": self.code}}
 
     def response(self, protocol: Protocol, headers: Mapping[str, str] | None = None) -> JSONResponse:
