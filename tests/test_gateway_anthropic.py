@@ -236,7 +236,8 @@ async def test_bad_requests_are_400s_in_anthropics_shape_and_write_nothing(
 async def test_an_anthropic_client_in_front_of_an_ollama_model(mem: ReMem, tmp_path: Path) -> None:
     with FakeOllama() as fake:
         fake.default = chat_ok("It is in west-2 [M1].", model=MODEL)
-        client = _client(_app(mem, tmp_path, None, upstream=fake.url, upstream_kind="ollama"))
+        app = _app(mem, tmp_path, None, upstream=fake.url, upstream_kind="ollama")
+        client = _client(app)
         try:
             msg = await client.messages.create(
                 model=MODEL, max_tokens=32, stop_sequences=["END"], system="Be brief.",
@@ -250,3 +251,4 @@ async def test_an_anthropic_client_in_front_of_an_ollama_model(mem: ReMem, tmp_p
             assert sent["options"]["stop"] == ["END"]
         finally:
             await client.close()
+            await app.state.gateway.aclose()  # no lifespan in process: close the upstream's HTTP pool here

@@ -47,6 +47,11 @@ _BODY = st.one_of(
         optional={"instructions": _JSON, "previous_response_id": _JSON, "text": _JSON, "tools": _JSON,
                   "store": _JSON, "max_output_tokens": _JSON, "stream": _JSON, "tool_choice": _JSON},
     ).map(lambda d: json.dumps(d).encode()),
+    st.fixed_dictionaries(  # the one-turn text routes' shape
+        {"model": st.one_of(st.just(MODEL), _SCALAR), "prompt": st.one_of(st.text(max_size=8), _JSON)},
+        optional={"system": _JSON, "stream": _JSON, "raw": _JSON, "context": _JSON, "echo": _JSON,
+                  "suffix": _JSON, "options": _JSON, "format": _JSON, "max_tokens": _JSON},
+    ).map(lambda d: json.dumps(d).encode()),
     st.fixed_dictionaries(
         {"model": st.one_of(st.just(MODEL), _SCALAR), "max_tokens": st.one_of(st.just(16), _JSON),
          "messages": st.one_of(st.lists(_MESSAGE, max_size=3), _JSON)},
@@ -55,8 +60,9 @@ _BODY = st.one_of(
     ).map(lambda d: json.dumps(d).encode()),
 )  # fmt: skip
 _PATH = st.sampled_from(
-    ["/v1/chat/completions", "/v1/responses", "/v1/messages", "/api/chat", "/v1/memories", "/v1/feedback"]
-)
+    ["/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/completions", "/api/chat", "/api/generate",
+     "/v1/memories", "/v1/feedback"]
+)  # fmt: skip
 _HEADERS = st.dictionaries(
     st.sampled_from(["x-remem-user", "x-remem-agent", "x-remem-conversation", "authorization"]),
     st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=12),
@@ -89,7 +95,9 @@ def test_any_request_gets_a_protocol_answer_and_refusals_write_nothing(
             if r.status_code >= 400:
                 err: Any = r.json()["error"]
                 assert (
-                    (isinstance(err, str) and err) if path == "/api/chat" else isinstance(err, dict) and err["message"]
+                    (isinstance(err, str) and err)
+                    if path.startswith("/api/")
+                    else isinstance(err, dict) and err["message"]
                 )
                 assert mem.stats() == before
             assert mem.verify().ok

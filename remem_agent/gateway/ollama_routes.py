@@ -1,5 +1,12 @@
-"""Ollama wire protocol: ``POST /api/chat`` (NDJSON stream by default, ``"stream": false`` for one JSON),
-``GET /api/tags``, ``GET /api/version``, ``GET /api/ps`` and ``POST /api/show``.
+"""Ollama wire protocol: ``POST /api/chat`` and ``POST /api/generate`` (NDJSON stream by default, ``"stream":
+false`` for one JSON), ``GET /api/tags``, ``GET /api/version``, ``GET /api/ps`` and ``POST /api/show``.
+
+``/api/generate`` is the chat path with one user turn: ``system`` (a system message) and ``prompt`` (the user
+message), ``format``, ``options``, ``stream``, ``keep_alive`` and ``think`` as for ``/api/chat``; its reply's
+text is ``response``. An empty ``prompt`` only checks the model, as Ollama's preload does (nothing recalled,
+nothing sent). What needs Ollama's own prompt handling is refused with a 400 naming the field: ``raw``,
+``template``, ``suffix``, ``images`` and a non-empty ``context`` (the reply carries no ``context``: keep the
+conversation with ``/api/chat``).
 
 Request fields the gateway reads: ``model``, ``messages`` (tool results named by ``tool_name`` are matched
 to the assistant's open tool calls), ``tools``, ``format`` (``"json"`` or a JSON schema), ``options``
@@ -165,6 +172,59 @@ async def chat(gw: Gateway, request: Request, caller: Caller) -> Response:
     return ClosingStreamingResponse(lines, end, media_type="application/x-ndjson", headers=meta.headers())
 
 
+GENERATE_ONLY = frozenset({"prompt", "system"})
+_GENERATE_REFUSED = {
+    "raw": "raw prompts (no chat template) are not supported: the gateway speaks to chat models",
+    "template": "prompt templates are not supported by the gateway",
+    "suffix": "fill-in-the-middle (suffix) is not supported by the gateway",
+    "images": "images are not supported by the gateway",
+    "context": "context tokens are not supported: keep a conversation with /api/chat",
+}
+
+
+def parse_generate(gw: Gateway, body: dict[str, Any], request: Request, caller: Caller) -> ChatCall:
+    """The chat call of an ``/api/generate`` body: ``system`` and ``prompt`` as two messages."""
+    for key, why in _GENERATE_REFUSED.items():
+        if body.get(key) not in (None, False, "", []):
+            raise ApiError(400, f"{key}: {why}", code="unsupported")
+    prompt, system = body.get("prompt", ""), body.get("system")
+    if not isinstance(prompt, str):
+        raise ApiError(400, "'prompt' must be a string", code="invalid_value")
+    if system is not None and not isinstance(system, str):
+        raise ApiError(400, "'system' must be a string", code="invalid_value")
+    request.state.preload = not prompt.strip()
+    messages = [
+        *([{"role": "system", "content": system}] if system else []),
+        {"role": "user", "content": prompt or "-"},
+    ]
+    rest = {k: v for k, v in body.items() if k not in GENERATE_ONLY and k not in _GENERATE_REFUSED}
+    return parse_call(gw, {**rest, "messages": messages, "tools": None}, request, caller)
+
+
+async def generate(gw: Gateway, request: Request, caller: Caller) -> Response:
+    _, stream, call = await gw.read_chat(request, caller, parse_generate, stream_default=True)
+    model = call.model
+    if request.state.preload:  # Ollama's "load the model" call: answered without recall or upstream
+        return JSONResponse({"model": model, "created_at": _now(), "response": "", "done": True, "done_reason": "load"})
+    release = await gw.gate.acquire()
+    handed = False
+    try:
+        if not stream:
+            reply, meta = await gw.service.complete(call)
+            request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
+            body = {**_done(reply, meta, model, call.timing.started), "response": reply.text}
+            return JSONResponse(body, headers=meta.headers())
+        chat_stream, first, meta = await gw.service.open_stream(call)
+        handed = True
+    finally:
+        if not handed:
+            release()
+    request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
+    end = StreamEnd(gw.service, chat_stream, call, release)
+    lines = _ndjson(gw, call, chat_stream, first, meta, model, end, request, generate=True)
+    return ClosingStreamingResponse(lines, end, media_type="application/x-ndjson", headers=meta.headers())
+
+
 def _line(obj: Any) -> bytes:
     return (json.dumps(obj, ensure_ascii=False) + "\n").encode()
 
@@ -178,26 +238,26 @@ async def _ndjson(
     model: str,
     end: StreamEnd,
     request: Request,
+    *,
+    generate: bool = False,
 ) -> AsyncIterator[bytes]:
+    """The NDJSON lines of a stream: ``message`` pieces for ``/api/chat``, ``response`` pieces for generate."""
+
+    def text(piece: str) -> dict[str, Any]:
+        return {"response": piece} if generate else {"message": {"role": "assistant", "content": piece}}
+
     try:
         async for c in gw.service.chunks(chat_stream, first, call):
             if c.text:
-                yield _line(
-                    {
-                        "model": model,
-                        "created_at": _now(),
-                        "message": {"role": "assistant", "content": c.text},
-                        "done": False,
-                    }
-                )
+                yield _line({"model": model, "created_at": _now(), **text(c.text), "done": False})
         reply = chat_stream.reply
         if reply is not None:
-            if reply.tool_calls:
+            if reply.tool_calls and not generate:
                 msg = {"role": "assistant", "content": "", "tool_calls": _tool_calls(reply.tool_calls)}
                 yield _line({"model": model, "created_at": _now(), "message": msg, "done": False})
             done = gw.service.meta(call, meta.conversation_id, reply)
             final = _done(reply, done, model, call.timing.started)
-            yield _line({**final, "message": {"role": "assistant", "content": ""}})
+            yield _line({**final, **text("")})
     except (ModelError, TimeoutError) as exc:
         err = (
             error_of(exc)

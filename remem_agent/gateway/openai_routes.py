@@ -1,4 +1,11 @@
-"""OpenAI wire protocol: ``POST /v1/chat/completions`` (JSON or SSE) and ``GET /v1/models``.
+"""OpenAI wire protocol: ``POST /v1/chat/completions`` (JSON or SSE), the legacy ``POST /v1/completions`` and
+``GET /v1/models``.
+
+``/v1/completions`` is the chat path with one user turn: its ``prompt`` (one string, or a list of one) is the
+user message sent to the chat model upstream, and the reply's text is ``choices[0].text`` (streamed as
+``text_completion`` chunks). ``max_tokens``, ``temperature``, ``stop`` and the other sampling fields go on as
+for a chat completion. Not offered, each a 400 naming the field: several prompts, ``n``/``best_of`` above 1,
+``echo``, ``suffix`` and ``logprobs`` (a chat upstream continues no raw text).
 
 Request fields the gateway reads: ``model``, ``messages``, ``tools``, ``tool_choice``, ``temperature``,
 ``max_tokens``/``max_completion_tokens``, ``stream``, ``stream_options``, ``response_format``, ``user``
@@ -131,6 +138,7 @@ def flag(value: str | None) -> bool | None:
 
 
 COMPLETION_PREFIX = "chatcmpl-"
+TEXT_COMPLETION_PREFIX = "cmpl-"  # a legacy text completion: cmpl-<answer id>
 
 
 def completion_id(answer_id: str) -> str:
@@ -144,10 +152,12 @@ MESSAGE_PREFIX = "msg_"  # a message of the Anthropic protocol: msg_<answer id>-
 
 
 def answer_id_of(given: str) -> str:
-    """The answer id a feedback names: itself, or the one inside a chat completion's id (``chatcmpl-<answer>``),
+    """The answer id a feedback names: itself, or the one inside a (text) completion's id (``chatcmpl-<answer>``,
+    ``cmpl-<answer>``),
     a response's (``resp_<answer>-<suffix>``) or an Anthropic message's (``msg_<answer>-<suffix>``)."""
-    if given.startswith(COMPLETION_PREFIX):
-        return given[len(COMPLETION_PREFIX) :]
+    for whole in (COMPLETION_PREFIX, TEXT_COMPLETION_PREFIX):
+        if given.startswith(whole):
+            return given[len(whole) :]
     for prefix in (RESPONSE_PREFIX, MESSAGE_PREFIX):
         if given.startswith(prefix):
             return given[len(prefix) :].rsplit("-", 1)[0]
@@ -269,6 +279,120 @@ async def _sse(
             done = gw.service.meta(call, meta.conversation_id, reply)
             end_frames += _frame({**tail, "remem": done.body()})
         yield end_frames + b"data: [DONE]\n\n"
+    except (ModelError, TimeoutError) as exc:
+        err = (
+            error_of(exc)
+            if isinstance(exc, ModelError)
+            else ApiError(
+                504,
+                "the stream exceeded the gateway's max stream duration",
+                type="upstream_error",
+                code="stream_timeout",
+            )
+        )
+        request.state.error = err.code
+        yield _frame(err.body("openai"))
+    finally:
+        await end()
+
+
+_LEGACY_REFUSED = {
+    "echo": "echo is not supported: the upstream is a chat model",
+    "suffix": "suffix (fill-in-the-middle) is not supported: the upstream is a chat model",
+    "logprobs": "logprobs are not supported by the gateway",
+}
+
+
+def parse_text_completion(gw: Gateway, body: dict[str, Any], request: Request, caller: Caller) -> ChatCall:
+    """The chat call of a legacy ``/v1/completions`` body: its prompt as the one user message."""
+    for key, why in _LEGACY_REFUSED.items():
+        if body.get(key) not in (None, False, 0):
+            raise ApiError(400, f"{key}: {why}", code="unsupported")
+    if body.get("best_of") not in (None, 1):
+        raise ApiError(400, "best_of > 1 is not supported by the gateway (one reply per call)", code="unsupported")
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ApiError(400, "prompt must be one non-empty string (several prompts are not supported)",
+                       code="invalid_value")  # fmt: skip
+    rest = {k: v for k, v in body.items() if k not in ("prompt", "echo", "suffix", "logprobs", "best_of")}
+    return parse_call(gw, {**rest, "messages": [{"role": "user", "content": prompt}]}, request, caller)
+
+
+def _text_choice(text: str, finish: str | None) -> dict[str, Any]:
+    return {"text": text, "index": 0, "logprobs": None, "finish_reason": finish}
+
+
+async def text_completions(gw: Gateway, request: Request, caller: Caller) -> Response:
+    body, stream, call = await gw.read_chat(request, caller, parse_text_completion, stream_default=False)
+    release = await gw.gate.acquire()
+    handed = False
+    try:
+        if not stream:
+            reply, meta = await gw.service.complete(call)
+            request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
+            out = {
+                "id": TEXT_COMPLETION_PREFIX + meta.answer_id,
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": call.model,
+                "choices": [_text_choice(reply.text, finish_reason(reply.finish_reason))],
+                "usage": _usage(reply.usage),
+                "remem": meta.body(),
+            }
+            return JSONResponse(out, headers=meta.headers())
+        chat, first, meta = await gw.service.open_stream(call)
+        handed = True
+    finally:
+        if not handed:
+            release()
+    request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
+    include_usage = isinstance(body.get("stream_options"), dict) and bool(body["stream_options"].get("include_usage"))
+    end = StreamEnd(gw.service, chat, call, release)
+    events = _text_sse(gw, call, chat, first, meta, include_usage, end, request)
+    headers = {**meta.headers(), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return ClosingStreamingResponse(events, end, media_type="text/event-stream", headers=headers)
+
+
+async def _text_sse(
+    gw: Gateway,
+    call: ChatCall,
+    chat: ChatStream,
+    first: StreamChunk | None,
+    meta: Meta,
+    include_usage: bool,
+    end: StreamEnd,
+    request: Request,
+) -> AsyncIterator[bytes]:
+    head = {"id": TEXT_COMPLETION_PREFIX + meta.answer_id, "object": "text_completion",
+            "created": int(time.time()), "model": call.model}  # fmt: skip
+    usage: Usage | None = None
+
+    def piece(c: StreamChunk) -> bytes:
+        finish = finish_reason(c.finish_reason) if c.finish_reason is not None else None
+        if not c.text and finish is None:
+            return b""
+        return _frame({**head, "choices": [_text_choice(c.text, finish)]})
+
+    try:
+        if first is not None:
+            usage = first.usage or usage
+            frame = piece(first)
+            if frame:
+                yield frame
+        async for c in gw.service.chunks(chat, None, call):
+            usage = c.usage or usage
+            frame = piece(c)
+            if frame:
+                yield frame
+        reply = chat.reply
+        tail = b""
+        if include_usage:
+            tail += _frame({**head, "choices": [], "usage": _usage(usage or Usage())})
+        if reply is not None:
+            tail += _frame({**head, "choices": [], "remem": gw.service.meta(call, meta.conversation_id, reply).body()})
+        yield tail + b"data: [DONE]\n\n"
     except (ModelError, TimeoutError) as exc:
         err = (
             error_of(exc)
