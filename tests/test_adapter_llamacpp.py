@@ -178,6 +178,19 @@ async def test_stream_yields_tokens_that_add_up_to_the_complete_reply(chat: Llam
         asm.add(chunk)
         pieces += bool(chunk.text)
     assert pieces > 1 and asm.text == whole.text and asm.finish_reason == whole.finish_reason
+    # llama-cpp-python reports no usage in streams: the adapter's own count equals the unstreamed reply's
+    assert asm.usage == whole.usage and whole.usage.completion_tokens == pieces
+
+
+async def test_a_stream_that_ends_naturally_counts_its_tokens_as_the_unstreamed_reply(chat: LlamaCppChat) -> None:
+    from remem_agent.adapters.base import StreamAssembler
+
+    req = _ask("Say hi.", max_tokens=200)
+    whole = await chat.complete(req)
+    asm = StreamAssembler()
+    async for chunk in chat.stream(req):
+        asm.add(chunk)
+    assert whole.finish_reason == asm.finish_reason == "stop" and asm.usage == whole.usage
 
 
 async def test_a_stream_abandoned_early_frees_the_model(chat: LlamaCppChat) -> None:

@@ -186,3 +186,21 @@ def test_a_server_without_json_schema_gets_json_object(
         assert r.status_code == 200, r.text
         first, second = (q.body["response_format"] for q in fake.requests)
         assert first["type"] == "json_schema" and second == {"type": "json_object", "schema": schema}
+
+
+def test_a_streamed_ollama_reply_counts_the_tokens_the_upstream_counted(
+    fake: FakeOllama, mem: ReMem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stream = sse(["It is ", "in west-2 ", "[M1]."])
+    usage = {"id": "c", "object": "chat.completion.chunk", "model": MODEL, "choices": [],
+             "usage": {"prompt_tokens": 31, "completion_tokens": 7, "total_tokens": 38}}  # fmt: skip
+    assert stream.ndjson is not None
+    fake.push(Reply(ndjson=[*stream.ndjson, usage], sse=True))
+    with serving(fake, mem, tmp_path, monkeypatch) as c:
+        with c.stream("POST", "/api/chat", json={"model": MODEL, "messages": USER}) as s:
+            lines = [json.loads(ln) for ln in s.iter_lines() if ln.strip()]
+        assert fake.requests[-1].body["stream_options"] == {"include_usage": True}  # asked of the upstream
+        assert lines[-1]["done"] and lines[-1]["eval_count"] == 7 and lines[-1]["prompt_eval_count"] == 31
+        # a client that did not stream sends no stream_options (an OpenAI API refuses them then)
+        c.post("/api/chat", json={"model": MODEL, "messages": USER, "stream": False})
+        assert "stream_options" not in fake.requests[-1].body

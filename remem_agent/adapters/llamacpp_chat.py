@@ -214,10 +214,13 @@ class LlamaCppChat:
             llm = self._checkout()
             try:
                 parts = llm.create_chat_completion(**kwargs)
+                generated, finish = 0, None
                 try:
                     for part in parts:
                         if stop.is_set():
                             break
+                        generated += _has_text(part)
+                        finish = _finish_of(part) or finish
                         put(("chunk", part))
                 finally:
                     closer = getattr(parts, "close", None)
@@ -225,6 +228,8 @@ class LlamaCppChat:
                         closer()
                 if stop.is_set():
                     llm.reset()  # a generation cut short leaves no half-evaluated state behind
+                else:
+                    put(("usage", _stream_usage(llm.n_tokens, generated, finish)))
                 put(("end", None))
             except Exception as exc:  # noqa: BLE001 - handed to the reader, raised there as a ModelError
                 llm.reset()
@@ -251,7 +256,7 @@ class LlamaCppChat:
                     raise item
                 if kind == "end":
                     return
-                yield self._chunk(item)
+                yield StreamChunk(usage=item) if kind == "usage" else self._chunk(item)
         finally:
             stop.set()
 
@@ -422,3 +427,27 @@ class LlamaCppChat:
 
 
 __all__ = ["LlamaCppChat"]
+
+
+def _has_text(part: Mapping[str, Any]) -> int:
+    """1 when a streamed chunk carries generated text (llama-cpp-python streams one chunk per token), else 0."""
+    try:
+        return 1 if (part["choices"][0].get("delta") or {}).get("content") else 0
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return 0
+
+
+def _finish_of(part: Mapping[str, Any]) -> str | None:
+    try:
+        reason = part["choices"][0].get("finish_reason")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return str(reason) if reason else None
+
+
+def _stream_usage(n_tokens: int, generated: int, finish: str | None) -> Usage:
+    """A stream's usage, which llama-cpp-python does not report: the generated tokens counted from the stream,
+    the prompt's from the context it left (every token but a last one cut by the length limit was evaluated).
+    Checked against the same request unstreamed, whose usage llama-cpp-python does report."""
+    prompt = n_tokens - generated + (1 if finish == "length" else 0)
+    return Usage(prompt_tokens=max(prompt, 0), completion_tokens=generated)

@@ -115,7 +115,7 @@ def parse_call(gw: Gateway, body: dict[str, Any], request: Request, caller: Call
                 raise ApiError(400, "output_config.format.type must be 'json_schema'", code="invalid_value")
             chat_format = {"type": "json_schema", "json_schema": {"name": "answer", "schema": fmt.get("schema")}}
             apply_response_format(gw, call, chat_format, "output_config.format")
-    route_extra(gw, call)
+    route_extra(gw, call, stream_usage=body.get("stream") is True)
     return call
 
 

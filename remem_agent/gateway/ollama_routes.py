@@ -35,7 +35,16 @@ from remem_agent.adapters.base import ToolCall
 from remem_agent.agent.chat import ChatReply, ChatStream
 from remem_agent.errors import ModelError
 from remem_agent.gateway.auth import Caller, request_scope
-from remem_agent.gateway.protocol import ApiError, check_schema, count, error_of, json_object, number
+from remem_agent.gateway.protocol import (
+    ApiError,
+    check_schema,
+    count,
+    embed_inputs,
+    error_of,
+    json_object,
+    no_embeddings,
+    number,
+)
 from remem_agent.gateway.service import ChatCall, ClosingStreamingResponse, Meta, StreamEnd
 
 if TYPE_CHECKING:
@@ -99,6 +108,8 @@ def parse_call(gw: Gateway, body: dict[str, Any], request: Request, caller: Call
         for key in OLLAMA_ONLY:
             extra.pop(key, None)
         extra.update(options)  # llama.cpp / vLLM take these sampling fields at the top level
+        if gw.router.adapter == "gateway:openai" and body.get("stream", True) is True:
+            extra["stream_options"] = {"include_usage": True}  # eval_count of the final line: the upstream's count
     call = ChatCall(
         model=str(body.get("model")),
         messages=ollama_messages(body.get("messages")),
@@ -268,6 +279,28 @@ async def _ndjson(
         yield _line(err.body("ollama"))
     finally:
         await end()
+
+
+async def embed(gw: Gateway, request: Request, caller: Caller) -> Response:
+    """``POST /api/embed {"model", "input": text | [text, ...]}``: the upstream's embeddings, as Ollama returns
+    them (nothing of the memory is read or written; ``truncate``, ``options``, ``keep_alive`` and
+    ``dimensions`` are not passed on)."""
+    started = time.perf_counter()
+    body = json_object(await gw.read_body(request))
+    model = await gw.service.check_model(body.get("model"))
+    texts = embed_inputs(body.get("input"), "input")
+    if not gw.router.embeds:
+        raise no_embeddings()
+    vectors, tokens = await gw.router.embed(model, texts)
+    out = {
+        "model": model,
+        "embeddings": vectors,
+        "total_duration": int((time.perf_counter() - started) * 1e9),
+        "load_duration": 0,
+    }
+    if tokens is not None:
+        out["prompt_eval_count"] = tokens
+    return JSONResponse(out)
 
 
 def _model_entry(gw: Gateway, name: str) -> dict[str, Any]:

@@ -28,7 +28,9 @@ byte is an ``data: {"error": {...}}`` event and the stream ends (no ``[DONE]``);
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -40,7 +42,16 @@ from remem_agent.adapters.base import StreamChunk, Usage
 from remem_agent.agent.chat import ChatStream
 from remem_agent.errors import ModelError
 from remem_agent.gateway.auth import Caller, request_scope
-from remem_agent.gateway.protocol import ApiError, check_schema, count, error_of, number
+from remem_agent.gateway.protocol import (
+    ApiError,
+    check_schema,
+    count,
+    embed_inputs,
+    error_of,
+    json_object,
+    no_embeddings,
+    number,
+)
 from remem_agent.gateway.service import ChatCall, ClosingStreamingResponse, Meta, StreamEnd
 
 if TYPE_CHECKING:
@@ -122,10 +133,15 @@ def apply_response_format(gw: Gateway, call: ChatCall, fmt: object, where: str) 
         raise ApiError(400, f"{where}.type must be 'text', 'json_object' or 'json_schema'", code="invalid_value")
 
 
-def route_extra(gw: Gateway, call: ChatCall) -> None:
-    """The client's other fields as the upstream's protocol takes them (Ollama: sampling under ``options``)."""
+def route_extra(gw: Gateway, call: ChatCall, *, stream_usage: bool = False) -> None:
+    """The client's other fields as the upstream's protocol takes them (Ollama: sampling under ``options``).
+
+    ``stream_usage``: the call streams and its protocol reports usage at the end (Responses, Messages, Ollama):
+    an OpenAI-compatible upstream is asked to count its stream's tokens (``stream_options.include_usage``)."""
     if gw.router.adapter != "gateway:openai":
         call.extra.pop("stream_options", None)  # an OpenAI-compatible upstream gets it (usage in the stream)
+    elif stream_usage and "stream_options" not in call.extra:
+        call.extra["stream_options"] = {"include_usage": True}
     if gw.router.adapter == "gateway:ollama":
         options = {k: call.extra.pop(k) for k in OLLAMA_OPTIONS if k in call.extra}
         if options:
@@ -408,6 +424,29 @@ async def _text_sse(
         yield _frame(err.body("openai"))
     finally:
         await end()
+
+
+async def embeddings(gw: Gateway, request: Request, caller: Caller) -> Response:
+    """``POST /v1/embeddings {"model", "input": text | [text, ...]}``: the upstream's embeddings, in OpenAI's
+    list shape (nothing of the memory is read or written): ``encoding_format`` ``float`` or ``base64`` (little-endian
+    float32, what the ``openai`` client asks for by default). Token-array input is refused."""
+    body = json_object(await gw.read_body(request))
+    model = await gw.service.check_model(body.get("model"))
+    texts = embed_inputs(body.get("input"), "input")
+    encoding = body.get("encoding_format", "float")
+    if encoding not in ("float", "base64"):
+        raise ApiError(400, "encoding_format must be 'float' or 'base64'", code="invalid_value")
+    if not gw.router.embeds:
+        raise no_embeddings()
+    vectors, tokens = await gw.router.embed(model, texts)
+    encoded: list[Any] = vectors if encoding == "float" else [_base64(v) for v in vectors]
+    data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(encoded)]
+    usage = {"prompt_tokens": tokens or 0, "total_tokens": tokens or 0}
+    return JSONResponse({"object": "list", "data": data, "model": model, "usage": usage})
+
+
+def _base64(vector: list[float]) -> str:
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
 
 
 async def list_models(gw: Gateway, request: Request, caller: Caller) -> Response:

@@ -123,6 +123,29 @@ def upstream_error(exc: ModelError) -> ApiError:
     return ApiError(502, f"the upstream model failed ({what})", type="upstream_error", code="upstream_error")
 
 
+MAX_EMBED_INPUTS = 2048
+
+
+def embed_inputs(value: object, where: str) -> list[str]:
+    """An embedding request's input: one string or a list of strings (non-empty, at most
+    :data:`MAX_EMBED_INPUTS`), or a 400."""
+    texts = [value] if isinstance(value, str) else value
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+        raise ApiError(400, f"{where} must be a string or a non-empty list of strings", code="invalid_value")
+    if len(texts) > MAX_EMBED_INPUTS:
+        raise ApiError(400, f"{where}: at most {MAX_EMBED_INPUTS} inputs per request", code="invalid_value")
+    return texts
+
+
+def no_embeddings() -> ApiError:
+    return ApiError(
+        501,
+        "this gateway serves an in-process chat model, which makes no embeddings: serve an upstream to embed",
+        type="invalid_request_error",
+        code="not_implemented",
+    )
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc.args[0]) if exc.args else type(exc).__name__
     return text.splitlines()[0][:1000] if text else type(exc).__name__

@@ -151,7 +151,7 @@ def _parse(gw: Gateway, body: dict[str, Any], request: Request, caller: Caller) 
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":  # Responses puts the schema's fields inline
         fmt = {"type": "json_schema", "json_schema": {"name": fmt.get("name"), "schema": fmt.get("schema")}}
     apply_response_format(gw, call, fmt, "text.format")
-    route_extra(gw, call)
+    route_extra(gw, call, stream_usage=body.get("stream") is True)
     echo = {
         "instructions": instructions,
         "metadata": metadata or {},

@@ -41,6 +41,8 @@ SCHEMA_NAME_KEY = "__remem_schema_name"
 TIMING_KEY = "__remem_timing"
 PRIVATE_KEYS = (MODEL_KEY, SCHEMA_KEY, SCHEMA_NAME_KEY, TIMING_KEY)
 DISCOVERY_TTL_S = 30.0
+# An upstream's embedding call: (model, texts) -> (one vector per text, the input tokens it counted or None)
+Embed = Callable[[str, list[str]], Awaitable[tuple[list[list[float]], int | None]]]
 
 
 @dataclass
@@ -73,6 +75,7 @@ class ModelRouter:
         capabilities: Capabilities,
         close: Callable[[], Awaitable[None]] | None = None,
         secrets: tuple[str, ...] = (),
+        embed: Embed | None = None,
     ) -> None:
         self._kind, self._factory, self._default = kind, factory, default
         self._names = tuple(names)
@@ -83,6 +86,7 @@ class ModelRouter:
         self._caps = capabilities
         self._close = close
         self._secrets = tuple(x for x in secrets if x)
+        self._embed = embed
         self._lock = asyncio.Lock()
 
     @property
@@ -101,6 +105,17 @@ class ModelRouter:
     def secrets(self) -> tuple[str, ...]:
         """The upstream's credentials, for the agent's trace redaction (never printed)."""
         return self._secrets
+
+    @property
+    def embeds(self) -> bool:
+        """True when the upstream can embed (an in-process chat model cannot)."""
+        return self._embed is not None
+
+    async def embed(self, model: str, texts: list[str]) -> tuple[list[list[float]], int | None]:
+        """The upstream's embeddings of ``texts`` with ``model`` (and the tokens it counted, when it says); a
+        :class:`ModelError` when the upstream fails. Only when :attr:`embeds`."""
+        assert self._embed is not None
+        return await self._embed(model, texts)
 
     async def models(self) -> tuple[str, ...]:
         """The names served: configured ones, else the upstream's list (cached), else the default."""
@@ -240,6 +255,17 @@ def build_router(config: GatewayConfig, local: ChatModel | None = None) -> Model
                 raise ModelError(f"listing the upstream's models failed: {type(exc).__name__}") from exc
             return [m.id for m in page.data]
 
+        async def embed_openai(model: str, texts: list[str]) -> tuple[list[list[float]], int | None]:
+            try:
+                resp = await sdk.embeddings.create(model=model, input=texts)
+            except openai.APIStatusError as exc:  # the SDK's errors as the library's, at the boundary
+                raise ModelError(f"the upstream refused the embedding: HTTP {exc.status_code}",
+                                 status=exc.status_code, body=str(exc.body)[:300]) from exc  # fmt: skip
+            except openai.APIError as exc:
+                raise ModelError(f"embedding upstream failed: {type(exc).__name__}") from exc
+            vectors = [list(d.embedding) for d in sorted(resp.data, key=lambda d: d.index)]
+            return vectors, resp.usage.prompt_tokens if resp.usage is not None else None
+
         async def close_openai() -> None:
             await session.aclose()
             await sdk.close()
@@ -254,6 +280,7 @@ def build_router(config: GatewayConfig, local: ChatModel | None = None) -> Model
             capabilities=Capabilities(native_json_schema=True, json_mode=True, tools=True, streaming=True),
             close=close_openai,
             secrets=(key,) if key != "sk-no-key" else (),
+            embed=embed_openai,
         )
     from remem_agent._extras import require
 
@@ -270,6 +297,17 @@ def build_router(config: GatewayConfig, local: ChatModel | None = None) -> Model
         data: Mapping[str, Any] = resp.json()
         return [str(m.get("name") or m.get("model")) for m in data.get("models", [])]
 
+    async def embed_ollama(model: str, texts: list[str]) -> tuple[list[list[float]], int | None]:
+        try:
+            resp = await sdk_ollama.embed(model=model, input=texts)
+        except ollama.ResponseError as exc:  # the SDK's errors as the library's, at the boundary
+            raise ModelError(f"the upstream refused the embedding: HTTP {exc.status_code}", status=exc.status_code,
+                             body=str(exc.error)[:300]) from exc  # fmt: skip
+        except (httpx.HTTPError, ConnectionError) as exc:
+            raise ModelError(f"embedding upstream failed: {type(exc).__name__}") from exc
+        count = getattr(resp, "prompt_eval_count", None)
+        return [list(v) for v in resp.embeddings], count if isinstance(count, int) else None
+
     async def close_ollama() -> None:
         closer = getattr(sdk_ollama, "close", None)  # untyped in the SDK
         if closer is not None:
@@ -284,6 +322,7 @@ def build_router(config: GatewayConfig, local: ChatModel | None = None) -> Model
         discover=discover_ollama,
         capabilities=Capabilities(native_json_schema=True, json_mode=True, tools=True, streaming=True),
         close=close_ollama,
+        embed=embed_ollama,
     )
 
 
