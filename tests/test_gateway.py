@@ -686,3 +686,24 @@ async def test_identical_requests_get_their_own_answer_ids(asgi: tuple[httpx.Asy
     late = await client.post("/v1/feedback", json={"answer_id": ids[1], "success": True})
     assert late.status_code == 409  # judged by the correction
     assert (await client.post("/v1/feedback", json={"answer_id": ids[0], "success": True})).status_code == 200
+
+
+def _server_timing(value: str) -> dict[str, float]:
+    out = {}
+    for part in value.split(","):
+        name, *params = (p.strip() for p in part.split(";"))
+        out[name] = float(next(p for p in params if p.startswith("dur="))[4:])
+    return out
+
+
+def test_every_chat_reply_says_the_gateways_own_time(fake: FakeOllama, mem: ReMem, tmp_path: Path) -> None:
+    with serving(fake, mem, tmp_path) as c:
+        r = c.post("/v1/chat/completions", json={"model": MODEL, "messages": USER})
+        timing = _server_timing(r.headers["server-timing"])
+        assert set(timing) == {"remem", "upstream"} and min(timing.values()) >= 0 and timing["upstream"] > 0
+        fake.push(chat_stream(["It is ", "in west-2 [M1]."]))
+        with c.stream("POST", "/api/chat", json={"model": MODEL, "messages": USER}) as s:
+            assert set(_server_timing(s.headers["server-timing"])) == {"remem", "upstream"}
+            list(s.iter_lines())
+        bad = c.post("/v1/chat/completions", json={"model": MODEL, "messages": "hi"})
+        assert bad.status_code == 400 and "server-timing" not in bad.headers  # nothing was timed

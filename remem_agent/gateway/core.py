@@ -155,6 +155,7 @@ class Gateway:
         call = parse(self, body, request, caller)
         call.model = await self.service.check_model(body.get("model"))
         request.state.scope = call.scope
+        request.state.timing = call.timing  # for the Server-Timing header (``endpoint``)
         return body, stream, call
 
     def authorize(self, caller: Caller, scope: str) -> None:
@@ -179,7 +180,11 @@ class Gateway:
                 return err.response(protocol, {"WWW-Authenticate": "Bearer"})
             request.state.key = caller.key_id if caller else None
             try:
-                return await handler(self, request, caller or Caller(None, ()))
+                response = await handler(self, request, caller or Caller(None, ()))
+                timing = getattr(request.state, "timing", None)
+                if timing is not None:
+                    response.headers["Server-Timing"] = timing.server_timing()
+                return response
             except Exception as exc:  # noqa: BLE001 - every failure becomes the protocol's error shape
                 err = error_of(exc)
                 request.state.error = err.code

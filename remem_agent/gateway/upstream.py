@@ -55,6 +55,17 @@ class Timing:
     first_chunk: float | None = None
     errors: list[str] = field(default_factory=list)
 
+    def server_timing(self, now: float | None = None) -> str:
+        """A ``Server-Timing`` header value: ``remem`` is the gateway's own time so far (recall, prompt, learning,
+        everything but waiting for the upstream), ``upstream`` the upstream's time, in milliseconds. A stream's
+        headers leave before its end: the upstream's part is then its time to the first chunk."""
+        now = time.perf_counter() if now is None else now
+        waited = self.upstream_s
+        if not waited and self.upstream_start is not None:
+            waited = (self.first_chunk or now) - self.upstream_start
+        own = max(0.0, now - self.started - waited)
+        return f'remem;dur={own * 1000:.2f};desc="gateway", upstream;dur={waited * 1000:.2f}'
+
     def error_kind(self, exc: ModelError) -> str:
         if exc.status is not None:
             return f"{exc.status // 100}xx" if exc.status != 429 else "429"
