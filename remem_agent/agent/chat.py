@@ -80,7 +80,7 @@ from remem_agent.agent.outcomes import (
 )
 from remem_agent.agent.ports import AgentMemory, BlockingMemory
 from remem_agent.agent.prompt import citation_aliases, render_memories
-from remem_agent.agent.telemetry import AttributeValue, NoTelemetry, Span, Telemetry
+from remem_agent.agent.telemetry import AttributeValue, NoTelemetry, Span, Telemetry, memory_operation
 from remem_agent.agent.trace import TraceWriter
 from remem_agent.errors import ModelError, UserInputError
 from remem_agent.ingest import check_scope
@@ -257,7 +257,7 @@ class Conversations:
         )
 
     # -- recall once per user turn ----------------------------------------------------------------
-    async def begin(self, opts: ChatOptions) -> tuple[_Turn, bool]:
+    async def begin(self, opts: ChatOptions, parent: Span | None = None) -> tuple[_Turn, bool]:
         """The turn this call belongs to; a new user turn first settles the answer it follows, then recalls."""
         ui = latest_user_index(opts.messages)
         user = opts.messages[ui].content
@@ -285,15 +285,21 @@ class Conversations:
             blocking = self._blocking() if follows is not None else None
             label = f"{opts.scope}|{opts.conversation_id}"
             if blocking is not None and follows is not None:
-                res = await asyncio.to_thread(
-                    self._settle_and_search, blocking, follows, label, user, _turn_key(key), query, search
-                )
+                with self._memory_span("search_memory", opts.scope, parent) as span:
+                    res, settled = await asyncio.to_thread(
+                        self._settle_and_search, blocking, follows, label, user, _turn_key(key), query, search
+                    )
+                    span.set("remem.settled", settled)
+                    _record_search(span, res)
             else:
                 if follows is not None:
                     deferred = await self.settle_from_next_turn(
-                        follows, label, user, defer_moved_on=self.capture is not None, turn=_turn_key(key)
-                    )
-                res = await self.memory.asearch(query, **search)
+                        follows, label, user, defer_moved_on=self.capture is not None, turn=_turn_key(key),
+                        parent=parent,
+                    )  # fmt: skip
+                with self._memory_span("search_memory", opts.scope, parent) as span:
+                    res = await self.memory.asearch(query, **search)
+                    _record_search(span, res)
             turn = _Turn(
                 key=key,
                 answer_id=f"a_{uuid.uuid4().hex[:16]}",
@@ -341,10 +347,16 @@ class Conversations:
         reply = Message("assistant", resp.text, resp.tool_calls)
         return ("after", f"{opts.scope}|{transcript_digest((*opts.messages, reply))}")
 
-    async def begin_traced(self, opts: ChatOptions, t0: float) -> tuple[_Turn, bool]:
+    def _memory_span(
+        self, operation: str, scope: str | None, parent: Span | None
+    ) -> contextlib.AbstractContextManager[Span]:
+        name, attrs = memory_operation(operation, scope)
+        return _stage(self.telemetry, name, parent, **attrs)
+
+    async def begin_traced(self, opts: ChatOptions, t0: float, parent: Span | None = None) -> tuple[_Turn, bool]:
         """``begin``, but a failure of recall (a store error, say) still leaves the call's trace line."""
         try:
-            return await self.begin(opts)
+            return await self.begin(opts, parent)
         except Exception as exc:
             tracer = self._tracer()
             if tracer is not None:
@@ -458,7 +470,14 @@ class Conversations:
             await tracer.write(record)
 
     async def settle_from_next_turn(
-        self, thread: Thread, cid: str, next_user: str, *, defer_moved_on: bool = False, turn: str = ""
+        self,
+        thread: Thread,
+        cid: str,
+        next_user: str,
+        *,
+        defer_moved_on: bool = False,
+        turn: str = "",
+        parent: Span | None = None,
     ) -> Callable[[], Awaitable[None]] | None:
         """The next user turn arrived: judge the answer it follows, ``thread``'s newest (unless a verdict came).
 
@@ -479,7 +498,7 @@ class Conversations:
         judge = judged.to_dict() if judged else None
 
         async def settle() -> None:
-            await self._settle(answer_id, own, cid, verdict, heuristic=heuristic.to_dict(), judge=judge)
+            await self._settle(answer_id, own, cid, verdict, heuristic=heuristic.to_dict(), judge=judge, parent=parent)
 
         if defer_moved_on and verdict is heuristic and not correction:
             return settle
@@ -507,14 +526,16 @@ class Conversations:
         turn: str,
         query: str,
         search: Mapping[str, Any],
-    ) -> SearchResult:
+    ) -> tuple[SearchResult, str | None]:
         """In a worker thread: what ``settle_from_next_turn`` then ``memory.asearch`` do, for a shared pending store
         with no judge and no fact capture (the only case ``begin`` sends here), blocking, in the same order: the
         conversation's newest waiting answer, its claim, its feedback (a refused one releases the claim and
-        raises, before any recall), its outcome line, then the recall of this turn."""
+        raises, before any recall), its outcome line, then the recall of this turn. Returns the recall and the
+        answer it settled (None if none)."""
         claims = self._claims
         assert claims is not None and self.judge is None and self.capture is None
         latest = claims.latest_blocking(thread)
+        settled = None
         if latest is not None and latest.turn != turn:
             own = self._answers.get(latest.answer_id)
             verdict = _heuristic(looks_like_correction(next_user))
@@ -533,6 +554,7 @@ class Conversations:
                 except BaseException:
                     claims.release_blocking(item)
                     raise
+                settled = item.answer_id
                 tracer = self._tracer()
                 if tracer is not None:
                     tracer.write_sync(
@@ -546,7 +568,7 @@ class Conversations:
                             judge=None,
                         )
                     )
-        return memory.search(query, **search)
+        return memory.search(query, **search), settled
 
     async def _settle(
         self,
@@ -557,6 +579,7 @@ class Conversations:
         *,
         heuristic: Mapping[str, Any] | None,
         judge: Mapping[str, Any] | None,
+        parent: Span | None = None,
     ) -> None:
         item = await self.pending.take(answer_id)
         if item is None:  # already judged (explicit feedback, a correction by a new fact)
@@ -570,6 +593,7 @@ class Conversations:
             started=prev.started if prev is not None else None,
             heuristic=heuristic,
             judge=judge,
+            parent=parent,
         )
 
     async def _judge(self, prev: _Turn, next_user: str) -> Verdict | None:
@@ -608,6 +632,7 @@ class Conversations:
         started: float | None = None,
         heuristic: Mapping[str, Any] | None = None,
         judge: Mapping[str, Any] | None = None,
+        parent: Span | None = None,
     ) -> FeedbackReceipt:
         """Learn a claimed answer's verdict, then trace it: the one path every outcome takes.
 
@@ -615,6 +640,28 @@ class Conversations:
         here, so they credit alike. If the ledger refuses the feedback, the claim is released (the answer
         may be judged again) and the error propagates; nothing is traced for it.
         """
+        assert verdict.success is not None
+        with self._memory_span("feedback", item.scope, parent) as span:
+            span.set("remem.answer_id", item.answer_id)
+            span.set("remem.outcome.success", verdict.success)
+            span.set("remem.outcome.source", verdict.source)
+            return await self._record_verdict(
+                item, verdict, used_ids=used_ids, answer=answer, conversation=conversation, started=started,
+                heuristic=heuristic, judge=judge,
+            )  # fmt: skip
+
+    async def _record_verdict(
+        self,
+        item: Waiting,
+        verdict: Verdict,
+        *,
+        used_ids: Sequence[str],
+        answer: object | None,
+        conversation: str | None,
+        started: float | None,
+        heuristic: Mapping[str, Any] | None,
+        judge: Mapping[str, Any] | None,
+    ) -> FeedbackReceipt:
         assert verdict.success is not None
         try:
             receipt = await self.memory.afeedback(
@@ -786,6 +833,11 @@ def _stage(tel: Telemetry, name: str, parent: Span | None, **attributes: Attribu
         span.end()
 
 
+def _record_search(span: Span, res: SearchResult) -> None:
+    span.set("gen_ai.memory.search.result.count", len(res.items))
+    span.set("remem.search_id", res.search_id)
+
+
 def _model_attributes(model: ChatModel, opts: ChatOptions) -> dict[str, AttributeValue]:
     attrs: dict[str, AttributeValue] = {
         "gen_ai.operation.name": "chat",
@@ -819,7 +871,7 @@ async def run_chat(conv: Conversations, opts: ChatOptions, retry: RetryPolicy) -
     try:
         t0 = time.perf_counter()
         with _stage(conv.telemetry, "remem.recall", root) as span:
-            turn, recalled = await conv.begin_traced(opts, t0)
+            turn, recalled = await conv.begin_traced(opts, t0, span)
             span.set("remem.recalled", recalled)
             span.set("remem.served", len(turn.result.items))
         root.set("remem.answer_id", turn.answer_id)
@@ -957,7 +1009,7 @@ async def _stream_body(
 ) -> AsyncGenerator[StreamChunk | None]:
     t0 = time.perf_counter()
     with _stage(conv.telemetry, "remem.recall", root) as span:
-        turn, recalled = await conv.begin_traced(opts, t0)
+        turn, recalled = await conv.begin_traced(opts, t0, span)
         span.set("remem.recalled", recalled)
         span.set("remem.served", len(turn.result.items))
     root.set("remem.answer_id", turn.answer_id)

@@ -34,7 +34,7 @@ from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, PendingOutcomes, Pen
 from remem_agent.agent.ports import AgentMemory
 from remem_agent.agent.prompt import build_messages, check_answer_schema, citation_aliases, with_citations
 from remem_agent.agent.scoring import Outcome, Scorer, exact_match
-from remem_agent.agent.telemetry import Telemetry
+from remem_agent.agent.telemetry import Telemetry, memory_operation
 from remem_agent.agent.trace import AttemptRecord, HasSecrets, TraceRecord, TraceWriter
 from remem_agent.errors import ModelError, OutputValidationError, UnknownSearchError, UserInputError
 from remem_agent.ingest import check_scope, check_text
@@ -601,9 +601,18 @@ class MemoryAgent:
         scope: str | None = None,
     ) -> str:
         """Add a memory; if it corrects a ``state`` memory served to a pending answer, that answer failed."""
-        new_id = await self.memory.aadd(
-            text, entity=entity, attribute=attribute, role=role, task=task, timestamp=timestamp, scope=scope
-        )
+        name, attrs = memory_operation("update_memory", scope)
+        span = self._conversations.telemetry.start(name, attrs)
+        try:
+            new_id = await self.memory.aadd(
+                text, entity=entity, attribute=attribute, role=role, task=task, timestamp=timestamp, scope=scope
+            )
+            span.set("gen_ai.memory.id", new_id)
+        except BaseException as exc:
+            span.fail(exc)
+            raise
+        finally:
+            span.end()
         if self.infer_outcomes and role == "state" and entity and attribute:
             await self._infer_correction(new_id)
         return new_id

@@ -6,6 +6,15 @@ spans to the caller's tracer provider (and so to whatever collector it exports t
 ``remem.chat`` span with a child per stage: ``remem.recall``, ``chat {model}`` (the model call, with the
 ``gen_ai.*`` attributes: operation, provider, request/response model, usage, finish reasons) and
 ``remem.learn`` (citations, value use, the waiting outcome). Prompt text is never put on a span.
+
+Memory operations are spans of their own, named as the proposed GenAI memory conventions name them
+(``{gen_ai.operation.name} {store}``, the store being ``remem``): ``search_memory remem`` (a recall, child of
+``remem.recall``; ``gen_ai.memory.namespace`` is the scope, ``gen_ai.memory.search.result.count`` how many were
+served) and ``update_memory remem`` (a memory added by ``MemoryAgent.remember``; ``gen_ai.memory.id``). The
+conventions have no operation for an outcome, so a verdict is ``remem.feedback`` (``gen_ai.operation.name``
+``feedback``, with ``remem.answer_id``, ``remem.outcome.success``, ``remem.outcome.source``); a new turn that
+settles the previous answer in the same worker-thread hop as its recall puts ``remem.settled`` on the search
+span instead.
 """
 
 from __future__ import annotations
@@ -16,6 +25,18 @@ from typing import Any, Protocol
 from remem_agent._extras import require
 
 AttributeValue = str | bool | int | float | Sequence[str] | Sequence[int] | Sequence[float]
+
+
+MEMORY_STORE = "remem"
+
+
+def memory_operation(operation: str, scope: str | None) -> tuple[str, dict[str, AttributeValue]]:
+    """The span name and attributes of one memory operation (``search_memory``, ``update_memory``, ``feedback``)."""
+    attrs: dict[str, AttributeValue] = {"gen_ai.operation.name": operation, "gen_ai.provider.name": MEMORY_STORE}
+    if scope is not None:
+        attrs["gen_ai.memory.namespace"] = scope
+    name = f"{operation} {MEMORY_STORE}" if operation != "feedback" else "remem.feedback"
+    return name, attrs
 
 
 class Span(Protocol):
