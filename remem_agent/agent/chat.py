@@ -915,6 +915,53 @@ async def run_chat(conv: Conversations, opts: ChatOptions, retry: RetryPolicy) -
         root.end()
 
 
+@dataclass(frozen=True, kw_only=True)
+class PreparedChat:
+    """The recall half of a chat call whose model the caller calls itself (``MemoryAgent.prepare_chat``): send
+    ``messages`` (the caller's, with the memory block) to the model, then hand its reply to
+    ``MemoryAgent.finish_chat``."""
+
+    messages: tuple[Message, ...]
+    answer_id: str
+    conversation_id: str
+    scope: str
+    served: tuple[Hit, ...]
+    aliases: Mapping[str, str]
+    recalled: bool
+    options: ChatOptions = field(repr=False)
+    turn: _Turn = field(repr=False)
+    block: str | None = field(repr=False)
+    started: float = field(repr=False)
+
+    def to_dicts(self) -> list[dict[str, Any]]:
+        """``messages`` in the OpenAI shape, for a client that takes plain dicts."""
+        return [m.to_dict() for m in self.messages]
+
+
+async def prepare_chat(conv: Conversations, opts: ChatOptions) -> PreparedChat:
+    """Recall (once per turn) and the memory block, without calling the model."""
+    t0 = time.perf_counter()
+    turn, recalled = await conv.begin_traced(opts, t0)
+    req, block = conv.request(opts, turn)
+    return PreparedChat(
+        messages=req.messages, answer_id=turn.answer_id, conversation_id=opts.conversation_id, scope=opts.scope,
+        served=turn.result.items, aliases=dict(turn.aliases), recalled=recalled, options=opts, turn=turn,
+        block=block, started=t0,
+    )  # fmt: skip
+
+
+async def finish_chat(conv: Conversations, prepared: PreparedChat, resp: ChatResponse) -> ChatReply:
+    """Citations, value use, the waiting answer and the trace line of a reply the caller got itself."""
+    opts, turn = prepared.options, prepared.turn
+    reply, waiting = conv.reply_of(opts, turn, resp, recalled=prepared.recalled)
+    record = conv.call_record(
+        opts, turn, recalled=prepared.recalled, block=prepared.block, stream=False, text=resp.text,
+        tool_calls=resp.tool_calls, finish_reason=resp.finish_reason, usage=resp.usage, reply=reply, error=None,
+    )  # fmt: skip
+    await conv.persist(waiting, record, lambda: {"total": _ms(prepared.started)})
+    return reply
+
+
 @dataclass
 class StreamState:
     """What a stream's body reports to its :class:`ChatStream` (kept apart so the two form no reference

@@ -25,11 +25,22 @@ from pathlib import Path
 from typing import Any, Literal
 
 from remem_agent._time import Timestamp
-from remem_agent.adapters.base import ChatModel, Message, ToolSpec
+from remem_agent.adapters.base import ChatModel, ChatResponse, Message, ToolSpec
 from remem_agent.adapters.retry import RetryPolicy
 from remem_agent.agent.call import Enforced, Sampling, call_and_enforce
 from remem_agent.agent.capture import AsyncFactExtractor, FactCapture
-from remem_agent.agent.chat import ChatOptions, ChatReply, ChatStream, Conversations, Verdict, run_chat, stream_chat
+from remem_agent.agent.chat import (
+    ChatOptions,
+    ChatReply,
+    ChatStream,
+    Conversations,
+    PreparedChat,
+    Verdict,
+    finish_chat,
+    prepare_chat,
+    run_chat,
+    stream_chat,
+)
 from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, PendingOutcomes, PendingStore, Waiting
 from remem_agent.agent.ports import AgentMemory
 from remem_agent.agent.prompt import build_messages, check_answer_schema, citation_aliases, with_citations
@@ -283,6 +294,35 @@ class MemoryAgent:
         )  # fmt: skip
         conv, retry, sem = self._conversations, self.retry, self._sem
         return ChatStream(lambda s: stream_chat(conv, opts, retry, s, lambda: sem))
+
+    async def prepare_chat(
+        self,
+        messages: object,
+        *,
+        tools: object = None,
+        tool_choice: object = None,
+        conversation_id: str | None = None,
+        scope: str | None = None,
+        task: str | None = None,
+        k: int | None = None,
+        now: Timestamp | None = None,
+        token_budget: int | None = None,
+    ) -> PreparedChat:
+        """The recall half of ``chat`` for a caller that calls its model itself (a LiteLLM callback, say):
+        validated messages with the memory block added (``prepared.messages``), recalled once per user turn
+        exactly as ``chat`` does. Call the model with them, then :meth:`finish_chat` with its reply."""
+        opts = self._chat_options(
+            messages, tools, tool_choice, conversation_id, scope, task, k, now, token_budget, None, None, None, None
+        )
+        async with self._sem:
+            return await prepare_chat(self._conversations, opts)
+
+    async def finish_chat(self, prepared: PreparedChat, response: ChatResponse) -> ChatReply:
+        """The learning half of ``chat``: the reply's citations and value use, its waiting answer (for an outcome
+        from ``feedback``, the next turn or a correcting fact) and its trace line."""
+        if not isinstance(prepared, PreparedChat) or not isinstance(response, ChatResponse):
+            raise UserInputError("finish_chat takes the PreparedChat of prepare_chat and a ChatResponse")
+        return await finish_chat(self._conversations, prepared, response)
 
     def _chat_options(
         self,
