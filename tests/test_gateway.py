@@ -707,3 +707,32 @@ def test_every_chat_reply_says_the_gateways_own_time(fake: FakeOllama, mem: ReMe
             list(s.iter_lines())
         bad = c.post("/v1/chat/completions", json={"model": MODEL, "messages": "hi"})
         assert bad.status_code == 400 and "server-timing" not in bad.headers  # nothing was timed
+
+
+async def test_openapi_lists_every_route_the_app_serves(asgi: tuple[httpx.AsyncClient, FunctionChatModel]) -> None:
+    from starlette.routing import Route
+
+    from remem_agent.gateway.openapi import OPERATIONS
+
+    client, _ = asgi
+    r = await client.get("/openapi.json")  # public: no key needed even when keys are configured
+    assert r.status_code == 200
+    doc = r.json()
+    assert doc["openapi"].startswith("3.1") and doc["info"]["title"] == "remem gateway"
+    served = {
+        (m, route.path)
+        for route in client._transport.app.routes  # type: ignore[attr-defined]
+        if isinstance(route, Route)
+        for m in (route.methods or set()) - {"HEAD"}
+    }
+    listed = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
+    assert listed == served == set(OPERATIONS)  # no route undocumented, no document of a route not served
+    chat = doc["paths"]["/v1/messages"]["post"]
+    assert chat["requestBody"]["content"]["application/json"]["schema"]["required"] == [
+        "model",
+        "max_tokens",
+        "messages",
+    ]
+    assert "x-remem-answer-id" in chat["responses"]["200"]["headers"]
+    assert chat["responses"]["4XX"]["content"]["application/json"]["schema"]["properties"]["type"] == {"const": "error"}
+    assert doc["paths"]["/readyz"]["get"]["security"] == []

@@ -27,7 +27,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from remem_agent.adapters.base import ChatModel
 from remem_agent.agent.telemetry import Telemetry
 from remem_agent.errors import RememError
-from remem_agent.gateway import anthropic_routes, memory_routes, ollama_routes, openai_routes, responses_routes
+from remem_agent.gateway import (
+    anthropic_routes,
+    memory_routes,
+    ollama_routes,
+    openai_routes,
+    openapi,
+    responses_routes,
+)
 from remem_agent.gateway.auth import Caller
 from remem_agent.gateway.config import GatewayConfig, check_bind, load_api_keys
 from remem_agent.gateway.core import Gateway
@@ -59,6 +66,19 @@ async def _readyz(gw: Gateway, request: Request, caller: Caller) -> Response:
     checks["upstream"] = "ok" if problem is None else problem
     ready = all(v == "ok" for v in checks.values())
     return JSONResponse({"status": "ready" if ready else "not ready", **checks}, status_code=200 if ready else 503)
+
+
+async def _openapi(gw: Gateway, request: Request, caller: Caller) -> Response:
+    """``GET /openapi.json``: the routes this app serves, as an OpenAPI 3.1 document (:mod:`.openapi`)."""
+    from remem_agent import __version__
+
+    served = [
+        (method, route.path)
+        for route in request.app.routes
+        if isinstance(route, Route)
+        for method in sorted((route.methods or set()) - {"HEAD"})
+    ]
+    return JSONResponse(openapi.document(served, __version__))
 
 
 async def _metrics(gw: Gateway, request: Request, caller: Caller) -> Response:
@@ -148,6 +168,7 @@ def create_app(
         Route("/api/ps", e("/api/ps", "ollama", ollama_routes.ps), methods=["GET"]),
         Route("/api/show", e("/api/show", "ollama", ollama_routes.show), methods=["POST"]),
         Route("/metrics", e("/metrics", "openai", _metrics), methods=["GET"]),
+        Route("/openapi.json", e("/openapi.json", "openai", _openapi, public=True), methods=["GET"]),
     ]
 
     @asynccontextmanager
