@@ -736,3 +736,24 @@ async def test_openapi_lists_every_route_the_app_serves(asgi: tuple[httpx.AsyncC
     assert "x-remem-answer-id" in chat["responses"]["200"]["headers"]
     assert chat["responses"]["4XX"]["content"]["application/json"]["schema"]["properties"]["type"] == {"const": "error"}
     assert doc["paths"]["/readyz"]["get"]["security"] == []
+
+
+async def test_an_ollama_client_gives_feedback_by_its_conversation(
+    asgi: tuple[httpx.AsyncClient, FunctionChatModel],
+) -> None:
+    import ollama
+
+    client, _ = asgi
+    app = client._transport.app  # type: ignore[attr-defined]
+    chat = ollama.AsyncClient(host="http://gw", transport=httpx.ASGITransport(app=app),
+                              headers={"x-remem-conversation": "ops-7"})  # fmt: skip
+    part = await chat.chat(model=MODEL, messages=USER)
+    assert part.message.content  # the client keeps no remem field and no header: the conversation names it
+    ok = await client.post("/v1/feedback", json={"conversation": "ops-7", "success": True})
+    assert ok.status_code == 200 and ok.json()["source"] == "user"
+    again = await client.post("/v1/feedback", json={"conversation": "ops-7", "success": True})
+    assert again.status_code == 404 and "conversation" in again.json()["error"]["message"]  # nothing waits now
+    both = await client.post("/v1/feedback", json={"conversation": "ops-7", "answer_id": "a_1", "success": True})
+    assert both.status_code == 400
+    bad = await client.post("/v1/feedback", json={"conversation": "no spaces", "success": True})
+    assert bad.status_code == 400

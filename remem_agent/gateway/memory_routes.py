@@ -101,8 +101,17 @@ async def inspect_memory(gw: Gateway, request: Request, caller: Caller) -> Respo
 
 
 async def feedback(gw: Gateway, request: Request, caller: Caller) -> Response:
+    """``POST /v1/feedback``: a verdict for one answer, named by ``answer_id`` (the answer id, or a reply's own
+    id: a chat completion's, a response's, a message's) or, for a client that keeps neither (Ollama's drop the
+    ``remem`` field and the headers), by ``conversation``: the newest answer still waiting in that
+    ``x-remem-conversation`` of the caller's scope."""
     body = json_object(await gw.read_body(request))
     given = body.get("answer_id")
+    conversation = body.get("conversation")
+    if conversation is not None:
+        if given is not None:
+            raise ApiError(400, "name the answer by 'answer_id' or by 'conversation', not both", code="invalid_value")
+        given = await gw.service.latest_answer(caller, request_scope(request.headers, None, caller), conversation)
     answer_id = answer_id_of(given) if isinstance(given, str) else given  # a chat completion's id names it too
     receipt = await gw.service.feedback(
         caller, answer_id, body.get("success"), body.get("reason"), body.get("used_ids")

@@ -246,6 +246,20 @@ class ChatService:
         t.errors.clear()
 
     # -- feedback -------------------------------------------------------------------------------------------
+    async def latest_answer(self, caller: Caller, scope: str, conversation: object) -> str:
+        """The newest answer still waiting in ``conversation`` (an ``x-remem-conversation``) of ``scope``."""
+        if not isinstance(conversation, str) or not _CONVERSATION.match(conversation):
+            raise ApiError(400, "'conversation' must be 1-128 letters, digits or . _ : @ + -", code="invalid_value")
+        if not caller.may(scope):
+            raise ApiError(403, f"this key is not granted the scope {scope!r}", type="permission_error",
+                           code="scope_forbidden")  # fmt: skip
+        waiting = await self.pending.latest(("conv", f"{scope}|{conversation}"))
+        if waiting is None:
+            raise UnknownSearchError(
+                conversation, field="conversation", detail="no answer of it is waiting for a verdict in this scope"
+            )
+        return waiting.answer_id
+
     async def feedback(
         self, caller: Caller, answer_id: object, success: object, reason: object, used_ids: object
     ) -> FeedbackReceipt:
