@@ -36,7 +36,7 @@ from remem_agent.agent.chat import ChatStream
 from remem_agent.errors import ModelError
 from remem_agent.gateway.auth import Caller, request_scope
 from remem_agent.gateway.openai_routes import MESSAGE_PREFIX, apply_response_format, flag, route_extra
-from remem_agent.gateway.protocol import ApiError, count, error_of, number
+from remem_agent.gateway.protocol import ApiError, count, number, stream_error
 from remem_agent.gateway.service import ChatCall, ClosingStreamingResponse, Meta, StreamEnd
 
 if TYPE_CHECKING:
@@ -360,16 +360,7 @@ async def _events(
         tail += _event("message_delta", delta=delta, usage=_usage(usage), remem=done.body())
         yield tail + _event("message_stop")
     except (ModelError, TimeoutError) as exc:
-        err = (
-            error_of(exc)
-            if isinstance(exc, ModelError)
-            else ApiError(
-                504,
-                "the stream exceeded the gateway's max stream duration",
-                type="upstream_error",
-                code="stream_timeout",
-            )
-        )
+        err = stream_error(exc)
         request.state.error = err.code
         yield b"event: error\ndata: " + json.dumps(err.body("anthropic")).encode() + b"\n\n"
     finally:

@@ -40,10 +40,10 @@ from remem_agent.gateway.protocol import (
     check_schema,
     count,
     embed_inputs,
-    error_of,
     json_object,
     no_embeddings,
     number,
+    stream_error,
 )
 from remem_agent.gateway.service import ChatCall, ClosingStreamingResponse, Meta, StreamEnd
 
@@ -270,11 +270,7 @@ async def _ndjson(
             final = _done(reply, done, model, call.timing.started)
             yield _line({**final, **text("")})
     except (ModelError, TimeoutError) as exc:
-        err = (
-            error_of(exc)
-            if isinstance(exc, ModelError)
-            else ApiError(504, "the stream exceeded the gateway's max stream duration", code="stream_timeout")
-        )
+        err = stream_error(exc)
         request.state.error = err.code
         yield _line(err.body("ollama"))
     finally:

@@ -47,10 +47,10 @@ from remem_agent.gateway.protocol import (
     check_schema,
     count,
     embed_inputs,
-    error_of,
     json_object,
     no_embeddings,
     number,
+    stream_error,
 )
 from remem_agent.gateway.service import ChatCall, ClosingStreamingResponse, Meta, StreamEnd
 
@@ -296,16 +296,7 @@ async def _sse(
             end_frames += _frame({**tail, "remem": done.body()})
         yield end_frames + b"data: [DONE]\n\n"
     except (ModelError, TimeoutError) as exc:
-        err = (
-            error_of(exc)
-            if isinstance(exc, ModelError)
-            else ApiError(
-                504,
-                "the stream exceeded the gateway's max stream duration",
-                type="upstream_error",
-                code="stream_timeout",
-            )
-        )
+        err = stream_error(exc)
         request.state.error = err.code
         yield _frame(err.body("openai"))
     finally:
@@ -410,16 +401,7 @@ async def _text_sse(
             tail += _frame({**head, "choices": [], "remem": gw.service.meta(call, meta.conversation_id, reply).body()})
         yield tail + b"data: [DONE]\n\n"
     except (ModelError, TimeoutError) as exc:
-        err = (
-            error_of(exc)
-            if isinstance(exc, ModelError)
-            else ApiError(
-                504,
-                "the stream exceeded the gateway's max stream duration",
-                type="upstream_error",
-                code="stream_timeout",
-            )
-        )
+        err = stream_error(exc)
         request.state.error = err.code
         yield _frame(err.body("openai"))
     finally:

@@ -97,6 +97,16 @@ def error_of(exc: BaseException) -> ApiError:
     return ApiError(500, "internal error", type="server_error", code="internal_error")
 
 
+def stream_error(exc: ModelError | TimeoutError) -> ApiError:
+    """A failure after a stream's first byte, sent as the stream's last event: the upstream's error, or the
+    gateway's own stream deadline (``Limits.max_stream_seconds``)."""
+    if isinstance(exc, ModelError):
+        return error_of(exc)
+    return ApiError(
+        504, "the stream exceeded the gateway's max stream duration", type="upstream_error", code="stream_timeout"
+    )
+
+
 def upstream_error(exc: ModelError) -> ApiError:
     """Upstream failures after the retries: 429 stays 429, other 4xx keep their status, the rest is 502/504."""
     status = exc.status

@@ -41,7 +41,7 @@ from remem_agent.agent.chat import ChatReply, ChatStream
 from remem_agent.errors import ModelError
 from remem_agent.gateway.auth import Caller, request_scope
 from remem_agent.gateway.openai_routes import RESPONSE_PREFIX, apply_response_format, flag, route_extra
-from remem_agent.gateway.protocol import ApiError, count, error_of, number
+from remem_agent.gateway.protocol import ApiError, count, number, stream_error
 from remem_agent.gateway.service import ChatCall, ClosingStreamingResponse, Meta, StreamEnd
 from remem_agent.store import responses as stored
 
@@ -543,16 +543,7 @@ async def _events(
         )
         yield tail + event("response.completed", response=final)
     except (ModelError, TimeoutError) as exc:
-        err = (
-            error_of(exc)
-            if isinstance(exc, ModelError)
-            else ApiError(
-                504,
-                "the stream exceeded the gateway's max stream duration",
-                type="upstream_error",
-                code="stream_timeout",
-            )
-        )
+        err = stream_error(exc)
         request.state.error = err.code
         yield event("error", code=err.code, message=err.message, param=None)
     finally:
