@@ -212,3 +212,14 @@ def test_pg_contention_quick_runs_every_workload_on_both_packages(tmp_path: Path
             assert run["verify_ok"] is True and run["workers_given_up"] == 0, run["errors"]
             assert run["operations"] == 2 * rep["sizes"][workload]
             assert run["learning_transactions"] > 0 and run["learning_reruns"] >= 0 and run["deadlocks"] >= 0
+
+
+def test_perf_protocols_measures_every_chat_route(tmp_path: Path) -> None:
+    out = tmp_path / "protocols.json"
+    _run_module("evals.perf.protocols", ["--memories", "50", "--requests", "5", "--out", str(out)], timeout_s=300)
+    report = json.loads(out.read_text())
+    from evals.perf.protocols import ROUTES
+
+    assert set(report["routes"]) == {*ROUTES, "direct"} and report["embedder"] == "hash"
+    assert all(r["errors"] == 0 and r["latency"]["n"] == 5 for r in report["routes"].values()), report["routes"]
+    assert set(report["summary"]["overhead_p50_ms"]) == set(ROUTES)
