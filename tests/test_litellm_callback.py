@@ -124,3 +124,37 @@ async def test_bad_messages_are_refused_before_anything_is_sent(upstream: FakeOl
     assert isinstance(info.value, UserInputError) or "unknown role" in str(info.value)
     assert not upstream.requests and callback.memory.stats().searches == searches
     await callback.aclose()
+
+
+async def test_the_litellm_sdk_as_a_client_of_the_gateway_keeps_the_answer_id(tmp_path: Path) -> None:
+    """LiteLLM (as a client, no callback) drops the gateway's extra ``remem`` chunk of a stream; the answer id
+    still reaches it as the completion's own ``id`` (``chatcmpl-<answer id>``), which feedback takes."""
+    from _gateway import running
+
+    from remem_agent.adapters import FunctionChatModel
+    from remem_agent.gateway import GatewayConfig, create_app
+
+    litellm.logging_callback_manager._reset_all_callbacks()
+    litellm.callbacks = []
+    mem = ReMem(tmp_path / "gw")
+    mem.add("Our server moved to west-2.", entity="server", attribute="region")
+    model = FunctionChatModel(lambda req: "It is in west-2 [M1].", name="qwen")
+    app = create_app(GatewayConfig(models=("qwen",), trace="off"), memory=mem, model=model)
+    try:
+        with running(app) as base:
+            kw = {"model": "openai/qwen", "api_base": base + "/v1", "api_key": "unused"}
+            msgs = [{"role": "user", "content": QUESTION}]
+            done = await litellm.acompletion(messages=msgs, **kw)
+            assert done.id.startswith("chatcmpl-a_")
+            stream = await litellm.acompletion(messages=msgs, stream=True, **kw)
+            ids = {c.id async for c in stream}
+            (streamed,) = ids
+            assert streamed.startswith("chatcmpl-a_") and streamed != done.id
+            import httpx
+
+            async with httpx.AsyncClient(base_url=base, trust_env=False) as http:
+                for given in (done.id, streamed):
+                    r = await http.post("/v1/feedback", json={"answer_id": given, "success": True})
+                    assert r.status_code == 200, r.text
+    finally:
+        mem.close()
