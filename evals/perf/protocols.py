@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     worst = max(abs(v["vs_chat_completions_p50_ms"]) for k, v in routes.items() if k != "direct")
     report = {
         "benchmark": "gateway overhead per wire protocol",
-        "command": "python -m evals.perf.protocols " + " ".join(argv or sys.argv[1:]),
+        "command": " ".join(["python -m evals.perf.protocols", *(argv if argv is not None else sys.argv[1:])]),
         "embedder": "hash",
         "memories": args.memories,
         "requests_per_route": args.requests,
