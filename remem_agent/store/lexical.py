@@ -11,9 +11,12 @@ The index itself is the database's: SQLite FTS5 with the ``porter unicode61`` to
 stemming, case and diacritics folded) over ``memories.text``, PostgreSQL a ``tsvector`` of the
 ``english`` configuration (the same stemmer family and a stopword list) with a GIN index. Scores are
 comparable within one backend only (FTS5 ``bm25()``; PostgreSQL idf-weighted ``ts_rank``, see
-``PostgresTx._lexical_query``); fusion uses ranks. Why 'english' and not 'simple' on PostgreSQL:
-stemming finds "camped" for "camping"; on the LoCoMo dev conversations 'simple' ranks 2 pp lower at
-evidence recall@5 (results/locomo/lexical_channel.json, ``python -m evals.bench.lexical_channel``).
+``PostgresTx._lexical_query``), and the two match different words (PostgreSQL drops its stopwords): the
+default fusion (``"bonus"``) adds each backend's score scaled by the pool's best, so one ledger can rank
+differently on SQLite and on PostgreSQL (``"rrf"`` uses ranks, and differs only where the matches do).
+Why 'english' and not 'simple' on PostgreSQL: stemming finds "camped" for "camping"; on the LoCoMo dev
+conversations 'simple' ranks 2 pp lower at evidence recall@5 (results/locomo/lexical_channel.json,
+``python -m evals.bench.lexical_channel``).
 """
 
 from __future__ import annotations
