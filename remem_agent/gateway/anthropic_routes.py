@@ -29,15 +29,15 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from remem_agent.adapters.base import StreamChunk, ToolCall, Usage
-from remem_agent.agent.chat import ChatStream
+from remem_agent.agent.chat import ChatReply, ChatStream
 from remem_agent.errors import ModelError
 from remem_agent.gateway.auth import Caller, request_scope
 from remem_agent.gateway.openai_routes import MESSAGE_PREFIX, apply_response_format, flag, route_extra
 from remem_agent.gateway.protocol import ApiError, count, number, stream_error
-from remem_agent.gateway.service import ChatCall, ClosingStreamingResponse, Meta, StreamEnd
+from remem_agent.gateway.service import ChatCall, Meta, StreamEnd
 
 if TYPE_CHECKING:
     from remem_agent.gateway.core import Gateway
@@ -261,34 +261,27 @@ def _usage(u: Usage | None) -> dict[str, int]:
 # ----------------------------------------------------------------------------------------- the route
 async def messages(gw: Gateway, request: Request, caller: Caller) -> Response:
     _, stream, call = await gw.read_chat(request, caller, parse_call, stream_default=False)
-    release = await gw.gate.acquire()
-    handed = False
-    try:
-        if not stream:
-            reply, meta = await gw.service.complete(call)
-            request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
-            body = {
-                "id": new_message_id(meta.answer_id),
-                "type": "message",
-                "role": "assistant",
-                "model": call.model,
-                "content": content_blocks(reply.text, reply.tool_calls),
-                "stop_reason": stop_reason(reply.finish_reason),
-                "stop_sequence": None,
-                "usage": _usage(reply.usage),
-                "remem": meta.body(),
-            }
-            return JSONResponse(body, headers=meta.headers())
-        chat, first, meta = await gw.service.open_stream(call)
-        handed = True
-    finally:
-        if not handed:
-            release()
-    request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
-    end = StreamEnd(gw.service, chat, call, release)
-    events = _events(gw, call, chat, first, meta, end, request)
-    headers = {**meta.headers(), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return ClosingStreamingResponse(events, end, media_type="text/event-stream", headers=headers)
+
+    async def message(reply: ChatReply, meta: Meta) -> dict[str, Any]:
+        return {
+            "id": new_message_id(meta.answer_id),
+            "type": "message",
+            "role": "assistant",
+            "model": call.model,
+            "content": content_blocks(reply.text, reply.tool_calls),
+            "stop_reason": stop_reason(reply.finish_reason),
+            "stop_sequence": None,
+            "usage": _usage(reply.usage),
+            "remem": meta.body(),
+        }
+
+    return await gw.respond(
+        request,
+        call,
+        stream,
+        body=message,
+        events=lambda chat, first, meta, end: _events(gw, call, chat, first, meta, end, request),
+    )
 
 
 def _event(kind: str, **fields: Any) -> bytes:

@@ -10,16 +10,17 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
-from remem_agent.adapters.base import ChatModel
+from remem_agent.adapters.base import ChatModel, StreamChunk
 from remem_agent.adapters.retry import RetryPolicy
 from remem_agent.agent import MemoryAgent
+from remem_agent.agent.chat import ChatReply, ChatStream
 from remem_agent.agent.telemetry import Telemetry
 from remem_agent.agent.trace import TraceWriter
 from remem_agent.embedders.base import Embedder
@@ -30,11 +31,12 @@ from remem_agent.gateway.config import GatewayConfig, GatewayConfigError, load_a
 from remem_agent.gateway.limits import Gate, read_body
 from remem_agent.gateway.metrics import Metrics, gateway_metrics
 from remem_agent.gateway.protocol import ApiError, Protocol, error_of, json_object
-from remem_agent.gateway.service import ChatCall, ChatService
+from remem_agent.gateway.service import ChatCall, ChatService, ClosingStreamingResponse, Meta, StreamEnd
 from remem_agent.gateway.upstream import ModelRouter, build_router
 from remem_agent.memory import ReMem
 from remem_agent.shared_outcomes import LedgerPendingOutcomes
 
+SSE_HEADERS: Mapping[str, str] = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # a proxy must not buffer
 log = logging.getLogger("remem_agent.gateway")
 
 Handler = Callable[["Gateway", Request, Caller], Awaitable[Response]]
@@ -157,6 +159,37 @@ class Gateway:
         request.state.scope = call.scope
         request.state.timing = call.timing  # for the Server-Timing header (``endpoint``)
         return body, stream, call
+
+    async def respond(
+        self,
+        request: Request,
+        call: ChatCall,
+        stream: bool,
+        *,
+        body: Callable[[ChatReply, Meta], Awaitable[Mapping[str, Any]]],
+        events: Callable[[ChatStream, StreamChunk | None, Meta, StreamEnd], AsyncIterator[bytes]],
+        media_type: str = "text/event-stream",
+        stream_headers: Mapping[str, str] = SSE_HEADERS,
+    ) -> Response:
+        """What every chat route answers, whatever its protocol: ``body(reply, meta)`` as JSON, or the stream of
+        ``events(chat, first chunk, meta, end)``. The gateway's slot is held until the JSON is built or, for a
+        stream, until its last byte (``StreamEnd`` releases it); the answer is noted for the access log."""
+        release = await self.gate.acquire()
+        handed = False
+        try:
+            if not stream:
+                reply, meta = await self.service.complete(call)
+                request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
+                return JSONResponse(dict(await body(reply, meta)), headers=meta.headers())
+            chat, first, meta = await self.service.open_stream(call)
+            handed = True
+        finally:
+            if not handed:
+                release()
+        request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
+        end = StreamEnd(self.service, chat, call, release)
+        headers = {**meta.headers(), **stream_headers}
+        return ClosingStreamingResponse(events(chat, first, meta, end), end, media_type=media_type, headers=headers)
 
     def authorize(self, caller: Caller, scope: str) -> None:
         if not caller.may(scope):

@@ -45,13 +45,14 @@ from remem_agent.gateway.protocol import (
     number,
     stream_error,
 )
-from remem_agent.gateway.service import ChatCall, ClosingStreamingResponse, Meta, StreamEnd
+from remem_agent.gateway.service import ChatCall, Meta, StreamEnd
 
 if TYPE_CHECKING:
     from remem_agent.gateway.core import Gateway
 
 CONSUMED = frozenset({"model", "messages", "tools", "format", "options", "stream"})
 OLLAMA_ONLY = ("keep_alive", "think")
+NDJSON = "application/x-ndjson"
 
 
 def _now() -> str:
@@ -160,27 +161,22 @@ def _done(reply: ChatReply, meta: Meta, model: str, started: float) -> dict[str,
 async def chat(gw: Gateway, request: Request, caller: Caller) -> Response:
     _, stream, call = await gw.read_chat(request, caller, parse_call, stream_default=True)
     model = call.model
-    release = await gw.gate.acquire()
-    handed = False  # a stream releases its slot after its last byte
-    try:
-        if not stream:
-            reply, meta = await gw.service.complete(call)
-            request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
-            message: dict[str, Any] = {"role": "assistant", "content": reply.text}
-            if reply.tool_calls:
-                message["tool_calls"] = _tool_calls(reply.tool_calls)
-            return JSONResponse(
-                {**_done(reply, meta, model, call.timing.started), "message": message}, headers=meta.headers()
-            )
-        chat_stream, first, meta = await gw.service.open_stream(call)
-        handed = True
-    finally:
-        if not handed:
-            release()
-    request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
-    end = StreamEnd(gw.service, chat_stream, call, release)
-    lines = _ndjson(gw, call, chat_stream, first, meta, model, end, request)
-    return ClosingStreamingResponse(lines, end, media_type="application/x-ndjson", headers=meta.headers())
+
+    async def done(reply: ChatReply, meta: Meta) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+        if reply.tool_calls:
+            message["tool_calls"] = _tool_calls(reply.tool_calls)
+        return {**_done(reply, meta, model, call.timing.started), "message": message}
+
+    return await gw.respond(
+        request,
+        call,
+        stream,
+        body=done,
+        events=lambda chat, first, meta, end: _ndjson(gw, call, chat, first, meta, model, end, request),
+        media_type=NDJSON,
+        stream_headers={},
+    )
 
 
 GENERATE_ONLY = frozenset({"prompt", "system"})
@@ -217,23 +213,19 @@ async def generate(gw: Gateway, request: Request, caller: Caller) -> Response:
     model = call.model
     if request.state.preload:  # Ollama's "load the model" call: answered without recall or upstream
         return JSONResponse({"model": model, "created_at": _now(), "response": "", "done": True, "done_reason": "load"})
-    release = await gw.gate.acquire()
-    handed = False
-    try:
-        if not stream:
-            reply, meta = await gw.service.complete(call)
-            request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
-            body = {**_done(reply, meta, model, call.timing.started), "response": reply.text}
-            return JSONResponse(body, headers=meta.headers())
-        chat_stream, first, meta = await gw.service.open_stream(call)
-        handed = True
-    finally:
-        if not handed:
-            release()
-    request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
-    end = StreamEnd(gw.service, chat_stream, call, release)
-    lines = _ndjson(gw, call, chat_stream, first, meta, model, end, request, generate=True)
-    return ClosingStreamingResponse(lines, end, media_type="application/x-ndjson", headers=meta.headers())
+
+    async def done(reply: ChatReply, meta: Meta) -> dict[str, Any]:
+        return {**_done(reply, meta, model, call.timing.started), "response": reply.text}
+
+    return await gw.respond(
+        request,
+        call,
+        stream,
+        body=done,
+        events=lambda chat, first, meta, end: _ndjson(gw, call, chat, first, meta, model, end, request, generate=True),
+        media_type=NDJSON,
+        stream_headers={},
+    )
 
 
 def _line(obj: Any) -> bytes:

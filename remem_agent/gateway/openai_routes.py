@@ -39,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from remem_agent.adapters.base import StreamChunk, Usage
-from remem_agent.agent.chat import ChatStream
+from remem_agent.agent.chat import ChatReply, ChatStream
 from remem_agent.errors import ModelError
 from remem_agent.gateway.auth import Caller, request_scope
 from remem_agent.gateway.protocol import (
@@ -52,7 +52,7 @@ from remem_agent.gateway.protocol import (
     number,
     stream_error,
 )
-from remem_agent.gateway.service import ChatCall, ClosingStreamingResponse, Meta, StreamEnd
+from remem_agent.gateway.service import ChatCall, Meta, StreamEnd
 
 if TYPE_CHECKING:
     from remem_agent.gateway.core import Gateway
@@ -183,45 +183,38 @@ def answer_id_of(given: str) -> str:
 async def chat_completions(gw: Gateway, request: Request, caller: Caller) -> Response:
     body, stream, call = await gw.read_chat(request, caller, parse_call, stream_default=False)
     model = call.model
-    release = await gw.gate.acquire()
-    handed = False  # a stream releases its slot after its last byte
-    try:
-        if not stream:
-            reply, meta = await gw.service.complete(call)
-            request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
-            message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
-            if reply.tool_calls:
-                message["tool_calls"] = [c.to_dict() for c in reply.tool_calls]
-            elif message["content"] is None:
-                message["content"] = ""
-            completion = {
-                "id": completion_id(meta.answer_id),
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": message,
-                        "finish_reason": finish_reason(reply.finish_reason),
-                        "logprobs": None,
-                    }
-                ],
-                "usage": _usage(reply.usage),
-                "remem": meta.body(),
-            }
-            return JSONResponse(completion, headers=meta.headers())
-        chat, first, meta = await gw.service.open_stream(call)
-        handed = True
-    finally:
-        if not handed:
-            release()
-    request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
     include_usage = isinstance(body.get("stream_options"), dict) and bool(body["stream_options"].get("include_usage"))
-    end = StreamEnd(gw.service, chat, call, release)
-    events = _sse(gw, call, chat, first, meta, model, include_usage, end, request)
-    headers = {**meta.headers(), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return ClosingStreamingResponse(events, end, media_type="text/event-stream", headers=headers)
+
+    async def completion(reply: ChatReply, meta: Meta) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+        if reply.tool_calls:
+            message["tool_calls"] = [c.to_dict() for c in reply.tool_calls]
+        elif message["content"] is None:
+            message["content"] = ""
+        return {
+            "id": completion_id(meta.answer_id),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": finish_reason(reply.finish_reason),
+                    "logprobs": None,
+                }
+            ],
+            "usage": _usage(reply.usage),
+            "remem": meta.body(),
+        }
+
+    return await gw.respond(
+        request,
+        call,
+        stream,
+        body=completion,
+        events=lambda chat, first, meta, end: _sse(gw, call, chat, first, meta, model, include_usage, end, request),
+    )
 
 
 def _frame(obj: Any) -> bytes:
@@ -333,33 +326,26 @@ def _text_choice(text: str, finish: str | None) -> dict[str, Any]:
 
 async def text_completions(gw: Gateway, request: Request, caller: Caller) -> Response:
     body, stream, call = await gw.read_chat(request, caller, parse_text_completion, stream_default=False)
-    release = await gw.gate.acquire()
-    handed = False
-    try:
-        if not stream:
-            reply, meta = await gw.service.complete(call)
-            request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
-            out = {
-                "id": TEXT_COMPLETION_PREFIX + meta.answer_id,
-                "object": "text_completion",
-                "created": int(time.time()),
-                "model": call.model,
-                "choices": [_text_choice(reply.text, finish_reason(reply.finish_reason))],
-                "usage": _usage(reply.usage),
-                "remem": meta.body(),
-            }
-            return JSONResponse(out, headers=meta.headers())
-        chat, first, meta = await gw.service.open_stream(call)
-        handed = True
-    finally:
-        if not handed:
-            release()
-    request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
     include_usage = isinstance(body.get("stream_options"), dict) and bool(body["stream_options"].get("include_usage"))
-    end = StreamEnd(gw.service, chat, call, release)
-    events = _text_sse(gw, call, chat, first, meta, include_usage, end, request)
-    headers = {**meta.headers(), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return ClosingStreamingResponse(events, end, media_type="text/event-stream", headers=headers)
+
+    async def completion(reply: ChatReply, meta: Meta) -> dict[str, Any]:
+        return {
+            "id": TEXT_COMPLETION_PREFIX + meta.answer_id,
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": call.model,
+            "choices": [_text_choice(reply.text, finish_reason(reply.finish_reason))],
+            "usage": _usage(reply.usage),
+            "remem": meta.body(),
+        }
+
+    return await gw.respond(
+        request,
+        call,
+        stream,
+        body=completion,
+        events=lambda chat, first, meta, end: _text_sse(gw, call, chat, first, meta, include_usage, end, request),
+    )
 
 
 async def _text_sse(

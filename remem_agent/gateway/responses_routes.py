@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from remem_agent.adapters.base import StreamChunk, ToolCall, Usage
 from remem_agent.agent.chat import ChatReply, ChatStream
@@ -42,7 +42,7 @@ from remem_agent.errors import ModelError
 from remem_agent.gateway.auth import Caller, request_scope
 from remem_agent.gateway.openai_routes import RESPONSE_PREFIX, apply_response_format, flag, route_extra
 from remem_agent.gateway.protocol import ApiError, count, number, stream_error
-from remem_agent.gateway.service import ChatCall, ClosingStreamingResponse, Meta, StreamEnd
+from remem_agent.gateway.service import ChatCall, Meta, StreamEnd
 from remem_agent.store import responses as stored
 
 if TYPE_CHECKING:
@@ -357,35 +357,28 @@ async def responses(gw: Gateway, request: Request, caller: Caller) -> Response:
                 code="too_many_messages",
             )
     created = time.time()
-    release = await gw.gate.acquire()
-    handed = False
-    try:
-        if not stream:
-            reply, meta = await gw.service.complete(call)
-            request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
-            rid = new_response_id(meta.answer_id)
-            await _store(gw, parsed, rid, reply.text, reply.tool_calls, created)
-            body = response_object(
-                parsed,
-                meta,
-                rid=rid,
-                created=created,
-                status="completed",
-                output=output_items(meta.answer_id, reply.text, reply.tool_calls),
-                usage=reply.usage,
-                finish=reply.finish_reason,
-            )
-            return JSONResponse(body, headers=meta.headers())
-        chat, first, meta = await gw.service.open_stream(call)
-        handed = True
-    finally:
-        if not handed:
-            release()
-    request.state.answer_id, request.state.served = meta.answer_id, len(meta.served)
-    end = StreamEnd(gw.service, chat, call, release)
-    events = _events(gw, parsed, chat, first, meta, created, end, request)
-    headers = {**meta.headers(), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return ClosingStreamingResponse(events, end, media_type="text/event-stream", headers=headers)
+
+    async def response(reply: ChatReply, meta: Meta) -> dict[str, Any]:
+        rid = new_response_id(meta.answer_id)
+        await _store(gw, parsed, rid, reply.text, reply.tool_calls, created)
+        return response_object(
+            parsed,
+            meta,
+            rid=rid,
+            created=created,
+            status="completed",
+            output=output_items(meta.answer_id, reply.text, reply.tool_calls),
+            usage=reply.usage,
+            finish=reply.finish_reason,
+        )
+
+    return await gw.respond(
+        request,
+        call,
+        stream,
+        body=response,
+        events=lambda chat, first, meta, end: _events(gw, parsed, chat, first, meta, created, end, request),
+    )
 
 
 async def _conversation(gw: Gateway, previous: str, scope: str) -> list[dict[str, Any]]:
