@@ -71,3 +71,23 @@ UPSTREAM_FAULTS = [  # (replies, status, code): the scripted upstream's misbehav
 ]
 """For ``@pytest.mark.parametrize(("replies", "status", "code"), UPSTREAM_FAULTS)``; the hang outlasts the
 ``upstream_timeout_s`` of 1 s the fault tests configure, and the retries are used up by two replies."""
+
+
+@pytest.fixture()
+def two_scope_memory(tmp_path: Path) -> Iterator[ReMem]:
+    """The server's region (west-2) in the default scope and again in ``user:alice``'s, closed after the test."""
+    m = ReMem(tmp_path / "store")
+    m.add("Our server moved to west-2.", entity="server", attribute="region")
+    m.add("Our server moved to west-2.", entity="server", attribute="region", scope="user:alice")
+    yield m
+    m.close()
+
+
+def in_process_app(mem: ReMem, tmp_path: Path, model: Any, models: tuple[str, ...], **over: Any) -> Any:
+    """The gateway app on ``mem`` with a local ``model`` (or the upstream ``over`` names); ``keys=`` as for
+    ``create_app``, every other keyword a ``GatewayConfig`` field. Trace in ``tmp_path``."""
+    from remem_agent.gateway import GatewayConfig, create_app
+
+    keys = over.pop("keys", None)
+    config = GatewayConfig(models=models, trace=str(tmp_path / "trace.jsonl"), **over)
+    return create_app(config, memory=mem, model=model, keys=keys)

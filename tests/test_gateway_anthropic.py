@@ -6,18 +6,17 @@ written."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from _gateway import in_process_app, two_scope_memory
 from _ollama_server import FakeOllama, chat_ok
 
 from remem_agent import ReMem
 from remem_agent.adapters import FunctionChatModel
 from remem_agent.adapters.base import ChatRequest, ChatResponse, ToolCall
-from remem_agent.gateway import GatewayConfig, create_app
 
 anthropic = pytest.importorskip("anthropic")
 
@@ -46,13 +45,7 @@ def _reply(req: ChatRequest) -> str | ChatResponse:
     return "It is in west-2 [M1]."
 
 
-@pytest.fixture()
-def mem(tmp_path: Path) -> Iterator[ReMem]:
-    m = ReMem(tmp_path / "store")
-    m.add("Our server moved to west-2.", entity="server", attribute="region")
-    m.add("Our server moved to west-2.", entity="server", attribute="region", scope="user:alice")
-    yield m
-    m.close()
+mem = two_scope_memory  # tests/_gateway.py's store, as this module's ``mem`` fixture
 
 
 @pytest.fixture()
@@ -61,9 +54,7 @@ def model() -> FunctionChatModel:
 
 
 def _app(mem: ReMem, tmp_path: Path, model: FunctionChatModel | None, **over: Any) -> Any:
-    keys = over.pop("keys", None)
-    config = GatewayConfig(models=(MODEL,), trace=str(tmp_path / "trace.jsonl"), **over)
-    return create_app(config, memory=mem, model=model, keys=keys)
+    return in_process_app(mem, tmp_path, model, (MODEL,), **over)
 
 
 def _client(app: Any, key: str = "x") -> Any:

@@ -5,20 +5,19 @@ against the gateway app in process with a local fake model: what reaches the mod
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
+from _gateway import in_process_app, two_scope_memory
 from _pg_downgrades import DOWNGRADE_8_TO_7
 from _sqlite_downgrades import SQLITE_8_TO_7
 
 from remem_agent import ReMem
 from remem_agent.adapters import FunctionChatModel
 from remem_agent.adapters.base import ChatRequest, ChatResponse, ToolCall
-from remem_agent.gateway import GatewayConfig, create_app
 from remem_agent.store import responses as stored
 
 MODEL = "qwen2.5:0.5b"
@@ -47,19 +46,11 @@ def _reply(req: ChatRequest) -> str | ChatResponse:
     return "It is in west-2 [M1]."
 
 
-@pytest.fixture()
-def mem(tmp_path: Path) -> AsyncIterator[ReMem]:
-    m = ReMem(tmp_path / "store")
-    m.add("Our server moved to west-2.", entity="server", attribute="region", scope="user:alice")
-    m.add("Our server moved to west-2.", entity="server", attribute="region")
-    yield m  # type: ignore[misc]
-    m.close()
+mem = two_scope_memory  # tests/_gateway.py's store, as this module's ``mem`` fixture
 
 
-def _app(mem: ReMem, tmp_path: Path, model: FunctionChatModel, **over: Any) -> Any:
-    keys = over.pop("keys", None)
-    config = GatewayConfig(models=(MODEL,), trace=str(tmp_path / "trace.jsonl"), **over)
-    return create_app(config, memory=mem, model=model, keys=keys)
+def _app(mem: ReMem, tmp_path: Path, model: FunctionChatModel | None, **over: Any) -> Any:
+    return in_process_app(mem, tmp_path, model, (MODEL,), **over)
 
 
 def _client(app: Any, key: str = "x") -> openai.AsyncOpenAI:
