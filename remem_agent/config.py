@@ -49,7 +49,7 @@ class RememConfig:
     shared_scope: str | None = None
     # Query embeddings kept for repeated questions (remem_agent/embedders/cache.py); 0 turns the cache off.
     query_cache_size: int = 1024
-    # Candidate generation: "hybrid" fuses the dense index and the ledger's lexical index (FTS5 / tsvector)
+    # Candidate generation: "hybrid" fuses the dense index and the ledger's lexical index (FTS5 / memory_terms)
     # into one pool; "dense" or "lexical" use one channel. See remem_agent/ranking/fusion.py.
     retrieval: Literal["hybrid", "dense", "lexical"] = "hybrid"
     # How the two channels' lists become one retrieval score: "bonus" (cosine + lexical_weight * the lexical

@@ -62,10 +62,9 @@ def _dump(mem: ReMem) -> dict[str, list[Any]]:
 def test_migration_5_uses_the_index_definitions_the_queries_assume() -> None:
     """The queries and verify() rebuild the index with lexical.py's constants: the migrations must agree."""
     sqlite_sql = dict(migrations.MIGRATIONS)[5]
-    pg_sql = dict(pg_migrations.MIGRATIONS)[5]
     assert f"tokenize = '{lexical.SQLITE_TOKENIZE}'" in sqlite_sql
-    assert lexical.PG_LEXEMES in pg_sql
-    assert migrations.LATEST == pg_migrations.LATEST >= 5
+    assert "memory_terms" in dict(pg_migrations.MIGRATIONS)[pg_migrations.LEXICAL_POSTINGS_VERSION]
+    assert migrations.LATEST == pg_migrations.LATEST >= 9
 
 
 def test_lexical_candidates_rank_matching_turns_best_first(store_location: StoreLocation) -> None:
@@ -316,20 +315,22 @@ def test_a_tampered_fts_index_is_reported_by_verify(tmp_path: Path) -> None:
             assert any("memories_fts_update is missing" in p for p in report.problems)
 
 
-def test_tampered_lexemes_are_reported_by_verify(pg_url: str) -> None:
+def test_tampered_postings_are_reported_by_verify(pg_url: str) -> None:
     with ReMem(pg_url) as mem:
         ids = _conversation(mem)
         assert mem.verify().ok
     with _pg_admin(pg_url) as conn:
         conn.execute("SET search_path TO remem, public")
-        conn.execute("ALTER TABLE memories ALTER COLUMN lexemes DROP EXPRESSION")
-        conn.execute("UPDATE memories SET lexemes = to_tsvector('english', 'forged') WHERE id = %s", (ids[1],))
-        conn.execute("DROP INDEX memories_lexemes")
+        seqs = {mid: seq for seq, mid in conn.execute("SELECT seq, id FROM memories").fetchall()}
+        conn.execute("UPDATE memory_terms SET freq = freq + 1 WHERE seq = %s", (seqs[ids[1]],))
+        conn.execute("UPDATE memories SET n_terms = NULL WHERE id = %s", (ids[2],))
+        conn.execute("INSERT INTO memory_terms VALUES ('forged', %s, 1)", (seqs[ids[3]],))
     with ReMem(pg_url) as mem:
         problems = mem.verify().problems
-    assert any(f"{ids[1]}: its full-text lexemes do not match" in p for p in problems), problems
-    assert any("no longer a generated column" in p for p in problems), problems
-    assert any("GIN index memories_lexemes is missing" in p for p in problems), problems
+    assert any(f"{ids[1]}: its lexical postings do not match" in p for p in problems), problems
+    assert any(f"{ids[2]}: not in the lexical index" in p for p in problems), problems
+    assert any(f"{ids[3]}: its lexical postings do not match" in p for p in problems), problems
+    assert not any(ids[0] in p for p in problems), problems
 
 
 _QUERIES = st.text(st.characters(codec="utf-8"), max_size=80) | st.text(max_size=40)  # any unicode, surrogates too
@@ -366,7 +367,6 @@ def test_query_terms_are_plain_words() -> None:
     terms = lexical.query_terms('What did Caroline say about "the" support-group in 2023? a I x 5 ' + "y" * 65)
     assert terms == ["caroline", "say", "support", "group", "2023", "5"]
     assert lexical.fts5_match(["a", "b"]) == '"a" OR "b"'
-    assert lexical.pg_tsquery(["a", "b"]) == "'a' | 'b'"
     assert len(lexical.query_terms(" ".join(f"w{i}" for i in range(100)))) == lexical.MAX_TERMS
 
 

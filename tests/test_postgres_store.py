@@ -637,11 +637,12 @@ def _open(location: str | Path, world: World, system: System) -> ReMem:
 def _compare_searches(a: ReMem, b: ReMem, world: World, n: int = 6) -> list[str]:
     """Run the world's last ``n`` queries on both stores; returns the queries whose served lists differ.
 
-    Candidate generation must agree exactly (pgvector's HNSW against the exact flat index, over the
-    whole store): same ids, same similarities. The served lists must agree on the first hit, and any
-    other difference may only involve memories whose similarity is tied with another candidate's: the
-    hash embedder gives many equal similarities, the similarity guard keeps the first ``guard_top`` of
-    them in candidate order, and the two indexes order equal distances differently.
+    Candidate generation must agree exactly (pgvector's HNSW against the exact flat index, over the whole
+    store): same ids, same similarities, and the same lexical candidates with the same scores. The served
+    lists must agree on the first hit, and any other difference may only involve memories whose similarity
+    is tied with another candidate's: the hash embedder gives many equal similarities, the similarity guard
+    keeps the first ``guard_top`` of them in candidate order, and the two indexes order equal distances
+    differently.
     """
     differ: list[str] = []
     for t in list(world.tasks())[-n:]:
@@ -652,6 +653,11 @@ def _compare_searches(a: ReMem, b: ReMem, world: World, n: int = 6) -> list[str]
         sim_b = dict(zip(ids_b, sims_b.tolist(), strict=True))
         assert set(sim_a) == set(sim_b), t.tid
         assert all(abs(sim_a[i] - sim_b[i]) < 1e-5 for i in sim_a), t.tid
+        # The lexical channel is one computation on both backends: the same scores, bit for bit, in one order.
+        with a.store.read() as ta, b.store.read() as tb:
+            lex_a = ta.lexical_candidates(t.query, limit=100, scopes=None)
+            lex_b = tb.lexical_candidates(t.query, limit=100, scopes=None)
+        assert lex_a and lex_a == lex_b, t.tid
         ra = a.search(t.query, k=world.params.k, task=t.task_class, now=t.t)
         rb = b.search(t.query, k=world.params.k, task=t.task_class, now=t.t)
         served_a, served_b = [h.id for h in ra.items], [h.id for h in rb.items]

@@ -1,18 +1,21 @@
-"""The ledger's lexical channel alone on the LoCoMo dev conversations, per backend and configuration.
+"""The ledger's lexical channel alone on the LoCoMo dev conversations, on both backends, beside BM25 baselines.
 
-What it answers: which full-text configuration the hybrid retriever should get from the ledger. For each
-conversation every turn is stored as a ``note`` (text ``"Speaker: text"``, as ``evals.bench.run_locomo``
-stores it, with ``speaker`` and ``session`` set), and each scored question (categories 1-4) asks the
-ledger's ``LedgerTx.lexical_candidates`` for 10 candidates; evidence recall@5 / @10 is computed as in
-``run_locomo``. Rows:
+What it answers: how well the ledger's full-text channel finds evidence on its own, against the strongest
+plain lexical retriever, and whether the two backends rank alike. For each conversation every turn is stored
+as a ``note`` (text ``"Speaker: text"``, as ``evals.bench.run_locomo`` stores it, with ``speaker`` and
+``session`` set), and each scored question (categories 1-4) asks for 10 candidates; evidence recall@5 / @10
+is computed as in ``run_locomo``. Rows:
 
-* ``bm25_reference``: ``evals.bench.bm25`` (plain Okapi BM25 over the same texts, no stemming);
-* ``sqlite_fts5``: the SQLite ledger (FTS5 ``bm25()``, ``porter unicode61``, our stopwords);
-* ``postgres_english``: the PostgreSQL ledger (idf-weighted ``ts_rank`` over the ``english`` column);
-* ``postgres_english_rank_cd``: the same column ranked by ``ts_rank_cd`` of the OR-ed query alone (no idf),
-  ad hoc: what the idf weighting adds;
-* ``postgres_simple``: the idf-weighted ranking over a ``simple`` tsvector column (no stemming, no
-  stopwords) added to the benchmark's throwaway store: the alternative configuration of migration 5.
+* ``bm25_plain``: ``evals.bench.bm25`` (Okapi BM25, no stemming, no stopwords): a weak reference;
+* ``bm25s_snowball_en_stopwords``: ``bm25s`` with Snowball English stemming (``PyStemmer``) and bm25s's
+  English stopword list: the standard fair baseline;
+* ``bm25s_snowball_ledger_stopwords``: the same with the ledger's stopword list (``lexical.STOPWORDS``);
+* ``ledger_sqlite`` / ``ledger_postgres``: ``LedgerTx.lexical_candidates`` (FTS5 porter tokens, the
+  ledger's stopwords, FTS5's BM25 arithmetic) on each backend. ``backends_identical`` counts the questions
+  whose ranked texts are the same on both.
+
+The tsvector configurations PostgreSQL used before schema 9 were measured by an earlier version of this
+script: ``results/locomo/history/lexical_channel_tsvector.json``.
 
 Usage (the data is not part of the repository; see its README)::
 
@@ -69,43 +72,27 @@ def _ledger_ranker(mem: ReMem) -> Ranker:
     return rank
 
 
-def _pg_adhoc(mem: ReMem, sql: str, arg: Callable[[list[str]], Any]) -> Ranker:
+def bm25s_ranker(texts: list[str], stopwords: str | list[str]) -> Ranker:
+    """BM25 (``bm25s``, Lucene's variant, k1 1.5, b 0.75) over Snowball-stemmed words (``PyStemmer``) with
+    ``stopwords`` removed: the fair lexical baseline. Ids are the texts' positions; a text with no query
+    word is not ranked (bm25s returns every document, the unmatched with score 0)."""
+    import bm25s
+    import Stemmer
+
+    stemmer = Stemmer.Stemmer("english")
+
+    def tokens(batch: list[str]) -> Any:
+        return bm25s.tokenize(batch, stopwords=stopwords, stemmer=stemmer, show_progress=False, return_ids=False)
+
+    retriever = bm25s.BM25()
+    retriever.index(tokens(texts), show_progress=False)
+    k = min(K, len(texts))
+
     def rank(q: str) -> list[str]:
-        terms = lexical.query_terms(q)
-        if not terms:
-            return []
-        with mem.store.read() as tx:
-            return [str(r[0]) for r in tx.run(sql, (arg(terms), K)).fetchall()]
+        found = retriever.retrieve(tokens([q]), k=k, show_progress=False)
+        return [str(int(d)) for d, s in zip(found.documents[0], found.scores[0], strict=True) if s > 0]
 
     return rank
-
-
-_RANK_CD = (
-    "SELECT id FROM memories, to_tsquery('english', ?) q WHERE lexemes @@ q "
-    "ORDER BY ts_rank_cd(lexemes, q, 1) DESC, seq LIMIT ?"
-)
-_SIMPLE = (  # PostgresTx._lexical_query over the throwaway column lexemes_simple (see _add_simple_column)
-    "SELECT m.id FROM (SELECT q, ln(1.0 + (n - df + 0.5)::float8 / (df + 0.5)) AS idf FROM ("
-    "SELECT q, (SELECT count(*) FROM memories WHERE lexemes_simple @@ q) AS df, n FROM "
-    "(SELECT to_tsquery('simple', x) AS q FROM unnest(?::text[]) AS x) qs, "
-    "(SELECT COALESCE(MAX(seq), 0) AS n FROM memories) total WHERE numnode(q) > 0) c WHERE df > 0) w "
-    "JOIN memories m ON m.lexemes_simple @@ w.q GROUP BY m.id, m.seq "
-    "ORDER BY SUM(w.idf * ts_rank(m.lexemes_simple, w.q, 1)) DESC, m.seq LIMIT ?"
-)
-
-
-def _add_simple_column(mem: ReMem) -> None:
-    """The 'simple' configuration as migration 5 would have built it, on this benchmark's throwaway store."""
-    with mem.store.write() as tx:
-        tx.run(
-            "ALTER TABLE memories ADD COLUMN lexemes_simple tsvector "
-            "GENERATED ALWAYS AS (to_tsvector('simple'::regconfig, left(text, 100000))) STORED"
-        )
-        tx.run("CREATE INDEX memories_lexemes_simple ON memories USING gin (lexemes_simple)")
-
-
-def _each(terms: list[str]) -> list[str]:
-    return [lexical.pg_tsquery([t]) for t in terms]
 
 
 @contextmanager
@@ -158,6 +145,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run(samples: list[dict[str, Any]], *, postgres: bool) -> dict[str, Any]:
     rows: dict[str, list[dict[str, Any]]] = {}
+    same = compared = 0
     t0 = time.perf_counter()
     pg_ctx = _postgres() if postgres else None
     make_pg = pg_ctx.__enter__() if pg_ctx is not None else None
@@ -165,27 +153,36 @@ def run(samples: list[dict[str, Any]], *, postgres: bool) -> dict[str, Any]:
         for sample in samples:
             turns, _ = sample_turns(sample)
             questions, _ = sample_questions(sample, {t["dia"] for t in turns})
-            bm = BM25([t["text"] for t in turns])
+            texts = [t["text"] for t in turns]
+            by_position = {str(i): {t["dia"]} for i, t in enumerate(turns)}
+            bm = BM25(texts)
 
             def rank_bm25(q: str, bm: BM25 = bm) -> list[str]:
                 return [str(i) for i in bm.top_k(q, K)]
 
-            _score(rows, "bm25_reference", rank_bm25, {str(i): {t["dia"]} for i, t in enumerate(turns)}, questions)
+            _score(rows, "bm25_plain", rank_bm25, by_position, questions)
+            _score(rows, "bm25s_snowball_en_stopwords", bm25s_ranker(texts, "en"), by_position, questions)
+            ours = sorted(lexical.STOPWORDS)
+            _score(rows, "bm25s_snowball_ledger_stopwords", bm25s_ranker(texts, ours), by_position, questions)
             folder = Path(tempfile.mkdtemp(prefix="remem-lex-")) / "s"
             try:
-                with ReMem(folder) as mem:
-                    dias = _store_turns(mem, turns)
-                    _score(rows, "sqlite_fts5", _ledger_ranker(mem), dias, questions)
+                with ReMem(folder) as lite:
+                    dias = _store_turns(lite, turns)
+                    _score(rows, "ledger_sqlite", _ledger_ranker(lite), dias, questions)
+                    if make_pg is not None:
+                        with ReMem(make_pg()) as pg:
+                            pg_dias = _store_turns(pg, turns)
+                            _score(rows, "ledger_postgres", _ledger_ranker(pg), pg_dias, questions)
+                            # The same turns in the same order: the same texts must come back in one order.
+                            text_lite = {m.id: m.text for m in lite.list(limit=None)}
+                            text_pg = {m.id: m.text for m in pg.list(limit=None)}
+                            for q in questions:
+                                a = [text_lite[i] for i in _ledger_ranker(lite)(q["question"])]
+                                b = [text_pg[i] for i in _ledger_ranker(pg)(q["question"])]
+                                same += a == b
+                                compared += 1
             finally:
                 shutil.rmtree(folder.parent, ignore_errors=True)
-            if make_pg is not None:
-                with ReMem(make_pg()) as mem:
-                    dias = _store_turns(mem, turns)
-                    _score(rows, "postgres_english", _ledger_ranker(mem), dias, questions)
-                    rank_cd = _pg_adhoc(mem, _RANK_CD, lexical.pg_tsquery)
-                    _score(rows, "postgres_english_rank_cd", rank_cd, dias, questions)
-                    _add_simple_column(mem)
-                    _score(rows, "postgres_simple", _pg_adhoc(mem, _SIMPLE, _each), dias, questions)
     finally:
         if pg_ctx is not None:
             pg_ctx.__exit__(None, None, None)
@@ -194,6 +191,7 @@ def run(samples: list[dict[str, Any]], *, postgres: bool) -> dict[str, Any]:
         "k": K,
         "conversations": [str(s.get("sample_id")) for s in samples],
         "rows": {name: summarise(r) for name, r in rows.items()},
+        "backends_identical": {"questions": compared, "same_ranking": same},
         "seconds": round(time.perf_counter() - t0, 1),
     }
 
@@ -201,7 +199,7 @@ def run(samples: list[dict[str, Any]], *, postgres: bool) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m evals.bench.lexical_channel", description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True, help="LoCoMo JSON (a list of conversations)")
-    ap.add_argument("--no-postgres", action="store_true", help="SQLite and the BM25 reference only")
+    ap.add_argument("--no-postgres", action="store_true", help="SQLite and the BM25 baselines only")
     ap.add_argument("--out", default="results/locomo/lexical_channel.json")
     args = ap.parse_args(argv)
     samples = json.loads(Path(args.data).read_text(encoding="utf-8"))
@@ -209,8 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     write_json(Path(args.out), result, indent=2, sort_keys=True)
     for name, groups in result["rows"].items():
         cells = "  ".join(f"{g} {v['recall@5']:.3f}/{v['recall@10']:.3f}" for g, v in groups.items())
-        print(f"{name:<22} {cells}")
-    print(f"(recall@5/@10 per group) -> {args.out}")
+        print(f"{name:<32} {cells}")
+    same = result["backends_identical"]
+    print(
+        f"(recall@5/@10 per group; backends ranked alike on {same['same_ranking']}/{same['questions']}) -> {args.out}"
+    )
     return 0
 
 

@@ -1,4 +1,4 @@
-"""FTS5's ``bm25()`` computed in process from postings read out of the index (SQLite's lexical channel).
+"""FTS5's ``bm25()`` computed in process from postings: the lexical channel's scores on both backends.
 
 Why: ranking a query's matches inside SQLite costs a ``bm25()`` call per match (the auxiliary function
 reads each row's instances and size), about 0.4 ms for the few hundred matches of a typical query at 10k
@@ -15,23 +15,19 @@ avgdl))`` over the query's phrases in order, ``k1 = 1.2``, ``b = 0.75``, ``D`` t
 ``avgdl`` the index's tokens per row; ``bm25()`` returns the negated sum. tests/test_lexical_bm25.py
 compares every score with SQLite's own.
 
-One query word is one phrase of one token here (``lexical.query_terms`` keeps letter and digit runs);
-a word the tokenizer splits into several tokens is a phrase FTS5 matches by position, which postings
-alone cannot score: ``SQLiteTx`` then lets SQLite rank that query.
+PostgreSQL keeps the same postings in ``memory_terms`` (tokens of the same tokenizer, schema 9) and
+scores them here too, so one ledger gets the same lexical scores, bit for bit, on either backend. One
+query word is one token (``lexical.query_terms`` keeps no other), so a phrase is never a query's term.
 """
 
 from __future__ import annotations
 
 import math
-import sqlite3
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-
-from remem_agent.store import lexical
 
 K1 = 1.2
 B = 0.75
@@ -129,47 +125,3 @@ def best_first(scores: NDArray[np.float64], first: int) -> NDArray[np.intp]:
         top = np.flatnonzero(scores <= cut)
         return top[np.argsort(scores[top], kind="stable")]
     return np.argsort(scores, kind="stable")
-
-
-class Tokenizer:
-    """The ledger's FTS5 tokenizer applied to a query word, remembered (a pure function of the word).
-
-    A private in-memory FTS5 table with the index's tokenizer (``lexical.SQLITE_TOKENIZE``): the tokens a
-    word becomes are read back from it, so stemming and case and diacritic folding are SQLite's own.
-    """
-
-    def __init__(self, max_words: int = 100_000) -> None:
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
-        self._known: dict[str, tuple[str, ...]] = {}
-        self._max = max_words
-
-    def tokens(self, word: str) -> tuple[str, ...]:
-        """The tokens of a query word (remembered)."""
-        known = self._known.get(word)
-        if known is not None:
-            return known
-        out = tuple(self.text_tokens(word))
-        with self._lock:
-            if len(self._known) >= self._max:
-                self._known.clear()
-            self._known[word] = out
-        return out
-
-    def text_tokens(self, text: str) -> list[str]:
-        """The tokens FTS5 indexes for ``text``, in order (their count is the row size it stores)."""
-        with self._lock:
-            c = self._conn
-            if c is None:
-                c = self._conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-                c.execute(f"CREATE VIRTUAL TABLE t USING fts5(text, tokenize = '{lexical.SQLITE_TOKENIZE}')")
-                c.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)")
-            c.execute("BEGIN")
-            try:
-                c.execute("INSERT INTO t (rowid, text) VALUES (1, ?)", (text,))
-                return [str(t) for (t,) in c.execute("SELECT term FROM v ORDER BY offset")]
-            finally:
-                c.execute("ROLLBACK")
-
-
-TOKENIZER = Tokenizer()

@@ -1,40 +1,36 @@
-"""The ledger's lexical channel (schema 5): how a query becomes full-text search terms, per backend.
+"""The ledger's lexical channel: how text becomes index tokens and a query becomes search words.
 
-Why a tokenizer of our own in front of the database's: user text never reaches FTS5's ``MATCH`` or
-PostgreSQL's ``to_tsquery`` syntax. A question is split into words (letters and digits only, so no
-quote, operator, parenthesis or column filter survives), stopwords and one-letter words are dropped
-(they match most memories and only cost time), and the rest are quoted and OR-ed: a question's words
-must not all be required, since a memory that answers it rarely repeats every one of them. A query
-with no such word returns no candidates.
+One tokenizer for both backends: SQLite FTS5's ``porter unicode61`` (English Porter stemming, case and
+diacritics folded), applied in Python through a private in-memory FTS5 table (``Tokenizer``), so the
+tokens are SQLite's own. SQLite indexes ``memories.text`` with FTS5 itself; PostgreSQL stores the same
+tokens of each text in ``memory_terms`` (schema 9), written by ``PostgresTx`` on every insert and text
+update. Both rank a query's matches with the same BM25 arithmetic (``store/bm25.py``: FTS5's ``bm25()``,
+operation for operation), so a ledger copied between backends ranks alike, score for score.
 
-The index itself is the database's: SQLite FTS5 with the ``porter unicode61`` tokenizer (English
-stemming, case and diacritics folded) over ``memories.text``, PostgreSQL a ``tsvector`` of the
-``english`` configuration (the same stemmer family and a stopword list) with a GIN index. Scores are
-comparable within one backend only (FTS5 ``bm25()``; PostgreSQL idf-weighted ``ts_rank``, see
-``PostgresTx._lexical_query``), and the two match different words (PostgreSQL drops its stopwords): the
-default fusion (``"bonus"``) adds each backend's score scaled by the pool's best, so one ledger can rank
-differently on SQLite and on PostgreSQL (``"rrf"`` uses ranks, and differs only where the matches do).
-Why 'english' and not 'simple' on PostgreSQL: stemming finds "camped" for "camping"; on the LoCoMo dev
-conversations 'simple' ranks 2 pp lower at evidence recall@5 (results/locomo/lexical_channel.json,
-``python -m evals.bench.lexical_channel``).
+Why a word list of our own in front of the index: user text never reaches FTS5's ``MATCH`` syntax or a
+PostgreSQL query. A question is split into words (letters and digits only, so no quote, operator,
+parenthesis or column filter survives), stopwords and one-letter words are dropped (they match most
+memories and only cost time), and so is a word the tokenizer splits into several tokens (a handful of
+scripts' vowel signs do that; such a word would be a phrase, which postings cannot score). The rest are
+OR-ed: a question's words must not all be required, since a memory that answers it rarely repeats every
+one of them. A query with no such word returns no candidates.
 """
 
 from __future__ import annotations
 
 import re
+import sqlite3
+import threading
 
-# The index definitions of migration 5 (migrations.py / pg_migrations.py must say the same; a test checks).
+# The FTS5 index definition of migration 5 (migrations.py must say the same; a test checks).
 SQLITE_TOKENIZE = "porter unicode61 remove_diacritics 2"
-PG_CONFIG = "english"
-PG_MAX_CHARS = 100_000  # PostgreSQL indexes this many leading characters (a tsvector holds at most 1 MB)
-PG_LEXEMES = f"to_tsvector('{PG_CONFIG}'::regconfig, left(text, {PG_MAX_CHARS}))"
 
 MAX_TERMS = 32  # a longer query keeps its first 32 distinct words: enough to find, bounded to run
 MAX_TERM_CHARS = 64  # longer "words" (hashes, base64) are not words a question asks about
 
 # The ranking work of one query is bounded: words are searched rarest first while their matches add up
 # to at most this many memories; a word with more matches than what is left is not searched. Why: the
-# cost of a full-text query is scoring and sorting every matching row (FTS5 bm25(), ts_rank), not
+# cost of a full-text query is scoring and sorting every matching row (BM25 of each match), not
 # finding them, and a word in thousands of memories ("note", "service") would make one query cost tens
 # of milliseconds at 100k memories (results/perf/history/core_lexical.json, synthetic facts: 114 ms p50 with every
 # word searched, 1.6 ms with this bound; 48 of 300 queries then have no lexical candidates). Such a
@@ -44,9 +40,9 @@ MAX_MATCHES = 1000
 
 _WORD = re.compile(r"[^\W_]+")
 
-# A small English stopword list (function words that carry no topic). PostgreSQL's 'english'
-# configuration drops its own list as well; FTS5 has none, so without this "what did I say" would
-# match nearly every turn of a conversation.
+# A small English stopword list (function words that carry no topic). The index keeps every token
+# (FTS5 has no stopword list), so without this "what did I say" would match nearly every turn of a
+# conversation.
 STOPWORDS = frozenset(
     """
     a about above after again against all am an and any are as at be because been before being below between
@@ -61,7 +57,8 @@ STOPWORDS = frozenset(
 
 def query_terms(query: str) -> list[str]:
     """The distinct search words of ``query``, in order: lower-cased letter/digit runs, no stopwords,
-    no single letters (a single digit stays: "5 years"), at most ``MAX_TERMS``."""
+    no single letters (a single digit stays: "5 years"), each one index token (``word_token``), at most
+    ``MAX_TERMS``."""
     out: list[str] = []
     seen: set[str] = set()
     for match in _WORD.finditer(query):
@@ -69,6 +66,8 @@ def query_terms(query: str) -> list[str]:
         if len(word) > MAX_TERM_CHARS or word in STOPWORDS or (len(word) == 1 and not word.isdigit()):
             continue
         if not _WORD.fullmatch(word):  # casefold can yield characters that are not letters (rare)
+            continue
+        if len(TOKENIZER.tokens(word)) != 1:
             continue
         if word not in seen:
             seen.add(word)
@@ -87,9 +86,14 @@ def fts5_match(terms: list[str]) -> str:
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
-def pg_tsquery(terms: list[str]) -> str:
-    """A ``to_tsquery`` text: each term a quoted lexeme (normalised by the configuration), OR-ed."""
-    return " | ".join("'" + t.replace("'", "''").replace("\\", "\\\\") + "'" for t in terms)
+def word_token(word: str) -> str:
+    """The index token of a search word (``query_terms`` keeps only words of exactly one)."""
+    return TOKENIZER.tokens(word)[0]
+
+
+def text_tokens(text: str) -> list[str]:
+    """The tokens the index holds for ``text``, in order (their count is its BM25 length)."""
+    return TOKENIZER.text_tokens(text)
 
 
 def choose_terms(terms: list[str], counts: list[int], budget: int | None = None) -> list[str]:
@@ -105,3 +109,48 @@ def choose_terms(terms: list[str], counts: list[int], budget: int | None = None)
         kept.append((pos, term))
         total += count
     return [t for _, t in sorted(kept)]
+
+
+class Tokenizer:
+    """The ledger's tokenizer (FTS5 ``porter unicode61``) applied to a text, or to a query word remembered
+    (a pure function of the word).
+
+    A private in-memory FTS5 table with the index's tokenizer (``SQLITE_TOKENIZE``): the tokens a
+    word becomes are read back from it, so stemming and case and diacritic folding are SQLite's own.
+    """
+
+    def __init__(self, max_words: int = 100_000) -> None:
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._known: dict[str, tuple[str, ...]] = {}
+        self._max = max_words
+
+    def tokens(self, word: str) -> tuple[str, ...]:
+        """The tokens of a query word (remembered)."""
+        known = self._known.get(word)
+        if known is not None:
+            return known
+        out = tuple(self.text_tokens(word))
+        with self._lock:
+            if len(self._known) >= self._max:
+                self._known.clear()
+            self._known[word] = out
+        return out
+
+    def text_tokens(self, text: str) -> list[str]:
+        """The tokens FTS5 indexes for ``text``, in order (their count is the row size it stores)."""
+        with self._lock:
+            c = self._conn
+            if c is None:
+                c = self._conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+                c.execute(f"CREATE VIRTUAL TABLE t USING fts5(text, tokenize = '{SQLITE_TOKENIZE}')")
+                c.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)")
+            c.execute("BEGIN")
+            try:
+                c.execute("INSERT INTO t (rowid, text) VALUES (1, ?)", (text,))
+                return [str(t) for (t,) in c.execute("SELECT term FROM v ORDER BY offset")]
+            finally:
+                c.execute("ROLLBACK")
+
+
+TOKENIZER = Tokenizer()

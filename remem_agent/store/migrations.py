@@ -263,6 +263,14 @@ MIGRATIONS: list[tuple[int, str]] = [
         CREATE INDEX responses_live ON responses (created_at) WHERE items IS NOT NULL;
         """,
     ),
+    (
+        9,
+        """
+        -- PostgreSQL only: its lexical index becomes the postings of this ledger's FTS5 tokenizer
+        -- (pg_migrations.py), so that both backends rank alike. The FTS5 index of migration 5 already holds
+        -- them here; the number is kept so that schema versions compare across backends.
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -4,7 +4,8 @@ The numbers mean the same as in ``migrations.py`` (SQLite): version 1 is the led
 the learned-attribute table, version 3 the content hashes (``hashing.py``; its Python step
 ``hashing.BACKFILLS[3]`` hashes existing rows in the same transaction), version 4 scopes, version 5
 speakers, sessions and the lexical channel, version 6 the shared pending outcomes (``pending.py``) and
-version 7 the key index with ``valid_from``, so ``schema_version`` compares across backends and
+version 7 the key index with ``valid_from``, version 8 stored responses and version 9 the lexical
+postings (PostgreSQL only; SQLite's FTS5 index already holds them), so ``schema_version`` compares across backends and
 ``remem migrate`` can copy between them. Never edit a released
 migration; append a new one. Every migration runs in one transaction (PostgreSQL DDL is
 transactional) under an advisory lock, so two processes opening a fresh database at once cannot
@@ -283,6 +284,26 @@ MIGRATIONS: list[tuple[int, str]] = [
         CREATE INDEX responses_live ON responses (created_at) WHERE items IS NOT NULL;
         """,
     ),
+    (
+        9,
+        """
+        -- The lexical channel as on SQLite (store/lexical.py): each memory's tokens of the ledger's one
+        -- tokenizer (FTS5 porter unicode61, applied in Python) with their counts, and the text's token count,
+        -- so both backends rank with the same BM25 numbers (store/bm25.py). They replace the tsvector of
+        -- migration 5 ('english' stemming, ts_rank), which matched other words and scored them otherwise:
+        -- one ledger ranked differently after a copy between backends. PostgresTx writes the rows on each
+        -- insert and text update; the migration's Python step indexes the existing memories.
+        ALTER TABLE memories DROP COLUMN lexemes;
+        ALTER TABLE memories ADD COLUMN n_terms integer CHECK (n_terms >= 0);
+        CREATE TABLE memory_terms (
+            term text NOT NULL,
+            seq  bigint NOT NULL REFERENCES memories (seq),
+            freq integer NOT NULL CHECK (freq > 0),
+            PRIMARY KEY (term, seq)
+        );
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]
+LEXICAL_POSTINGS_VERSION = 9  # its data step indexes the existing memories (PostgresTx.index_unindexed)

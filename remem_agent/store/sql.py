@@ -247,10 +247,16 @@ class LedgerTx:
         """Called after a memories row changed (a backend with a row cache drops it; with ``text_changed`` its
         full-text entry changed too, so cached word counts are stale)."""
 
-    def after_import(self) -> None:
-        """Called after ``import_rows`` filled every table (a backend may advance its id sequences)."""
+    def text_updated(self, memory_id: str) -> None:
+        """Called after a transition rewrote a memory's text: a backend whose lexical index is not kept by
+        the database itself re-indexes the row (SQLite's triggers keep FTS5 current; PostgreSQL's
+        ``memory_terms`` are written here)."""
 
-    # -- the lexical channel (schema 5; each backend its own full-text index, see store/lexical.py) ----
+    def after_import(self) -> None:
+        """Called after ``import_rows`` filled every table (a backend may advance its id sequences and
+        index the copied texts)."""
+
+    # -- the lexical channel (schema 5; one tokenizer and one BM25 on both backends, see store/lexical.py) --
     def lexical_candidates(
         self, query: str, *, limit: int, scopes: frozenset[str] | None, current_only: bool = False
     ) -> list[tuple[str, float]]:
@@ -262,7 +268,7 @@ class LedgerTx:
         The caller applies ``ranking.pipeline.is_eligible`` as on the dense path either way. A query
         with no searchable word (``lexical.query_terms``) returns []; words are searched rarest first
         within ``lexical.MAX_MATCHES`` matches (a word in more memories than that is left out, and a
-        query of only such words returns []). Scores compare within one backend only.
+        query of only such words returns []). Both backends give the same scores (``store/bm25.py``).
         """
         terms = lexical.query_terms(query)
         if not terms or limit <= 0 or (scopes is not None and not scopes):
@@ -527,6 +533,8 @@ class LedgerTx:
         assignments = ", ".join(f"{k} = ?" for k in fields)
         self.run(f"UPDATE memories SET {assignments} WHERE id = ?", (*fields.values(), memory_id))
         self.forget_row(memory_id, text_changed="text" in fields)
+        if "text" in fields:
+            self.text_updated(memory_id)
         return self._append_event(memory_id, at, event, from_state, to_state, reason, dict(evidence or {}), updates)
 
     def _append_event(

@@ -421,15 +421,14 @@ class SQLiteTx(LedgerTx):
         With the read cache, the matches are scored in process from remembered postings (store/bm25.py:
         the same numbers as SQLite's ``bm25()``) and filtered on the cached rows, best first, until ``limit``
         pass: testing scope and state in SQL would join memories once per *match*, and ``bm25()`` in SQL
-        reads every match's instances again on every query. SQLite ranks instead when there is no cache,
+        reads every match's instances again on every query. SQLite ranks instead when there is no cache, or
         when this transaction has written (FTS5 keeps uncommitted index changes and totals in memory, where
-        postings read through ``fts5vocab`` do not see them), or when a word is several tokens (a phrase).
+        postings read through ``fts5vocab`` do not see them).
         """
         cache = self._cache
         if cache is not None and self.c.total_changes == self._changes_at_start and self.max_seq() < _MAX_CACHED_SEQ:
-            tokens = [bm25.TOKENIZER.tokens(t) for t in terms]
-            if all(len(t) == 1 for t in tokens):
-                return self._lexical_in_process(cache, [t[0] for t in tokens], scopes, current_only, limit)
+            tokens = [lexical.word_token(t) for t in terms]
+            return self._lexical_in_process(cache, tokens, scopes, current_only, limit)
         where, args = self.lexical_filters(scopes, current_only)
         cond = "".join(f" AND {w}" for w in where)
         # CROSS JOIN keeps the full-text match the outer loop: the planner must not walk a large scope's rows
@@ -494,14 +493,14 @@ class SQLiteTx(LedgerTx):
         that stores a turn between two searches must not lose every posting to it).
 
         Only this connection's inserts get here: another connection's drop the whole cache first
-        (``check_cache``). Each new text is tokenized by the index's own tokenizer (``bm25.TOKENIZER``), so
+        (``check_cache``). Each new text is tokenized by the index's own tokenizer (``lexical.TOKENIZER``), so
         its tokens and its row size are the ones FTS5 stored; new seqs are higher than every remembered row,
         so appending keeps each posting in row order."""
         new = self.c.execute("SELECT seq, text FROM memories WHERE seq > ? ORDER BY seq", (after,)).fetchall()
         grown: dict[str, tuple[list[int], list[float]]] = {}
         cache.hold_sizes_to(int(new[-1][0]) if new else 0)
         for seq, text in new:
-            tokens = bm25.TOKENIZER.text_tokens(str(text))
+            tokens = lexical.TOKENIZER.text_tokens(str(text))
             cache.sizes[int(seq)] = len(tokens)
             for token, freq in collections.Counter(tokens).items():
                 if token in cache.postings:

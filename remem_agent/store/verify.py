@@ -19,9 +19,9 @@ just failing. The invariants:
    mutable columns (text, token_cost, confidence, valid_to, superseded_by) equal what replaying its
    events' recorded updates gives. So an edit of served text, original_text, validity or evidence shows.
 9. A store with memories records its embedder and dimension in ``meta``.
-10. The lexical index (schema 5) holds every memory exactly once, with its current text: SQLite's FTS5
-    index equals one rebuilt from ``memories.text`` (rows, terms and positions); PostgreSQL's ``lexemes``
-    column equals ``to_tsvector`` of the text and is still a generated column with its GIN index.
+10. The lexical index (schema 5, on PostgreSQL schema 9) holds every memory exactly once, with its current
+    text: SQLite's FTS5 index equals one rebuilt from ``memories.text`` (rows, terms and positions);
+    PostgreSQL's ``memory_terms`` rows and ``n_terms`` equal the tokens of the text.
 11. Every answer waiting for its outcome (schema 6, ``pending.py``) points at a search of its own scope.
 
 Each check runs on its own: one that cannot run (a damaged row, a NULL where the schema forbids it)
