@@ -187,3 +187,16 @@ def test_postgres_ranks_a_scope_it_knows_is_small_exactly_at_once(
     statements.clear()
     pg_mem.index.candidates(q, 40, scopes=frozenset({"user"}))
     assert statements[0] == "hnsw"
+
+
+def test_a_served_set_never_holds_the_same_text_twice(tmp_path: Path) -> None:
+    mem = ReMem(tmp_path / "s")
+    try:
+        for day in range(3):  # a conversation note said three times, stored three times (notes are kept)
+            mem.add("The team lunch is on Fridays.", role="note", timestamp=day + 1)
+        mem.add("Lunch orders go to the office manager.", role="note", timestamp=5)
+        res = mem.search("When is the team lunch?", k=3)
+        texts = [h.text for h in res.items]
+        assert texts.count("The team lunch is on Fridays.") == 1 and len(texts) == 2, texts
+    finally:
+        mem.close()

@@ -201,3 +201,24 @@ def test_greedy_fills_the_budget_in_rank_order() -> None:
     # the knapsack instead maximises summed utility: 0.8 + 0.7 + ... ; both stay within the budget
     knap = select(p, sims, tokens, k=4, token_budget=45)
     assert sum(tokens[knap]) <= 45 and sum(p[knap]) >= sum(p[[0, 2]])
+
+
+def test_text_twins_keep_the_best_copy_of_each_text() -> None:
+    from remem_agent.ranking.select import text_twins
+
+    texts = ["Lunch is at noon.", "lunch  is at NOON.", "Deploys run on Fridays.", "Lunch is at noon."]
+    p = np.array([0.4, 0.9, 0.5, 0.9])
+    sim = np.array([0.8, 0.7, 0.6, 0.65])
+    twins = text_twins(texts, p, sim)
+    assert twins is not None and twins.tolist() == [True, False, False, True]  # p first, then similarity
+    assert text_twins(["a", "b"], np.array([0.1, 0.2]), np.array([0.1, 0.2])) is None  # nothing to exclude
+
+
+def test_an_excluded_twin_is_neither_guarded_nor_selected_and_frees_its_slot() -> None:
+    p = np.array([0.9, 0.8, 0.7, 0.6])
+    sim = np.array([0.95, 0.94, 0.5, 0.4])
+    tokens = np.array([10, 10, 10, 10], dtype=np.int64)
+    exclude = np.array([False, True, False, False])
+    for budget in (None, 25):
+        chosen = select(p, sim, tokens, k=2, token_budget=budget, guard_top=2, exclude=exclude)
+        assert chosen == [0, 2]  # the twin (index 1) is skipped, the next candidate takes its place

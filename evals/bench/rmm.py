@@ -48,6 +48,7 @@ from evals.harness.runner import RunResult, TaskRow, invalidation_errors, lifecy
 from evals.harness.world import World
 from remem_agent import ReMem, RememConfig
 from remem_agent.embedders.base import check_vectors
+from remem_agent.ranking.select import text_twins
 
 Serve = Literal["greedy", "sample"]
 F64 = NDArray[np.float64]
@@ -286,11 +287,17 @@ def _pool(
     mem: ReMem, qvec: NDArray[np.float32], query: str, k: int, at: float
 ) -> tuple[list[str], list[int], NDArray[np.float32]]:
     """A's candidate pool for a present-time search (``ReMem.candidates``, the same channels, over-fetch,
-    eligibility filter and widening): (ids, token costs, A's retrieval scores). The scores are the fused
+    eligibility filter and widening, and A's rule that a text is served once): (ids, token costs, A's retrieval
+    scores). The scores are the fused
     ones in hybrid mode (the cosine in dense mode), so with a zero learning rate the reranker ranks as A does."""
     pool = mem.candidates(qvec, k=k, at=at, query=query)
     base = pool.retrieval if pool.retrieval is not None else pool.similarities
-    return [m.id for m in pool.memories], [m.token_cost for m in pool.memories], base.astype(np.float32)
+    # the same rule as the ranking's: of two candidates with one text only the better-scored is selectable
+    scores = np.asarray(base, dtype=np.float64)
+    twins = text_twins([m.text for m in pool.memories], scores, scores)
+    keep = [i for i in range(len(pool.memories)) if twins is None or not twins[i]]
+    memories = [pool.memories[i] for i in keep]
+    return [m.id for m in memories], [m.token_cost for m in memories], base[keep].astype(np.float32)
 
 
 def _answer_tasks(replay: WorldReplay, rr: RMMReranker, reader: ReaderParams, k: int, serve: Serve) -> list[TaskRow]:

@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 
 from remem_agent.config import RememConfig
 from remem_agent.ranking.features import FEATURE_NAMES, Pool, build_features
-from remem_agent.ranking.select import select
+from remem_agent.ranking.select import select, text_twins
 from remem_agent.ranking.utility import UtilityModel
 from remem_agent.types import SERVABLE_STATES, Hit, Memory, State, TaskStats
 
@@ -163,9 +163,10 @@ def rank_and_select(
         if s is not None and s.shown >= config.guard_min_shown and s.contribution_rate < config.guard_max_rate:
             exempt[i] = True
     tokens = pool.tokens
+    order_by = feats["retrieval"] if "static" in config.features.groups else sims
     chosen = select(
         p,
-        feats["retrieval"] if "static" in config.features.groups else sims,
+        order_by,
         tokens,
         k=k,
         token_budget=token_budget,
@@ -173,6 +174,7 @@ def rank_and_select(
         guard_top=config.guard_top,
         guard_exempt=exempt,
         method=config.selection,
+        exclude=text_twins([m.text for m in cands], p, np.asarray(order_by, dtype=np.float64)),
     )
     # the feature snapshots of the served rows only (a search records them; the rest of the pool is not kept):
     # one (features x pool) stack and one column pick, the same values in the same FEATURE_NAMES order as

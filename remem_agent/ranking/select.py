@@ -10,6 +10,9 @@ Three rules, in order (reference design §7 and §8.1):
    memory.
 3. Under a hard token budget an exact 0/1 knapsack maximises the sum of ``p`` subject to the token
    and count limits; without a budget the top ``k`` by ``p`` are taken.
+
+Candidates marked ``exclude`` take part in none of the three (the ranking passes the second and later copies
+of a text: a served set never holds the same text twice, see :func:`text_twins`).
 """
 
 from __future__ import annotations
@@ -71,6 +74,23 @@ def knapsack(values: NDArray[np.float64], weights: NDArray[np.int64], budget: in
     return sorted(chosen)
 
 
+def text_twins(texts: list[str], p: NDArray[np.float64], similarity: NDArray[np.float64]) -> NDArray[np.bool_] | None:
+    """True for every candidate whose text (case and blanks aside) another candidate with a higher ``p`` (then
+    similarity, then earlier position) also has: the copy that would add nothing to a served set but its cost.
+    None when all texts differ (the common case: nothing to exclude)."""
+    keys = [" ".join(t.casefold().split()) for t in texts]
+    if len(set(keys)) == len(keys):
+        return None
+    best: dict[str, int] = {}
+    for i, key in enumerate(keys):
+        j = best.get(key)
+        if j is None or (p[i], similarity[i]) > (p[j], similarity[j]):
+            best[key] = i
+    twins = np.ones(len(keys), dtype=bool)
+    twins[list(best.values())] = False
+    return twins
+
+
 def select(
     p: NDArray[np.float64],
     similarity: NDArray[np.float64],
@@ -82,6 +102,7 @@ def select(
     guard_top: int = 0,
     guard_exempt: NDArray[np.bool_] | None = None,
     method: str = "knapsack",
+    exclude: NDArray[np.bool_] | None = None,
 ) -> list[int]:
     """Indices to serve, ordered by ``p`` (best first).
 
@@ -94,7 +115,10 @@ def select(
     forced: list[int] = []
     if guard_top > 0:
         exempt = guard_exempt if guard_exempt is not None else np.zeros(n, dtype=bool)
-        for i in np.argsort(-similarity, kind="stable")[:guard_top]:
+        ranked = np.argsort(-similarity, kind="stable")
+        if exclude is not None:
+            ranked = ranked[~exclude[ranked]]
+        for i in ranked[:guard_top]:
             if not exempt[i]:
                 forced.append(int(i))
     # Vectorised, with the per-candidate semantics: p >= floor elementwise (NaN p is never eligible), the
@@ -104,6 +128,8 @@ def select(
     if floor.ndim and floor.shape != (n,):
         floor = np.broadcast_to(floor, (n,))  # one value per candidate, or the same shape error as before
     ok = p >= floor
+    if exclude is not None:
+        ok &= ~exclude
     if forced:
         ok[forced] = False
     eligible: list[int] = np.flatnonzero(ok).tolist()
