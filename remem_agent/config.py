@@ -15,7 +15,7 @@ from remem_agent.learning.credit import CreditPolicy
 from remem_agent.learning.retention import RetentionPolicy
 from remem_agent.learning.staleness import StalenessPolicy
 from remem_agent.ranking.features import FeatureConfig
-from remem_agent.ranking.utility import HeuristicUtility, SimilarityUtility, UtilityModel
+from remem_agent.ranking.utility import ContributionUtility, HeuristicUtility, SimilarityUtility, UtilityModel
 
 
 @dataclass(frozen=True)
@@ -38,11 +38,18 @@ class RememConfig:
     staleness: StalenessPolicy = field(default_factory=StalenessPolicy)
     # Which utility model ranks candidates when none is passed to ReMem: the documented heuristic, or a
     # LearnedUtility loaded from ``utility_path`` (JSON written by LearnedUtility.save).
-    utility: Literal["heuristic", "learned", "similarity"] = "heuristic"
+    utility: Literal["heuristic", "contribution", "learned", "similarity"] = "heuristic"
     utility_path: str | None = None
     # Exploration of the heuristic utility: "ucb" adds explore_c * posterior std; "thompson" samples.
     explore: Literal["ucb", "thompson", "none"] = "ucb"
     explore_c: float = 0.1
+    # The contribution utility (ranking/utility.py ContributionUtility): the similarity prior's weight in
+    # exposures, and how much an exposure in another task class counts.
+    contribution_kappa: float = 1.0
+    contribution_other_weight: float = 0.5
+    # What each served memory costs under a token budget, in utility: the knapsack maximises the sum of
+    # (p - item_cost), so a memory is worth serving only if it is likely enough to be used.
+    item_cost: float = 0.0
     # Overrides of HeuristicUtility's documented weights (ablations, experiments); None keeps them.
     heuristic_weights: Mapping[str, float] | None = None
     # A scope every search may also read (team-wide facts, say); None: each search reads its own scope only.
@@ -73,6 +80,10 @@ class RememConfig:
             raise UserInputError(f"static_prior must be 'with_evidence' or 'always', got {self.static_prior!r}")
         if not (self.rrf_k >= 0 and self.lexical_weight >= 0):
             raise UserInputError("rrf_k and lexical_weight must be non-negative")
+        if not (self.contribution_kappa > 0 and 0 <= self.contribution_other_weight <= 1 and 0 <= self.item_cost < 1):
+            raise UserInputError(
+                "contribution_kappa must be positive, contribution_other_weight in [0, 1] and item_cost in [0, 1)"
+            )
         if self.lexical_pool is not None and self.lexical_pool < 1:
             raise UserInputError("lexical_pool must be at least 1 (or None)")
 
@@ -102,6 +113,18 @@ class RememConfig:
                     raise UserInputError(f"unknown heuristic weights {sorted(unknown)}; known: {sorted(base.weights)}")
                 base = replace(base, weights={**base.weights, **self.heuristic_weights})
             return base
+        if self.utility == "contribution":
+            static = HeuristicUtility(explore="none", prior=self.static_prior)
+            if self.heuristic_weights:
+                static = replace(static, weights={**static.weights, **self.heuristic_weights})
+            return ContributionUtility(
+                kappa=self.contribution_kappa,
+                other_weight=self.contribution_other_weight,
+                evidence_k=self.features.evidence_k,
+                static=static,
+                explore=self.explore,
+                explore_c=self.explore_c,
+            )
         if self.utility == "similarity":
             return SimilarityUtility()
         if self.utility == "learned":

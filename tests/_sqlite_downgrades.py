@@ -9,7 +9,8 @@ undoing exists once, here, as in tests/_pg_downgrades.py for PostgreSQL.
 from __future__ import annotations
 
 SQLITE_9_TO_8 = ["PRAGMA user_version = 8"]  # migration 9 changes nothing on SQLite (PostgreSQL's lexical postings)
-SQLITE_8_TO_7 = [*SQLITE_9_TO_8, "DROP TABLE responses", "PRAGMA user_version = 7"]  # what migration 8 (stored responses) added
+# migration 9 undone first, then what migration 8 (stored responses) added
+SQLITE_8_TO_7 = [*SQLITE_9_TO_8, "DROP TABLE responses", "PRAGMA user_version = 7"]
 SQLITE_7_TO_6 = [  # migration 8 undone first, then what migration 7 (valid_from in the key index) changed
     *SQLITE_8_TO_7,
     "DROP INDEX memories_scope_key_valid_from",

@@ -174,6 +174,7 @@ def rank_and_select(
         guard_top=config.guard_top,
         guard_exempt=exempt,
         method=config.selection,
+        item_cost=config.item_cost,
         exclude=text_twins([m.text for m in cands], p, np.asarray(order_by, dtype=np.float64)),
     )
     # the feature snapshots of the served rows only (a search records them; the rest of the pool is not kept):

@@ -103,11 +103,14 @@ def select(
     guard_exempt: NDArray[np.bool_] | None = None,
     method: str = "knapsack",
     exclude: NDArray[np.bool_] | None = None,
+    item_cost: float = 0.0,
 ) -> list[int]:
     """Indices to serve, ordered by ``p`` (best first).
 
     ``method="greedy"`` fills the budget in ``p`` order, skipping what does not fit: what a plain
-    similarity search truncated to a budget does (system A/B of the evaluation).
+    similarity search truncated to a budget does (system A/B of the evaluation). ``item_cost`` is what each
+    memory costs the knapsack (it maximises the sum of ``p - item_cost``): two weak memories no longer
+    outweigh one strong one that costs the same tokens.
     """
     n = len(p)
     if n == 0 or k <= 0:
@@ -152,7 +155,7 @@ def select(
                     chosen.append(i)
                     used += int(tokens[i])
         elif len(idx) and len(chosen) < k:
-            picked = knapsack(p[idx], tokens[idx], token_budget - used, k - len(chosen))
+            picked = knapsack(p[idx] - item_cost, tokens[idx], token_budget - used, k - len(chosen))
             chosen += [int(idx[j]) for j in picked]
     neg_sim: list[float] = (-np.asarray(similarity)).tolist()
     return sorted(chosen, key=lambda i: (neg_p[i], neg_sim[i]))

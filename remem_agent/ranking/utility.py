@@ -109,6 +109,85 @@ class HeuristicUtility:
 
 
 @dataclass(frozen=True)
+class ContributionUtility:
+    """Relevance scaled by contribution: ``p = m0 * theta``, P(used | served, this query).
+
+    * **Relevance prior.** ``m0 = sigmoid(z)``, where ``z`` is the heuristic's static score (retrieval score,
+      gap to the best, recency / confidence / token cost scaled by evidence, the stale flag; the weights of
+      :class:`HeuristicUtility` without its outcome terms): how likely a memory this relevant is to be used.
+    * **Contribution factor.** Each memory has a multiplier ``theta`` of that chance, 1 when it behaves as its
+      relevance predicts, near 0 for a look-alike that is never used. Uses are Poisson with mean ``theta``
+      times the expected uses of its exposures, ``E = m0 * n``, and ``theta`` has a Gamma(kappa, kappa) prior
+      (mean 1, worth ``kappa`` expected uses). The posterior mean is ``(kappa + a) / (kappa + E)``, with ``a``
+      the credit earned (a sum of per-exposure credits in [0, 1]: cited or its value used,
+      ``learning/credit.py``).
+    * **Context.** Counts in the search's task class (``n_c``, ``a_c``) count fully; those of other classes
+      (``n_o``, ``a_o``) ``other_weight`` each: a note that helps "deploy" questions is weak evidence about
+      "billing" ones. And the relevance of *this* query stays a factor, so a memory that helped other
+      questions is not served on one it does not match.
+
+    So ``p = m0 * (kappa + a_c + w a_o) / (kappa + m0 (n_c + w n_o))``, capped at 1. A memory served n times
+    and never used falls as ``kappa / (kappa / m0 + n)``: below a never-shown candidate of prior ``m0'`` after
+    ``n > kappa (1/m0' - 1/m0)`` exposures whatever its similarity, and one that is used on every exposure
+    rises towards 1. Exploration adds ``explore_c`` times the posterior standard deviation of ``p``,
+    ``m0 * sqrt(kappa + a) / (kappa + E)``: largest for what has not been shown.
+
+    ``E`` uses this query's ``m0`` for past exposures (the stats keep counts, not past priors): for a memory
+    that keeps matching its questions as well as now, that is exact; for one that was mostly filler
+    elsewhere it overstates ``E``, which only makes the estimate more cautious. The counts are read back
+    from the outcome features, which hold them exactly: ``evidence = n / (n + k)`` (``evidence_k``) and
+    ``rate = (1 + a) / (2 + n)`` (the uniform-prior posterior mean of ``TaskStats``).
+    """
+
+    name: str = "contribution"
+    kappa: float = 1.0
+    other_weight: float = 0.5
+    evidence_k: float = 2.0
+    static: HeuristicUtility = field(default_factory=HeuristicUtility)
+    explore_c: float = 0.1
+    explore: Literal["ucb", "thompson", "none"] = "ucb"
+    seed: int = 0
+    _rng: np.random.Generator = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_rng", np.random.default_rng(self.seed))
+
+    def _counts(self, evidence: NDArray[np.float64], rate: NDArray[np.float64]) -> tuple[NDArray[np.float64], ...]:
+        e = np.minimum(evidence, 1.0 - 1e-12)
+        n = self.evidence_k * e / (1.0 - e)
+        a = np.clip(rate * (2.0 + n) - 1.0, 0.0, n)
+        return a, n
+
+    def score(self, features: Features) -> tuple[NDArray[np.float64], dict[str, NDArray[np.float64]]]:
+        w = self.static.weights
+        ev_all = features["evidence_all"]
+        gate = ev_all if self.static.prior == "with_evidence" else np.ones_like(ev_all)
+        z = self.static.bias + np.zeros_like(ev_all)
+        for name in ("retrieval", "similarity", "gap", "stale"):
+            z = z + w.get(name, 0.0) * features[name]
+        for name in ("recency", "confidence", "tokens"):
+            z = z + w.get(name, 0.0) * gate * features[name]
+        m0 = _sigmoid(z)
+        a_c, n_c = self._counts(features["evidence"], features["rate_class"])
+        a_all, n_all = self._counts(ev_all, features["rate_all"])
+        a_o, n_o = np.maximum(a_all - a_c, 0.0), np.maximum(n_all - n_c, 0.0)
+        ow = self.other_weight
+        shape = self.kappa + a_c + ow * a_o
+        rate = self.kappa + m0 * (n_c + ow * n_o)
+        theta = shape / rate
+        u = np.minimum(m0 * theta, 1.0)
+        std = m0 * np.sqrt(shape) / rate
+        if self.explore == "ucb":
+            bonus = self.explore_c * std
+        elif self.explore == "thompson":
+            bonus = self._rng.normal(0.0, 1.0, size=len(std)) * self.explore_c * std
+        else:
+            bonus = np.zeros_like(std)
+        comps = {"prior": m0, "contribution": theta, "posterior": u, "exposures": n_c + ow * n_o, "explore": bonus}
+        return np.clip(u + bonus, 0.0, 1.0), comps
+
+
+@dataclass(frozen=True)
 class SimilarityUtility:
     """Rank by the retrieval score alone (system A of the evaluation): p = (1 + retrieval) / 2.
 
