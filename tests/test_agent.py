@@ -283,7 +283,7 @@ async def test_every_outcome_is_tagged_with_its_source_in_the_ledger(mem: ReMem,
 
 
 async def test_a_repeated_citation_is_kept_once_not_rejected(mem: ReMem, tmp_path: Path) -> None:
-    """llama.cpp grammars cannot enforce uniqueItems; a repeated id must not cost the answer (issue 6)."""
+    """llama.cpp grammars cannot enforce uniqueItems; a repeated id must not cost the answer."""
     west = mem.add("Our server moved to west-2.", entity="server", attribute="region", timestamp=2)
     model = FunctionChatModel(lambda req: reply("west-2", ["M1", "M1"]))
     ans = await agent_for(mem, model, tmp_path).ask("Where is our server?", schema=SCHEMA, now=3)

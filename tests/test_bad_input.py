@@ -1,4 +1,4 @@
-"""Bad input through the public API, one named case per class the fuzz of issue 16 found.
+"""Bad input through the public API, one named case per class the property fuzz found.
 
 Each case must raise a ``RememError`` subclass (never a bare UnicodeEncodeError, OverflowError or
 TypeError) and change nothing; values at the documented limits must be accepted *and* renderable.

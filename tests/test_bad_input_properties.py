@@ -1,4 +1,4 @@
-"""Property tests of the public surfaces under odd input (issue 16, "Bad input through the API").
+"""Property tests of the public surfaces under odd input (bad input through the API).
 
 For ``add``/``add_many``/``search``/``feedback``/``inspect``/``get``/``list`` and the MCP tools (called in
 process, directly and through the real MCP server object):

@@ -1,4 +1,4 @@
-"""The calibrated reader (issue 14): its draws follow its own likelihood, the fit recovers known parameters,
+"""The calibrated reader: its draws follow its own likelihood, the fit recovers known parameters,
 real traces rebuild into the reader's input, and fit -> predict -> compare runs end to end."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``add_conversation``: the transcript shapes, speaker and session as fields, all-or-nothing validation,
-extracted facts that supersede, and the memory's time for temporal questions (issue 17)."""
+extracted facts that supersede, and the memory's time for temporal questions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What a new user hits in the first minutes (issue 15): the demo's trace location and citations, CLI checks.
+"""What a new user hits in the first minutes: the demo's trace location and citations, CLI checks.
 
 The CLI is called in-process through ``remem_agent.cli.main``; argparse errors are ``SystemExit(2)``. The
 pytest summary hook of tests/conftest.py is checked by running pytest on a tiny test file with it loaded.

@@ -1,6 +1,6 @@
 """The per-request shortcuts of the chat path (``remem serve``'s hot path) give what the long way gives.
 
-Each shortcut skips work the profile of the gateway under load showed (issue 13): the trace line written
+Each shortcut skips work the profile of the gateway under load showed: the trace line written
 without copying the record through ``redact`` when its JSON line holds nothing to redact, the memory block's
 dates from a per-day cache, memoised value tokens and conversation keys, the retry loop without tenacity,
 one worker-thread hop for a chat call's waiting answer and its trace line, and one hop for a new turn's

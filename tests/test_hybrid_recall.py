@@ -1,4 +1,4 @@
-"""Hybrid candidates (dense + the ledger's lexical channel, fused) and the cold-start rule (issue 17)."""
+"""Hybrid candidates (dense + the ledger's lexical channel, fused) and the cold-start rule."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The key index of schema 7, ``memories_scope_key_valid_from ON memories (scope, entity, attribute, valid_from)``.
 
 Re-add detection (``sql.CLAIMS_AT``: one key, role and ``valid_from``) seeks to the claims stated at that time
-instead of reading every row of the key (issue 17: batched add at 100k memories), and the reads of a whole key
+instead of reading every row of the key (measured on batched adds at 100k memories), and the reads of a whole key
 (``CURRENT_FOR_KEY``, ``KEY_STATE_FACTS``, ``prefetch_keys``) use its first three columns. These tests pin down,
 on both backends, that
 

@@ -1,4 +1,4 @@
-"""A backdated update in learned-schema mode that completes the attribute's evidence (issue 17's add-path work
+"""A backdated update in learned-schema mode that completes the attribute's evidence (the batched add path
 found it): learning the attribute single-valued retires the backdated fact itself, retroactively, and the
 insert must then stop there instead of invalidating it a second time (which raised InvalidTransition and
 failed the whole batch)."""

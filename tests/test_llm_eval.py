@@ -138,7 +138,7 @@ def test_right_value_failing_validation_and_distractor_answers(tmp_path: Path) -
         assert failures >= 3 * N_TASKS  # every ask with a served memory fails: the cited id was not served
         assert row["primary"]["invalid_right_value"] == failures
         assert row["flags_among_failures"]["unknown_citation"] == failures
-    # A repeated citation no longer costs the answer: the middleware keeps the id once (issue 6 traces).
+    # A repeated citation no longer costs the answer: the middleware keeps the id once (seen in real traces).
     _, tr = _run_cli(tmp_path / "d", "scripted-dup-cite")
     res = analyze_traces.analyze(sorted(tr.glob("*.jsonl")))
     for s in ("A", "C"):

@@ -1,4 +1,4 @@
-"""Re-adding a fact that is already in the ledger (issue 15): a replay is not a new claim.
+"""Re-adding a fact that is already in the ledger: a replay is not a new claim.
 
 The rule (README "Supersession", docs/ARCHITECTURE.md "Decisions"): a fact with entity+attribute and an
 *explicit* timestamp whose role, key, normalised text and timestamp equal a stored memory's is that

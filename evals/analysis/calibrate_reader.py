@@ -1,4 +1,4 @@
-"""A simulated reader calibrated to a real model: fit it to real traces, predict C − A, compare (issue 14).
+"""A simulated reader calibrated to a real model: fit it to real traces, predict C − A, compare.
 
 The synthetic benchmark's reader (:mod:`evals.harness.reader`) rests on assumptions: a distraction per
 irrelevant memory, which memory it believes when several disagree (position or recency), how often a

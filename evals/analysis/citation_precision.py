@@ -1,4 +1,4 @@
-"""Citation precision and recall of real-LLM traces against the synthetic worlds' hidden gold (issue 14).
+"""Citation precision and recall of real-LLM traces against the synthetic worlds' hidden gold.
 
 Per answered ask (a v1 ``ask`` trace line with an answer and no error):
 

@@ -1,4 +1,4 @@
-"""Verify a packaged GGUF model end to end and record what was checked (issue 14: the second model size).
+"""Verify a packaged GGUF model end to end and record what was checked (the second model size).
 
     python -m evals.bench.check_gguf --model qwen2.5-coder-1.5b --out results/llm_study_1_5b/model_check.json
 

@@ -24,7 +24,7 @@ Systems: those of evals/harness/systems.yaml, ``BM25``, and the library's own co
 ``ReMem-dense``, ``ReMem-lexical`` and ``cosine`` (``RememConfig.similarity_only`` on the dense channel).
 The turns go in through ``ReMem.add_conversation`` (speaker and session kept as fields).
 
-``--transfer SYSTEM`` adds the learning-transfer measurement (issue 17): per sample two stores of SYSTEM;
+``--transfer SYSTEM`` adds the learning-transfer measurement: per sample two stores of SYSTEM;
 in the learning store each even-index question (by its index in the sample's qa list) is searched (k=10,
 task "locomo") and given feedback ``success`` = an evidence turn was served, ``used_ids`` = the served
 evidence turns; the cold store gets the same searches without feedback. Then the odd-index questions are

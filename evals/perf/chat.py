@@ -1,4 +1,4 @@
-"""Conversation benchmark: what ``MemoryAgent.chat`` / ``chat_stream`` add to a model call (issue 12).
+"""Conversation benchmark: what ``MemoryAgent.chat`` / ``chat_stream`` add to a model call.
 
 A store of N memories (hash embedder, the corpus of :mod:`evals.perf.middleware`) behind a
 ``MemoryAgent`` around a ``FunctionChatModel`` that answers at once (no sleep), so what is measured is

@@ -1,6 +1,6 @@
 """How many texts per second all-MiniLM-L6-v2 can embed on this machine at most, beside what it does.
 
-A roofline for issue 18's batched-add target (a benchmark, not a test). The model's work is counted, not
+A roofline for the batched-add target (a benchmark, not a test). The model's work is counted, not
 guessed: per token, each of its 6 layers multiplies the token's 384 values by four 384 x 384 attention
 weights and the 384 x 1536 and 1536 x 384 feed-forward weights (1,769,472 multiply-adds), and attends over
 the sequence (2 x length x 384 more). The machine's rate is measured: numpy's float32 matrix product

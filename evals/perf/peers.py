@@ -117,7 +117,7 @@ def pin_torch_threads() -> int:
     Left alone, torch takes every core (2 here) and its OpenMP pool waits at each barrier for a thread another
     process has descheduled: on this machine, loaded by other jobs (load 3.5-5), mem0 with 2 torch threads
     added 3.2 memories/s at 205 ms of CPU each against 18.4/s at 24 ms with 1 thread, interleaved in one
-    process (issue 18; a 10k run at that rate never finished). remem's ``SentenceTransformerEmbedder`` uses 1
+    process (a 10k run at that rate never finished). remem's ``SentenceTransformerEmbedder`` uses 1
     thread unless ``REMEM_EMBED_THREADS`` says otherwise (:mod:`remem_agent.embedders.threads`); so does its peer.
     """
     import torch

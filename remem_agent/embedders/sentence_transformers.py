@@ -55,7 +55,7 @@ class SentenceTransformerEmbedder:
     ``threads`` is torch's intra-op thread count, set with ``torch.set_num_threads`` when the model
     loads (a process-wide setting: torch has no per-model pool). The default,
     :func:`remem_agent.embedders.threads.default_threads` (``REMEM_EMBED_THREADS``, else 1), keeps one
-    query from waiting at OpenMP barriers for a core another process holds (issue 18: 216-316 ms
+    query from waiting at OpenMP barriers for a core another process holds (measured: 216-316 ms
     instead of ~18 ms with torch's 2-thread pool under one competing process). The ONNX embedder
     (:class:`remem_agent.embedders.onnx.OnnxEmbedder`) gives the same vectors faster and without torch.
     """

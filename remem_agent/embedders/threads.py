@@ -3,13 +3,13 @@
 Why the defaults differ by engine (results/perf/embedders.json, ``python -m evals.perf.embedders``, one query
 embedding on this 2-core machine, idle and with one competing CPU-bound process): torch's OpenMP pool waits
 at every barrier for a descheduled thread, so two torch threads were an order of magnitude slower than one
-(issue 18 first saw 216-316 ms instead of ~18 ms); onnxruntime's pool with spinning off degrades gracefully,
+(216-316 ms instead of ~18 ms was measured); onnxruntime's pool with spinning off degrades gracefully,
 and for one query two ONNX threads were no slower than one, idle or loaded (batched throughput was within
 20%). So torch gets 1 thread and onnxruntime
 ``min(cores, 2)``. ``REMEM_EMBED_THREADS`` overrides both.
 
 onnxruntime's spinning stays off (:class:`remem_agent.embedders.onnx.OnnxEmbedder`): with other jobs keeping
-this machine at load ~2.5 (issue 18), two spinning threads took 10.2 ms per query instead of 7.8 ms and, with
+this machine at load ~2.5, two spinning threads took 10.2 ms per query instead of 7.8 ms and, with
 queries 20 ms apart, 29.9 ms of CPU per query instead of 8.1 ms (the pool spins on after each run).
 """
 

@@ -51,7 +51,7 @@ def _matvec(cols: NDArray[np.float32], q: NDArray[np.float32], threads: int | No
     box (100k x 256: 2.1 ms vs 3.1 ms) but, when other processes hold the cores, it waits a whole
     scheduler slice for a descheduled worker: matvec p95 went from 0.17 ms to 8 ms at 10k rows on a
     loaded 2-core box, and idle workers spin, doubling the CPU a search costs. Shared with several busy
-    processes (issue 18), two threads were far slower than one at 10k x 384. So ``FlatIndex``
+    processes, two threads were far slower than one at 10k x 384. So ``FlatIndex``
     limits BLAS to one thread by default; ``blas_threads=None`` leaves BLAS as it is (the idle-box p50).
     With the column-major product BLAS may split one memory's sum across threads, so with more than one
     thread a score can differ in float32's last bit (1.5e-8 seen) and an exact tie at the k-th place could

@@ -1,7 +1,7 @@
 """Fusing the dense and the lexical candidate lists into one pool with one retrieval score (pure, no I/O).
 
 Dense embeddings blur names, dates and rare words; a lexical index matches them exactly (on LoCoMo's
-conversations plain BM25 beats a small dense model by 18 pp of recall@5, issue 17). Fusion keeps both:
+conversations plain BM25 beats a small dense model by 18 pp of recall@5). Fusion keeps both:
 
 * ``"rrf"``: reciprocal rank fusion, ``w_dense / (rrf_k + rank_dense) + w_lex / (rrf_k + rank_lex)``
   (a list a candidate is absent from adds nothing), divided by its largest possible value so it lies in

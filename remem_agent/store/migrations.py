@@ -179,7 +179,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     (
         5,
         """
-        -- Conversations and the lexical channel (issue 17). A memory may name who said it and in which
+        -- Conversations and the lexical channel. A memory may name who said it and in which
         -- session (both immutable, hashed only when set, so every older hash stays valid).
         ALTER TABLE memories ADD COLUMN speaker TEXT;
         ALTER TABLE memories ADD COLUMN session TEXT;
@@ -232,13 +232,13 @@ MIGRATIONS: list[tuple[int, str]] = [
     (
         7,
         """
-        -- The key index gains valid_from (issue 17): re-add detection (sql.CLAIMS_AT: one key, role and
+        -- The key index gains valid_from: re-add detection (sql.CLAIMS_AT: one key, role and
         -- valid_from) seeks straight to the claims stated at that time instead of reading every row of the
         -- key, and the reads of a whole key (equality on its first three columns) get their rows already in
         -- ORDER BY valid_from, seq order. It replaces the index of migration 4, whose columns are its prefix,
         -- and schema 1's memories_key (entity, attribute), which no query used once every key read named its
         -- scope (migration 4): an insert of a keyed memory maintains one key index, not three (about 9% less
-        -- CPU per add at 100k memories, measured in issue 17).
+        -- CPU per add at 100k memories, measured when it landed).
         DROP INDEX memories_scope_key;
         DROP INDEX memories_key;
         CREATE INDEX memories_scope_key_valid_from ON memories (scope, entity, attribute, valid_from)
