@@ -83,15 +83,20 @@ class HeuristicUtility:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_rng", np.random.default_rng(self.seed))
 
+    def static_terms(self, features: Features, plain: tuple[str, ...]) -> dict[str, NDArray[np.float64]]:
+        """The weighted terms that need no outcome: ``plain`` at full weight, then recency, confidence and
+        token cost scaled by the evidence gate of ``prior`` (in that order: the sum's order is the score's)."""
+        w = self.weights
+        terms: dict[str, NDArray[np.float64]] = {name: w.get(name, 0.0) * features[name] for name in plain}
+        gate = features["evidence_all"] if self.prior == "with_evidence" else np.ones_like(features["evidence"])
+        for name in ("recency", "confidence", "tokens"):
+            terms[name] = w.get(name, 0.0) * gate * features[name]
+        return terms
+
     def score(self, features: Features) -> tuple[NDArray[np.float64], dict[str, NDArray[np.float64]]]:
         w = self.weights
         ev = features["evidence"]
-        comps: dict[str, NDArray[np.float64]] = {}
-        for name in ("retrieval", "similarity", "gap", "stale", "retrievals"):
-            comps[name] = w.get(name, 0.0) * features[name]
-        gate = features["evidence_all"] if self.prior == "with_evidence" else np.ones_like(ev)
-        for name in ("recency", "confidence", "tokens"):
-            comps[name] = w.get(name, 0.0) * gate * features[name]
+        comps = self.static_terms(features, ("retrieval", "similarity", "gap", "stale", "retrievals"))
         comps["rate_class"] = w.get("rate_class", 0.0) * ev * (features["rate_class"] - 0.5)
         comps["rate_all"] = w.get("rate_all", 0.0) * features["evidence_all"] * (features["rate_all"] - 0.5)
         comps["blame_rate"] = w.get("blame_rate", 0.0) * features["blame_rate"]
@@ -159,14 +164,10 @@ class ContributionUtility:
         return a, n
 
     def score(self, features: Features) -> tuple[NDArray[np.float64], dict[str, NDArray[np.float64]]]:
-        w = self.static.weights
         ev_all = features["evidence_all"]
-        gate = ev_all if self.static.prior == "with_evidence" else np.ones_like(ev_all)
         z = self.static.bias + np.zeros_like(ev_all)
-        for name in ("retrieval", "similarity", "gap", "stale"):
-            z = z + w.get(name, 0.0) * features[name]
-        for name in ("recency", "confidence", "tokens"):
-            z = z + w.get(name, 0.0) * gate * features[name]
+        for term in self.static.static_terms(features, ("retrieval", "similarity", "gap", "stale")).values():
+            z = z + term
         m0 = _sigmoid(z)
         a_c, n_c = self._counts(features["evidence"], features["rate_class"])
         a_all, n_all = self._counts(ev_all, features["rate_all"])

@@ -52,7 +52,14 @@ from remem_agent.store import bm25, lexical
 from remem_agent.store.base import StoreCommon, backoff_retry
 from remem_agent.store.hashing import BACKFILLS
 from remem_agent.store.pg_migrations import LATEST, LEXICAL_POSTINGS_VERSION, MIGRATIONS
-from remem_agent.store.sql import MEMORY_INSERT, MEMORY_INSERT_COLS, MEMORY_INSERT_WIDTH, LedgerTx
+from remem_agent.store.sql import (
+    LEXICAL_RETIRED,
+    MEMORY_INSERT,
+    MEMORY_INSERT_COLS,
+    MEMORY_INSERT_WIDTH,
+    LedgerTx,
+)
+from remem_agent.types import State
 
 require("psycopg", "postgres", feature="the PostgreSQL store")
 require("psycopg_pool", "postgres", feature="the PostgreSQL store")
@@ -335,7 +342,7 @@ class PostgresTx(LedgerTx):
             mid, scope, state, _ = info[int(docs[at])]
             if scopes is not None and scope not in scopes:
                 continue
-            if current_only and state in ("INVALIDATED", "ARCHIVED"):
+            if current_only and State(state) in LEXICAL_RETIRED:
                 continue
             out.append((mid, -float(scores[at])))
             if len(out) == limit:

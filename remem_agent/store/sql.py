@@ -43,6 +43,8 @@ STAT_COLS = "retrieved, shown, credited, wasted, blamed, credit_sum, blame_sum, 
 EVENT_COLS = "seq, memory_id, at, kind, from_state, to_state, reason, evidence"
 
 _STATE_BY_VALUE: dict[str, State] = {s.value: s for s in State}
+# What a present-tense (``current_only``) lexical search leaves out, on every backend.
+LEXICAL_RETIRED = frozenset({State.INVALIDATED, State.ARCHIVED})
 
 # The statements of the add path that a backend buffering new rows (``SQLiteTx``) recognises: it needs to
 # know what a read of memories can see, and it inserts the buffered rows itself (several per statement).
@@ -302,7 +304,8 @@ class LedgerTx:
             where.append(f"m.scope IN ({_marks(len(ordered))})")
             args += ordered
         if current_only:
-            where.append("m.state NOT IN ('INVALIDATED', 'ARCHIVED')")
+            where.append(f"m.state NOT IN ({_marks(len(LEXICAL_RETIRED))})")
+            args += sorted(st.value for st in LEXICAL_RETIRED)
         return where, args
 
     def lexical_index_problems(self) -> list[str]:

@@ -55,6 +55,7 @@ from remem_agent.store.sql import (
     CURRENT_FOR_KEY,
     EVENT_INSERT_COLS,
     KEY_STATE_FACTS,
+    LEXICAL_RETIRED,
     MEM_COLS,
     MEMORY_INSERT,
     MEMORY_INSERT_COLS,
@@ -64,7 +65,7 @@ from remem_agent.store.sql import (
     memory_row_key,
     row_to_memory,
 )
-from remem_agent.types import ALL_TASKS, AttributeInfo, Memory, State, TaskStats
+from remem_agent.types import ALL_TASKS, AttributeInfo, Memory, TaskStats
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -252,7 +253,6 @@ _NEXT_EVENT_SEQ = (
 )
 
 
-_RETIRED = frozenset({State.INVALIDATED, State.ARCHIVED})  # what a present-tense lexical search leaves out
 _STATS_UPSERT = "INSERT INTO stats (memory_id, task,"
 
 
@@ -479,7 +479,7 @@ class SQLiteTx(LedgerTx):
             for m, score in zip(self._rows_of_seqs(cache, seqs), ranked_scores[start : start + window], strict=True):
                 if m is None or (scopes is not None and m.scope not in scopes):
                     continue
-                if current_only and m.state in _RETIRED:
+                if current_only and m.state in LEXICAL_RETIRED:
                     continue
                 out.append((m.id, -score))
                 if len(out) == limit:
@@ -500,7 +500,7 @@ class SQLiteTx(LedgerTx):
         grown: dict[str, tuple[list[int], list[float]]] = {}
         cache.hold_sizes_to(int(new[-1][0]) if new else 0)
         for seq, text in new:
-            tokens = lexical.TOKENIZER.text_tokens(str(text))
+            tokens = lexical.text_tokens(str(text))
             cache.sizes[int(seq)] = len(tokens)
             for token, freq in collections.Counter(tokens).items():
                 if token in cache.postings:
