@@ -104,6 +104,15 @@ class RememConfig:
         }
         return cls(**{**base, **overrides})
 
+    def relevance_static(self) -> HeuristicUtility:
+        """The static score behind the relevance prior (``ranking.utility.relevance_prior``): the heuristic's
+        weights (with ``heuristic_weights`` applied) and cold-start rule, without exploration. Feedback records
+        each served memory's prior under it, whichever utility ranks."""
+        static = HeuristicUtility(explore="none", prior=self.static_prior)
+        if self.heuristic_weights:
+            static = replace(static, weights={**static.weights, **self.heuristic_weights})
+        return static
+
     def make_utility(self) -> UtilityModel:
         if self.utility == "heuristic":
             base = HeuristicUtility(explore=self.explore, explore_c=self.explore_c, prior=self.static_prior)
@@ -114,14 +123,11 @@ class RememConfig:
                 base = replace(base, weights={**base.weights, **self.heuristic_weights})
             return base
         if self.utility == "contribution":
-            static = HeuristicUtility(explore="none", prior=self.static_prior)
-            if self.heuristic_weights:
-                static = replace(static, weights={**static.weights, **self.heuristic_weights})
             return ContributionUtility(
                 kappa=self.contribution_kappa,
                 other_weight=self.contribution_other_weight,
                 evidence_k=self.features.evidence_k,
-                static=static,
+                static=self.relevance_static(),
                 explore=self.explore,
                 explore_c=self.explore_c,
             )

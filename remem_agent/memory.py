@@ -47,7 +47,7 @@ from remem_agent.ingest import (
     validate_facts,
 )
 from remem_agent.learning.credit import Replay, leave_one_out, values_used
-from remem_agent.learning.feedback import FeedbackPlan, apply_feedback, repeat_receipt
+from remem_agent.learning.feedback import FeedbackPlan, apply_feedback, exposure_priors, repeat_receipt
 from remem_agent.ranking.features import FEATURE_NAMES
 from remem_agent.ranking.fusion import fuse
 from remem_agent.ranking.pipeline import Candidates, EvidenceNeeds, eligible_rows, rank_and_select
@@ -573,6 +573,7 @@ class ReMem:
             source=source,
             at=t_feedback if t_feedback is not None else rec.now if rec.now is not None else wall_now(),
             replay_calls=calls,
+            expected=exposure_priors(rec.served, self.config.relevance_static()),
         )
         if rec.feedback is not None:
             with self.store.read() as rtx:

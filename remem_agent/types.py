@@ -134,6 +134,11 @@ class TaskStats:
     blame_sum: float = 0.0
     last_retrieved_at: float | None = None
     last_credited_at: float | None = None
+    # The relevance prior of each judged exposure summed: how many uses its exposures were expected to bring
+    # (ranking/utility.py ContributionUtility). ``expected_n`` counts the exposures it covers; feedback given
+    # before the ledger recorded priors (schema 10) is the rest of ``shown``.
+    expected_sum: float = 0.0
+    expected_n: int = 0
 
     @property
     def alpha(self) -> float:
@@ -262,6 +267,9 @@ class CreditRecord:
     used: bool
     credit: float
     blame: float
+    # the memory's relevance prior when it was served (the expected uses of this exposure); None for
+    # feedback recorded before the ledger kept it, or for a search without feature snapshots
+    expected: float | None = None
 
     def to_dict(self, times: TimeFormat = "epoch") -> dict[str, Any]:
         return _to_dict(self, times)

@@ -2,17 +2,31 @@
 
 The upgrade tests build a store with this version, undo the newest migrations with these statements (run
 with ``search_path`` set to the ledger's schema), then reopen it and check that the migrations bring it back
-with its rows intact. The statements exist once, here, because two tests start from the same undoing of
-migrations 9, 8, 7, 6 and 5: tests/test_lexical_store.py (a version-4 store gains the lexical index) and
+with its rows intact (``downgrade`` runs them; one step, the version-9 hashes of credit rows, is Python). The
+statements exist once, here, because two tests start from the same undoing of
+migrations 10 to 5: tests/test_lexical_store.py (a version-4 store gains the lexical index) and
 tests/test_postgres_store.py (a version-2 store upgrades through every later migration); tests/test_key_index.py
-undoes migrations 9, 8 and 7, tests/test_gateway_responses.py migrations 9 and 8, tests/test_lexical_parity.py
-migration 9 alone. A change to those migrations is
+undoes migrations 10 to 7, tests/test_gateway_responses.py migrations 10 to 8, tests/test_lexical_parity.py
+migrations 10 and 9. A change to those migrations is
 then one edit here.
 """
 
 from __future__ import annotations
 
-DOWNGRADE_9_TO_8 = [  # what migration 9 (the lexical postings) changed: back to migration 5's tsvector
+from collections.abc import Sequence
+from typing import Any
+
+from remem_agent.store import hashing
+
+REHASH_CREDITS_V9 = "-- credit rows hashed as version 9 wrote them"  # done in Python by downgrade()
+DOWNGRADE_10_TO_9 = [  # what migration 10 (each judged exposure's expected uses) added
+    REHASH_CREDITS_V9,
+    "ALTER TABLE credits DROP COLUMN expected",
+    "ALTER TABLE stats DROP COLUMN expected_sum, DROP COLUMN expected_n",
+    "DELETE FROM schema_migrations WHERE version = 10",
+]
+DOWNGRADE_9_TO_8 = [  # migration 10 undone first, then what migration 9 (the lexical postings) changed
+    *DOWNGRADE_10_TO_9,
     "DROP TABLE memory_terms",
     "ALTER TABLE memories DROP COLUMN n_terms",
     "ALTER TABLE memories ADD COLUMN lexemes tsvector "
@@ -49,3 +63,21 @@ DOWNGRADE_5_TO_4 = [  # from the latest schema: migrations 9 to 6 undone first, 
     "RAISE EXCEPTION 'id, original_text and embedding are immutable'; END IF; RETURN NEW; END $$",
     "DELETE FROM schema_migrations WHERE version = 5",
 ]
+
+
+def downgrade(conn: Any, statements: Sequence[str]) -> None:
+    """Run downgrade ``statements`` on a psycopg connection inside a transaction with ``search_path`` set to the
+    ledger's schema; the credit rows are rehashed in Python (their hash without the expected uses)."""
+    with conn.transaction():
+        conn.execute("SET LOCAL search_path TO remem, public")
+        for sql in statements:
+            if sql != REHASH_CREDITS_V9:
+                conn.execute(sql)
+                continue
+            rows = conn.execute(f"SELECT seq, {hashing.CREDIT_HASH_COLS_V3} FROM credits").fetchall()
+            conn.execute("ALTER TABLE credits DISABLE TRIGGER credits_append_only_u")
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "UPDATE credits SET hash = %s WHERE seq = %s", [(hashing.credit_hash(*r[1:]), r[0]) for r in rows]
+                )
+            conn.execute("ALTER TABLE credits ENABLE TRIGGER credits_append_only_u")

@@ -1,14 +1,39 @@
 """SQL that turns a current SQLite ledger back into the schema an older remem-agent wrote.
 
 The upgrade tests undo the newest migrations with these statements on a raw connection, then reopen the store
-and check that the migrations bring it back with its rows intact. Every such test undoes migrations 8 and 7
+and check that the migrations bring it back with its rows intact. Every such test undoes migrations 10 to 7
 first (tests/test_key_index.py, test_lexical_store.py, test_scopes.py, test_gateway_responses.py), so their
 undoing exists once, here, as in tests/_pg_downgrades.py for PostgreSQL.
 """
 
 from __future__ import annotations
 
-SQLITE_9_TO_8 = ["PRAGMA user_version = 8"]  # migration 9 changes nothing on SQLite (PostgreSQL's lexical postings)
+import sqlite3
+from collections.abc import Sequence
+
+from remem_agent.store import hashing
+
+# migration 3's trigger on credits, recreated after the rehash below
+_CREDITS_TRIGGER = (
+    "CREATE TRIGGER credits_append_only_u BEFORE UPDATE ON credits "
+    "WHEN OLD.hash IS NOT NULL OR NEW.seq IS NOT OLD.seq OR NEW.search_id IS NOT OLD.search_id "
+    "OR NEW.memory_id IS NOT OLD.memory_id OR NEW.task IS NOT OLD.task OR NEW.at IS NOT OLD.at "
+    "OR NEW.success IS NOT OLD.success OR NEW.cited IS NOT OLD.cited OR NEW.used IS NOT OLD.used "
+    "OR NEW.credit IS NOT OLD.credit OR NEW.blame IS NOT OLD.blame "
+    "BEGIN SELECT RAISE(ABORT, 'credits are append-only'); END"
+)
+SQLITE_10_TO_9 = [  # what migration 10 (each judged exposure's expected uses) added
+    # credit rows hashed as version 9 wrote them (without the expected uses): see downgrade()
+    "DROP TRIGGER credits_append_only_u",
+    f"UPDATE credits SET hash = remem_credit_hash_v9({hashing.CREDIT_HASH_COLS_V3})",
+    _CREDITS_TRIGGER,
+    "ALTER TABLE credits DROP COLUMN expected",
+    "ALTER TABLE stats DROP COLUMN expected_sum",
+    "ALTER TABLE stats DROP COLUMN expected_n",
+    "PRAGMA user_version = 9",
+]
+# migration 10 undone first; migration 9 changes nothing on SQLite (PostgreSQL's lexical postings)
+SQLITE_9_TO_8 = [*SQLITE_10_TO_9, "PRAGMA user_version = 8"]
 # migration 9 undone first, then what migration 8 (stored responses) added
 SQLITE_8_TO_7 = [*SQLITE_9_TO_8, "DROP TABLE responses", "PRAGMA user_version = 7"]
 SQLITE_7_TO_6 = [  # migration 8 undone first, then what migration 7 (valid_from in the key index) changed
@@ -19,3 +44,11 @@ SQLITE_7_TO_6 = [  # migration 8 undone first, then what migration 7 (valid_from
     "CREATE INDEX memories_key ON memories (entity, attribute) WHERE entity IS NOT NULL AND attribute IS NOT NULL",
     "PRAGMA user_version = 6",
 ]
+
+
+def downgrade(conn: sqlite3.Connection, statements: Sequence[str]) -> None:
+    """Run downgrade ``statements`` on a raw connection (with the version-9 credit hash they call) and commit."""
+    conn.create_function("remem_credit_hash_v9", 9, hashing.credit_hash, deterministic=True)
+    for sql in statements:
+        conn.execute(sql)
+    conn.commit()

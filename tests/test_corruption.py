@@ -301,6 +301,10 @@ TAMPER: dict[str, tuple[list[str], tuple[str, ...], str]] = {
     "credits.credit": (["UPDATE credits SET credit = 0.5, blame = 0"], CR, "credit row"),
     "credits deleted": (["DELETE FROM credits"], CR, "credit rows"),
     "stats.credited": (["UPDATE stats SET credited = credited + 1"], (), "but credits sum to"),
+    # schema 10: each exposure's expected uses, on the credit row (hashed) and summed in the stats
+    "credits.expected": (["UPDATE credits SET expected = 0.01"], CR, "credit row"),
+    "stats.expected_sum": (["UPDATE stats SET expected_sum = expected_sum + 0.5"], (), "but credits sum to"),
+    "stats.expected_n": (["UPDATE stats SET expected_n = 0"], (), "but credits sum to"),
     "stats rows of a served, never-credited memory": (
         [f"DELETE FROM stats WHERE memory_id = {NEVER_CREDITED}"],
         (),

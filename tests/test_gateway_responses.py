@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import _pg_downgrades
+import _sqlite_downgrades
 import httpx
 import openai
 import pytest
@@ -259,17 +261,13 @@ def test_a_version_7_store_gains_the_responses_table_with_its_rows_intact(store_
         import sqlite3
 
         conn = sqlite3.connect(Path(loc) / "ledger.db")
-        for sql in SQLITE_8_TO_7:
-            conn.execute(sql)
-        conn.commit()
+        _sqlite_downgrades.downgrade(conn, SQLITE_8_TO_7)
         conn.close()
     else:
         import psycopg
 
-        with psycopg.connect(str(loc), autocommit=True) as pg, pg.transaction():
-            pg.execute("SET LOCAL search_path TO remem, public")
-            for sql in DOWNGRADE_8_TO_7:
-                pg.execute(sql)
+        with psycopg.connect(str(loc), autocommit=True) as pg:
+            _pg_downgrades.downgrade(pg, DOWNGRADE_8_TO_7)
     with ReMem(loc) as mem:
         assert mem.inspect(mid).memory.text == "Our server moved to west-2." and mem.verify().ok
         hi = [{"role": "user", "content": "hi"}]

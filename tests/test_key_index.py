@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _pg_downgrades
+import _sqlite_downgrades
 import pytest
 from _pg_downgrades import DOWNGRADE_7_TO_6
 from _sqlite_downgrades import SQLITE_7_TO_6
@@ -51,9 +53,18 @@ def _store(mem: ReMem) -> dict[str, str]:
     return ids
 
 
+# What migration 10 added (each judged exposure's expected uses) and what it changes in a credit row's hash: a
+# store undone to schema 6 has neither, so the rows are compared without them (verify() checks the hashes).
+_LATER = {"credits": ("expected", "hash"), "stats": ("expected_sum", "expected_n")}
+
+
 def _dump(mem: ReMem) -> dict[str, list[str]]:
+    out = {}
     with mem.store.read() as tx:
-        return {t: [repr(r) for rows in export_rows(tx, t) for r in rows] for t in TABLES}
+        for t in TABLES:
+            keep = [i for i, c in enumerate(TABLES[t]) if c not in _LATER.get(t, ())]
+            out[t] = [repr(tuple(r[i] for i in keep)) for rows in export_rows(tx, t) for r in rows]
+    return out
 
 
 def _indexes(mem: ReMem, backend: str) -> dict[str, list[str]]:
@@ -156,9 +167,7 @@ def _downgrade(location: str | Path, backend: str) -> tuple[int, set[str]]:
     return its schema version and the names of its memories indexes, read on the same raw connection."""
     if backend == "sqlite":
         conn = sqlite3.connect(Path(location) / "ledger.db")
-        for sql in SQLITE_7_TO_6:
-            conn.execute(sql)
-        conn.commit()
+        _sqlite_downgrades.downgrade(conn, SQLITE_7_TO_6)
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         conn.close()
@@ -166,10 +175,7 @@ def _downgrade(location: str | Path, backend: str) -> tuple[int, set[str]]:
     import psycopg
 
     with psycopg.connect(str(location), autocommit=True) as pg:
-        with pg.transaction():
-            pg.execute("SET LOCAL search_path TO remem, public")
-            for sql in DOWNGRADE_7_TO_6:
-                pg.execute(sql)
+        _pg_downgrades.downgrade(pg, DOWNGRADE_7_TO_6)
         row = pg.execute("SELECT MAX(version) FROM remem.schema_migrations").fetchone()
         found = pg.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'remem'").fetchall()
         return int(row[0]) if row else 0, {r[0] for r in found}
@@ -178,7 +184,7 @@ def _downgrade(location: str | Path, backend: str) -> tuple[int, set[str]]:
 def test_a_version_6_store_opens_with_the_new_key_index_and_unchanged_rows(
     store_location: StoreLocation, backend: str
 ) -> None:
-    assert migrations.LATEST == pg_migrations.LATEST == 9  # a migration 10 must be undone first in _downgrade
+    assert migrations.LATEST == pg_migrations.LATEST == 10  # a migration 11 must be undone first in _downgrade
     loc = store_location("s")
     with ReMem(loc) as mem:
         ids = _store(mem)

@@ -12,6 +12,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import _pg_downgrades
 import psycopg
 from _pg_downgrades import DOWNGRADE_9_TO_8
 
@@ -94,13 +95,11 @@ def test_a_version_8_postgres_store_gets_its_postings_from_migration_9(tmp_path:
     texts = [_text(rng, i) for i in range(40)]
     with ReMem(pg_url) as pg:
         pg.add_many(texts, scope="alice")
-    with psycopg.connect(pg_url, autocommit=True) as conn, conn.transaction():
-        conn.execute("SET LOCAL search_path TO remem, public")
-        for sql in DOWNGRADE_9_TO_8:
-            conn.execute(sql)
-        assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone() == (8,)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        _pg_downgrades.downgrade(conn, DOWNGRADE_9_TO_8)
+        assert conn.execute("SELECT max(version) FROM remem.schema_migrations").fetchone() == (8,)
     with ReMem(pg_url) as pg, ReMem(tmp_path / "lite") as lite:
-        assert pg.stats().schema_version == pg_migrations.LATEST == migrations.LATEST == 9
+        assert pg.stats().schema_version == pg_migrations.LATEST == migrations.LATEST == 10
         assert pg.verify().ok, pg.verify().problems
         lite.add_many(texts, scope="alice")
         for query, kw in _queries(lite, rng):

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _pg_downgrades
+import _sqlite_downgrades
 import pytest
 from _pg_downgrades import DOWNGRADE_5_TO_4
 from _sqlite_downgrades import SQLITE_7_TO_6
@@ -242,9 +244,7 @@ def test_a_version_4_sqlite_store_upgrades_and_its_rows_are_indexed(tmp_path: Pa
         with mem.store.read() as tx:
             hashes = tx.run("SELECT id, content_hash FROM memories ORDER BY seq").fetchall()
     conn = sqlite3.connect(folder / "ledger.db")
-    for sql in _SQLITE_5_TO_4:  # the schema exactly as version 4 left it
-        conn.execute(sql)
-    conn.commit()
+    _sqlite_downgrades.downgrade(conn, _SQLITE_5_TO_4)  # the schema exactly as version 4 left it
     conn.close()
     with ReMem(folder) as mem:
         assert mem.stats().schema_version == migrations.LATEST
@@ -266,10 +266,8 @@ def test_a_version_4_postgres_store_upgrades_and_its_rows_are_indexed(pg_url: st
         ids = [mem.add(text, role="note", timestamp=i + 1) for i, (_, _, text) in enumerate(TURNS)]
         with mem.store.read() as tx:
             hashes = tx.run("SELECT id, content_hash FROM memories ORDER BY seq").fetchall()
-    with _pg_admin(pg_url) as conn, conn.transaction():
-        conn.execute("SET LOCAL search_path TO remem, public")
-        for sql in DOWNGRADE_5_TO_4:
-            conn.execute(sql)
+    with _pg_admin(pg_url) as conn:
+        _pg_downgrades.downgrade(conn, DOWNGRADE_5_TO_4)
     with ReMem(pg_url) as mem:
         assert mem.stats().schema_version == migrations.LATEST
         assert mem.verify().ok, mem.verify().problems

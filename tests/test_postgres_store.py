@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import _pg_downgrades
 import numpy as np
 import psycopg
 import pytest
@@ -596,10 +597,8 @@ _DOWNGRADE_TO_V2 = [
 
 def test_migration_3_backfills_the_hashes_of_a_version_2_store(pg_url: str) -> None:
     _, new = _store_with_history(pg_url)
-    with _admin(pg_url) as conn, conn.transaction():
-        conn.execute("SET LOCAL search_path TO remem, public")
-        for sql in _DOWNGRADE_TO_V2:  # the schema exactly as version 2 left it
-            conn.execute(sql)
+    with _admin(pg_url) as conn:
+        _pg_downgrades.downgrade(conn, _DOWNGRADE_TO_V2)  # the schema exactly as version 2 left it
     with ReMem(pg_url) as mem:
         assert mem.stats().schema_version == PG_LATEST
         assert mem.verify().ok

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _sqlite_downgrades
 import pytest
 from _sqlite_downgrades import SQLITE_7_TO_6
 from hypothesis import HealthCheck, given, settings
@@ -162,9 +163,7 @@ def test_migration_4_moves_an_old_sqlite_store_into_the_default_scope(tmp_path: 
         before = mem.stats()
         rows_before = [m.to_dict() for m in mem.list()]
     conn = sqlite3.connect(tmp_path / "s" / "ledger.db")
-    for sql in _SQLITE_4_TO_3:  # the schema exactly as version 3 left it
-        conn.execute(sql)
-    conn.commit()
+    _sqlite_downgrades.downgrade(conn, _SQLITE_4_TO_3)  # the schema exactly as version 3 left it
     conn.close()
     with ReMem(tmp_path / "s") as mem:
         assert mem.stats() == before and mem.stats().schema_version == LATEST

@@ -9,11 +9,15 @@ serialization conflict, so it has no effect outside the transaction.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from remem_agent.config import RememConfig
 from remem_agent.errors import FeedbackConflictError
+from remem_agent.ranking.features import snapshot_features
+from remem_agent.ranking.utility import HeuristicUtility, relevance_prior
 from remem_agent.store.sql import LedgerTx
 from remem_agent.types import CreditRecord, Event, FeedbackReceipt, OutcomeSource
 
@@ -33,6 +37,8 @@ class FeedbackPlan:
     source: OutcomeSource
     at: float
     replay_calls: int = 0
+    # each served memory's relevance prior at the search (its expected uses), where the snapshot had one
+    expected: Mapping[str, float] = field(default_factory=dict)
 
     def payload(self) -> dict[str, Any]:
         """What the search row keeps as its verdict (and what a repeated call must equal)."""
@@ -42,6 +48,19 @@ class FeedbackPlan:
         if self.source != "api":
             out["source"] = self.source
         return out
+
+
+def exposure_priors(served: Sequence[Mapping[str, Any]], static: HeuristicUtility) -> dict[str, float]:
+    """Each served memory's relevance prior when it was served, from the search's feature snapshots (the
+    expected uses of that exposure, ``ContributionUtility``); none for a search recorded without snapshots."""
+    rows = [item["f"] for item in served if item.get("f") is not None]
+    if not served or len(rows) != len(served):
+        return {}
+    features = snapshot_features(rows)
+    if features is None:
+        return {}
+    m0 = np.clip(relevance_prior(static, features), 0.0, 1.0)
+    return {str(item["id"]): float(v) for item, v in zip(served, m0.tolist(), strict=True) if v == v}
 
 
 def apply_feedback(tx: LedgerTx, plan: FeedbackPlan, config: RememConfig) -> FeedbackReceipt:
@@ -71,6 +90,7 @@ def apply_feedback(tx: LedgerTx, plan: FeedbackPlan, config: RememConfig) -> Fee
             mid in used,
             cr * plan.weight,
             bl * plan.weight,
+            plan.expected.get(mid),
         )
         for mid, (cr, bl) in assigned.items()
     ]

@@ -35,6 +35,21 @@ LEGACY_FEATURE_NAMES: tuple[str, ...] = tuple(
     f for g in GROUPS for f in FEATURES[g] if f not in ("lexical", "retrieval")
 )
 FEATURE_NAMES: tuple[str, ...] = (*LEGACY_FEATURE_NAMES, "lexical", "retrieval")
+# Beside the snapshot features, the outcome group gives the contribution model its exposures' expected uses
+# (``TaskStats.expected_sum`` / ``expected_n``, for this task class and overall). They are sums the ledger
+# keeps, not a description of the candidate, so searches do not snapshot them and learned models never see them.
+EXPOSURE_FEATURES: tuple[str, ...] = ("expected_class", "expected_n_class", "expected_all", "expected_n_all")
+
+
+def snapshot_features(rows: Sequence[Sequence[float]]) -> dict[str, NDArray[np.float64]] | None:
+    """Feature arrays (``FEATURE_NAMES``) of recorded snapshots, one row per served memory, legacy-width rows
+    upgraded; None if a row has neither width (a snapshot this version cannot read)."""
+    width, legacy = len(FEATURE_NAMES), len(LEGACY_FEATURE_NAMES)
+    if any(len(r) not in (width, legacy) for r in rows):
+        return None
+    full = [upgrade_snapshot(LEGACY_FEATURE_NAMES, [float(v) for v in r]) if len(r) == legacy else r for r in rows]
+    table = np.array(full, dtype=np.float64).reshape(len(full), width)
+    return {name: table[:, j] for j, name in enumerate(FEATURE_NAMES)}
 
 
 def upgrade_snapshot(names: tuple[str, ...], row: list[float]) -> list[float]:
@@ -138,7 +153,7 @@ def build_features(
     sim = np.asarray(similarity, dtype=np.float64)
     ret = sim if retrieval is None else np.asarray(retrieval, dtype=np.float64)
     if n == 0:
-        return {name: np.zeros(n) for name in FEATURE_NAMES}
+        return {name: np.zeros(n) for name in (*FEATURE_NAMES, *EXPOSURE_FEATURES)}
     pool = pool if pool is not None else Pool.read(memories, stats, task)
     on = set(config.groups)
     f: dict[str, NDArray[np.float64]] = {}
@@ -189,6 +204,18 @@ def build_features(
         f["post_std"] = post_std
         f["evidence"] = shown / (shown + config.evidence_k)
         f["evidence_all"] = shown_all / (shown_all + config.evidence_k)
+        exp_all, exp_n_all = np.zeros(n), np.zeros(n)
+        for i, s in overall:
+            exp_all[i], exp_n_all[i] = s.expected_sum, s.expected_n
+        if by_task is overall:
+            exp_class, exp_n_class = exp_all, exp_n_all
+        else:
+            exp_class, exp_n_class = np.zeros(n), np.zeros(n)
+            for i, s in by_task:
+                exp_class[i], exp_n_class[i] = s.expected_sum, s.expected_n
+        exposures = (exp_class, exp_n_class, exp_all, exp_n_all)
+    else:
+        exposures = (np.zeros(n),) * 4
     if "contradiction" in on:
         stale = (pool.valid_to <= now).astype(np.float64)  # retired since (only reachable through as_of)
         contra = np.zeros(n)
@@ -204,4 +231,6 @@ def build_features(
                         stale[i] = 1.0  # a newer same-key fact is current: a pending conflict
         f["stale"], f["contradictions"] = stale, contra
     # FEATURE_NAMES order (explain output and snapshots follow it); a disabled group's features are zeros
-    return {name: f[name] if name in f else np.zeros(n) for name in FEATURE_NAMES}
+    out = {name: f[name] if name in f else np.zeros(n) for name in FEATURE_NAMES}
+    out.update(zip(EXPOSURE_FEATURES, exposures, strict=True))
+    return out

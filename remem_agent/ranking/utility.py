@@ -113,6 +113,16 @@ class HeuristicUtility:
         return np.clip(p + bonus, 0.0, 1.0), comps
 
 
+def relevance_prior(static: HeuristicUtility, features: Features) -> NDArray[np.float64]:
+    """``m0 = sigmoid(bias + static terms)``: how likely a memory this relevant is to be used, before any outcome
+    says otherwise (the retrieval score, the gap to the best, the stale flag and the evidence-gated recency,
+    confidence and token cost of ``static``)."""
+    z = static.bias + np.zeros_like(features["evidence_all"])
+    for term in static.static_terms(features, ("retrieval", "similarity", "gap", "stale")).values():
+        z = z + term
+    return _sigmoid(z)
+
+
 @dataclass(frozen=True)
 class ContributionUtility:
     """Relevance scaled by contribution: ``p = m0 * theta``, P(used | served, this query).
@@ -122,25 +132,26 @@ class ContributionUtility:
       :class:`HeuristicUtility` without its outcome terms): how likely a memory this relevant is to be used.
     * **Contribution factor.** Each memory has a multiplier ``theta`` of that chance, 1 when it behaves as its
       relevance predicts, near 0 for a look-alike that is never used. Uses are Poisson with mean ``theta``
-      times the expected uses of its exposures, ``E = m0 * n``, and ``theta`` has a Gamma(kappa, kappa) prior
-      (mean 1, worth ``kappa`` expected uses). The posterior mean is ``(kappa + a) / (kappa + E)``, with ``a``
-      the credit earned (a sum of per-exposure credits in [0, 1]: cited or its value used,
-      ``learning/credit.py``).
-    * **Context.** Counts in the search's task class (``n_c``, ``a_c``) count fully; those of other classes
-      (``n_o``, ``a_o``) ``other_weight`` each: a note that helps "deploy" questions is weak evidence about
-      "billing" ones. And the relevance of *this* query stays a factor, so a memory that helped other
-      questions is not served on one it does not match.
+      times the expected uses of its exposures, ``E`` (``m0 * n`` if each was as relevant as this query), and
+      ``theta`` has a Gamma(kappa, kappa) prior (mean 1, worth ``kappa`` expected uses). The posterior mean is
+      ``(kappa + a) / (kappa + E)``, with ``a`` the credit earned (a sum of per-exposure credits in [0, 1]:
+      cited or its value used, ``learning/credit.py``).
+    * **Context.** Counts in the search's task class (``n_c``, ``a_c``, ``E_c``) count fully; those of other
+      classes (``n_o``, ``a_o``, ``E_o``) ``other_weight`` each: a note that helps "deploy" questions is weak
+      evidence about "billing" ones. And the relevance of *this* query stays a factor, so a memory that
+      helped other questions is not served on one it does not match.
 
-    So ``p = m0 * (kappa + a_c + w a_o) / (kappa + m0 (n_c + w n_o))``, capped at 1. A memory served n times
-    and never used falls as ``kappa / (kappa / m0 + n)``: below a never-shown candidate of prior ``m0'`` after
-    ``n > kappa (1/m0' - 1/m0)`` exposures whatever its similarity, and one that is used on every exposure
-    rises towards 1. Exploration adds ``explore_c`` times the posterior standard deviation of ``p``,
-    ``m0 * sqrt(kappa + a) / (kappa + E)``: largest for what has not been shown.
+    So ``p = m0 * (kappa + a_c + w a_o) / (kappa + E_c + w E_o)``, capped at 1. A memory served n times in this
+    class, each time with a prior of at least ``m``, and never used has ``p <= m0 kappa / (kappa + n m)``: below
+    a never-shown candidate of prior ``m0'`` once ``n > kappa (m0 / m0' - 1) / m``, whatever its similarity;
+    one used on every exposure rises towards 1. Exploration adds ``explore_c`` times the posterior standard
+    deviation of ``p``, ``m0 * sqrt(kappa + a) / (kappa + E)``: largest for what has not been shown.
 
-    ``E`` uses this query's ``m0`` for past exposures (the stats keep counts, not past priors): for a memory
-    that keeps matching its questions as well as now, that is exact; for one that was mostly filler
-    elsewhere it overstates ``E``, which only makes the estimate more cautious. The counts are read back
-    from the outcome features, which hold them exactly: ``evidence = n / (n + k)`` (``evidence_k``) and
+    ``E`` is the sum of each exposure's own prior, recorded at feedback from the search's feature snapshot
+    (``TaskStats.expected_sum``): a gold fact served as filler to questions it did not match was expected to
+    be used little there, and not being used there does not count against it. Exposures judged before the
+    ledger recorded priors count this query's ``m0`` each. The counts are read back from the outcome
+    features, which hold them exactly: ``evidence = n / (n + k)`` (``evidence_k``) and
     ``rate = (1 + a) / (2 + n)`` (the uniform-prior posterior mean of ``TaskStats``).
     """
 
@@ -164,17 +175,17 @@ class ContributionUtility:
         return a, n
 
     def score(self, features: Features) -> tuple[NDArray[np.float64], dict[str, NDArray[np.float64]]]:
-        ev_all = features["evidence_all"]
-        z = self.static.bias + np.zeros_like(ev_all)
-        for term in self.static.static_terms(features, ("retrieval", "similarity", "gap", "stale")).values():
-            z = z + term
-        m0 = _sigmoid(z)
+        m0 = relevance_prior(self.static, features)
+        zero = np.zeros_like(m0)
         a_c, n_c = self._counts(features["evidence"], features["rate_class"])
-        a_all, n_all = self._counts(ev_all, features["rate_all"])
-        a_o, n_o = np.maximum(a_all - a_c, 0.0), np.maximum(n_all - n_c, 0.0)
+        a_all, n_all = self._counts(features["evidence_all"], features["rate_all"])
+        # expected uses: the recorded priors of the judged exposures, this query's m0 for those without one
+        e_c = features.get("expected_class", zero) + m0 * np.maximum(n_c - features.get("expected_n_class", zero), 0)
+        e_all = features.get("expected_all", zero) + m0 * np.maximum(n_all - features.get("expected_n_all", zero), 0)
+        a_o, n_o, e_o = np.maximum(a_all - a_c, 0.0), np.maximum(n_all - n_c, 0.0), np.maximum(e_all - e_c, 0.0)
         ow = self.other_weight
         shape = self.kappa + a_c + ow * a_o
-        rate = self.kappa + m0 * (n_c + ow * n_o)
+        rate = self.kappa + e_c + ow * e_o
         theta = shape / rate
         u = np.minimum(m0 * theta, 1.0)
         std = m0 * np.sqrt(shape) / rate
@@ -184,7 +195,14 @@ class ContributionUtility:
             bonus = self._rng.normal(0.0, 1.0, size=len(std)) * self.explore_c * std
         else:
             bonus = np.zeros_like(std)
-        comps = {"prior": m0, "contribution": theta, "posterior": u, "exposures": n_c + ow * n_o, "explore": bonus}
+        comps = {
+            "prior": m0,
+            "contribution": theta,
+            "posterior": u,
+            "exposures": n_c + ow * n_o,
+            "expected_uses": e_c + ow * e_o,
+            "explore": bonus,
+        }
         return np.clip(u + bonus, 0.0, 1.0), comps
 
 

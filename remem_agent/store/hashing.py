@@ -241,8 +241,12 @@ def credit_hash(
     used: Any,
     credit: float,
     blame: float,
+    expected: float | None = None,
 ) -> str:
-    return digest("credit", search_id, memory_id, task, at, int(success), int(cited), int(used), credit, blame)
+    """A credit row's hash; ``expected`` (schema 10) is hashed only when recorded, so a row written before it
+    keeps its hash."""
+    fields = (search_id, memory_id, task, at, int(success), int(cited), int(used), credit, blame)
+    return digest("credit", *fields) if expected is None else digest("credit", *fields, expected)
 
 
 def attribute_hash(
@@ -258,7 +262,9 @@ MEMORY_HASH_COLS = MEMORY_HASH_COLS_V3 + ", speaker, session"
 MEMORY_HASH_WIDTH = MEMORY_HASH_COLS.count(",") + 1
 EVENT_HASH_COLS = "memory_id, at, kind, from_state, to_state, reason, evidence, updates"
 SEARCH_HASH_COLS = "search_id, at, query, task, as_of, now, token_budget, served"
-CREDIT_HASH_COLS = "search_id, memory_id, task, at, success, cited, used, credit, blame"
+# Migration 3's backfill runs before schema 10 added the exposure's expected uses (its rows have none).
+CREDIT_HASH_COLS_V3 = "search_id, memory_id, task, at, success, cited, used, credit, blame"
+CREDIT_HASH_COLS = CREDIT_HASH_COLS_V3 + ", expected"
 ATTRIBUTE_HASH_COLS = "attribute, changes, confirmations, counter, single_valued, decided_at"
 
 
@@ -298,7 +304,7 @@ def backfill_hashes(tx: LedgerTx) -> None:
         "UPDATE searches SET hash = ?, feedback_hash = ? WHERE search_id = ?",
         [(search_hash(*r[:8]), None if r[8] is None else feedback_hash(r[0], r[8], r[9]), r[0]) for r in rows],
     )
-    rows = tx.run(f"SELECT seq, {CREDIT_HASH_COLS} FROM credits WHERE hash IS NULL").fetchall()
+    rows = tx.run(f"SELECT seq, {CREDIT_HASH_COLS_V3} FROM credits WHERE hash IS NULL").fetchall()
     tx.update_many("UPDATE credits SET hash = ? WHERE seq = ?", [(credit_hash(*r[1:]), r[0]) for r in rows])
     rows = tx.run(f"SELECT {ATTRIBUTE_HASH_COLS} FROM attributes").fetchall()
     tx.update_many("UPDATE attributes SET hash = ? WHERE attribute = ?", [(attribute_hash(*r), r[0]) for r in rows])

@@ -271,6 +271,20 @@ MIGRATIONS: list[tuple[int, str]] = [
         -- them here; the number is kept so that schema versions compare across backends.
         """,
     ),
+    (
+        10,
+        """
+        -- Each judged exposure's expected uses: the served memory's relevance prior when it was served
+        -- (ranking/utility.py ContributionUtility), recomputed at feedback from the search's feature
+        -- snapshot. The credit row keeps it, so verify() can replay the aggregates, and the stats sum it, so
+        -- a memory's contribution factor compares its uses with what its own exposures promised rather than
+        -- with today's prior times the count. Rows written before are NULL / 0: the utility uses the current
+        -- prior for the exposures expected_n does not cover.
+        ALTER TABLE credits ADD COLUMN expected REAL CHECK (expected IS NULL OR (expected >= 0 AND expected <= 1));
+        ALTER TABLE stats ADD COLUMN expected_sum REAL NOT NULL DEFAULT 0;
+        ALTER TABLE stats ADD COLUMN expected_n INTEGER NOT NULL DEFAULT 0;
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -4,8 +4,9 @@ The numbers mean the same as in ``migrations.py`` (SQLite): version 1 is the led
 the learned-attribute table, version 3 the content hashes (``hashing.py``; its Python step
 ``hashing.BACKFILLS[3]`` hashes existing rows in the same transaction), version 4 scopes, version 5
 speakers, sessions and the lexical channel, version 6 the shared pending outcomes (``pending.py``) and
-version 7 the key index with ``valid_from``, version 8 stored responses and version 9 the lexical
-postings (PostgreSQL only; SQLite's FTS5 index already holds them), so ``schema_version`` compares across backends and
+version 7 the key index with ``valid_from``, version 8 stored responses, version 9 the lexical
+postings (PostgreSQL only; SQLite's FTS5 index already holds them) and version 10 each judged exposure's
+expected uses, so ``schema_version`` compares across backends and
 ``remem migrate`` can copy between them. Never edit a released
 migration; append a new one. Every migration runs in one transaction (PostgreSQL DDL is
 transactional) under an advisory lock, so two processes opening a fresh database at once cannot
@@ -301,6 +302,17 @@ MIGRATIONS: list[tuple[int, str]] = [
             freq integer NOT NULL CHECK (freq > 0),
             PRIMARY KEY (term, seq)
         );
+        """,
+    ),
+    (
+        10,
+        """
+        -- Each judged exposure's expected uses (the served memory's relevance prior): see the SQLite
+        -- migration 10 (store/migrations.py).
+        ALTER TABLE credits ADD COLUMN expected double precision
+            CHECK (expected IS NULL OR (expected >= 0 AND expected <= 1));
+        ALTER TABLE stats ADD COLUMN expected_sum double precision NOT NULL DEFAULT 0;
+        ALTER TABLE stats ADD COLUMN expected_n bigint NOT NULL DEFAULT 0;
         """,
     ),
 ]

@@ -39,7 +39,10 @@ MEM_COLS = (
     "id, text, original_text, entity, attribute, role, tasks, created_at, valid_from, valid_to, "
     "superseded_by, state, token_cost, confidence, scope, speaker, session"
 )
-STAT_COLS = "retrieved, shown, credited, wasted, blamed, credit_sum, blame_sum, last_retrieved_at, last_credited_at"
+STAT_COLS = (
+    "retrieved, shown, credited, wasted, blamed, credit_sum, blame_sum, last_retrieved_at, last_credited_at, "
+    "expected_sum, expected_n"
+)
 EVENT_COLS = "seq, memory_id, at, kind, from_state, to_state, reason, evidence"
 
 _STATE_BY_VALUE: dict[str, State] = {s.value: s for s in State}
@@ -707,12 +710,23 @@ class LedgerTx:
         if not recs:
             return
         credit_rows = [
-            (r.search_id, r.memory_id, r.task, r.at, int(r.success), int(r.cited), int(r.used), r.credit, r.blame)
+            (
+                r.search_id,
+                r.memory_id,
+                r.task,
+                r.at,
+                int(r.success),
+                int(r.cited),
+                int(r.used),
+                r.credit,
+                r.blame,
+                r.expected,
+            )
             for r in recs
         ]
         self.run_many(
-            "INSERT INTO credits (search_id, memory_id, task, at, success, cited, used, credit, blame, hash) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO credits (search_id, memory_id, task, at, success, cited, used, credit, blame, expected, "
+            "hash) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             [(*row, hashing.credit_hash(*row)) for row in credit_rows],
         )
         rows = []
@@ -721,27 +735,34 @@ class LedgerTx:
             blamed = 1 if r.blame > 0 else 0
             wasted = 1 if (r.credit == 0 and r.blame == 0) else 0
             last_credit = r.at if credited else None
+            expected, expected_n = (0.0, 0) if r.expected is None else (r.expected, 1)
             for t in task_rows(r.task):
-                rows.append((r.memory_id, t, credited, wasted, blamed, r.credit, r.blame, last_credit))
+                rows.append(
+                    (r.memory_id, t, credited, wasted, blamed, r.credit, r.blame, last_credit, expected, expected_n)
+                )
         rows.sort(key=lambda row: (row[0], row[1]))  # one lock order for every writer: no deadlocks
         self.run_many(
             "INSERT INTO stats (memory_id, task, shown, credited, wasted, blamed, credit_sum, blame_sum, "
-            "last_credited_at) VALUES (?,?,1,?,?,?,?,?,?) "
+            "last_credited_at, expected_sum, expected_n) VALUES (?,?,1,?,?,?,?,?,?,?,?) "
             "ON CONFLICT (memory_id, task) DO UPDATE SET shown = stats.shown + 1, "
             "credited = stats.credited + excluded.credited, wasted = stats.wasted + excluded.wasted, "
             "blamed = stats.blamed + excluded.blamed, credit_sum = stats.credit_sum + excluded.credit_sum, "
             "blame_sum = stats.blame_sum + excluded.blame_sum, "
-            "last_credited_at = COALESCE(excluded.last_credited_at, stats.last_credited_at)",
+            "last_credited_at = COALESCE(excluded.last_credited_at, stats.last_credited_at), "
+            "expected_sum = stats.expected_sum + excluded.expected_sum, "
+            "expected_n = stats.expected_n + excluded.expected_n",
             rows,
         )
 
     def _credit_rows(self, where: str, arg: str) -> list[CreditRecord]:
         rows = self.run(
-            "SELECT search_id, memory_id, task, at, success, cited, used, credit, blame FROM credits "
+            "SELECT search_id, memory_id, task, at, success, cited, used, credit, blame, expected FROM credits "
             f"WHERE {where} = ? ORDER BY seq",
             (arg,),
         )
-        return [CreditRecord(r[0], r[1], r[2], r[3], bool(r[4]), bool(r[5]), bool(r[6]), r[7], r[8]) for r in rows]
+        return [
+            CreditRecord(r[0], r[1], r[2], r[3], bool(r[4]), bool(r[5]), bool(r[6]), r[7], r[8], r[9]) for r in rows
+        ]
 
     def credits_for(self, memory_id: str) -> list[CreditRecord]:
         return self._credit_rows("memory_id", memory_id)

@@ -158,9 +158,10 @@ def _check_embeddings(tx: LedgerTx, dim: int | None, problems: list[str]) -> Non
 
 def _check_stats(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
     c = tx.run
-    # 6. aggregates == sums of credits
-    sums: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0, 0, 0, 0.0, 0.0])
-    for mid, task, credit, blame in c("SELECT memory_id, task, credit, blame FROM credits"):
+    # 6. aggregates == sums of credits: shown, credited, wasted, blamed, credit_sum, blame_sum, expected_sum,
+    # expected_n (an exposure's expected uses counts where the credit row recorded one)
+    sums: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0, 0, 0, 0.0, 0.0, 0.0, 0])
+    for mid, task, credit, blame, expected in c("SELECT memory_id, task, credit, blame, expected FROM credits"):
         keys = [(mid, ALL_TASKS)] + ([(mid, task)] if task not in (None, ALL_TASKS) else [])
         for key in keys:
             s = sums[key]
@@ -170,15 +171,20 @@ def _check_stats(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
             s[3] += blame > 0
             s[4] += credit
             s[5] += blame
+            if expected is not None:
+                s[6] += expected
+                s[7] += 1
     stat_rows = c(
-        "SELECT memory_id, task, shown, credited, wasted, blamed, credit_sum, blame_sum FROM stats"
+        "SELECT memory_id, task, shown, credited, wasted, blamed, credit_sum, blame_sum, expected_sum, expected_n "
+        "FROM stats"
     ).fetchall()
     seen_keys = set()
+    counts, amounts = (0, 1, 2, 3, 7), (4, 5, 6)
     for mid, task, *vals in stat_rows:
         seen_keys.add((mid, task))
-        want = sums.get((mid, task), [0, 0, 0, 0, 0.0, 0.0])
-        if [int(v) for v in vals[:4]] != [int(v) for v in want[:4]] or any(
-            abs(float(a) - float(b)) > 1e-6 for a, b in zip(vals[4:], want[4:], strict=True)
+        want = sums.get((mid, task), [0, 0, 0, 0, 0.0, 0.0, 0.0, 0])
+        if any(int(vals[i]) != int(want[i]) for i in counts) or any(
+            abs(float(vals[i]) - float(want[i])) > 1e-6 for i in amounts
         ):
             problems.append(f"stats ({mid}, {task}) = {vals} but credits sum to {want}")
     for key in sums.keys() - seen_keys:
