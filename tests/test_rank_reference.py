@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from remem_agent.ranking.features import FEATURE_NAMES, GROUPS, FeatureConfig, build_features
+from remem_agent.ranking.features import EXPOSURE_FEATURES, FEATURE_NAMES, GROUPS, FeatureConfig, build_features
 from remem_agent.ranking.select import knapsack, select
 from remem_agent.ranking.utility import _sigmoid
 from remem_agent.types import ALL_TASKS, Memory, State, TaskStats
@@ -42,7 +42,7 @@ def reference_features(
     """The per-candidate formulation (before the Pool rewrite), kept as the specification."""
     n = len(memories)
     ret = sim if retrieval is None else retrieval
-    f: dict[str, NDArray[np.float64]] = {name: np.zeros(n) for name in FEATURE_NAMES}
+    f: dict[str, NDArray[np.float64]] = {name: np.zeros(n) for name in (*FEATURE_NAMES, *EXPOSURE_FEATURES)}
     on = set(config.groups)
     if "static" in on:
         f["similarity"], f["retrieval"] = sim, ret
@@ -75,6 +75,10 @@ def reference_features(
         f["evidence"] = shown / (shown + config.evidence_k)
         shown_all = np.array([s.shown if s else 0 for s in overall], dtype=np.float64)
         f["evidence_all"] = shown_all / (shown_all + config.evidence_k)
+        f["expected_class"] = np.array([s.expected_sum if s else 0.0 for s in cls])
+        f["expected_n_class"] = np.array([s.expected_n if s else 0 for s in cls], dtype=np.float64)
+        f["expected_all"] = np.array([s.expected_sum if s else 0.0 for s in overall])
+        f["expected_n_all"] = np.array([s.expected_n if s else 0 for s in overall], dtype=np.float64)
     if "contradiction" in on:
         stale, contra = np.zeros(n), np.zeros(n)
         for i, m in enumerate(memories):
@@ -207,6 +211,8 @@ def _pool(
                     credit_sum=credit,
                     blame_sum=rng.uniform(0, shown - credit),
                     last_retrieved_at=rng.choice([None, 0.0, NOW - rng.uniform(0, 50) * DAY, NOW + 10.0]),
+                    expected_sum=rng.uniform(0, shown),
+                    expected_n=rng.randint(0, shown),
                 )
         if m.key is not None and rng.random() < 0.6:
             keys[(m.scope, *m.key)] = (rng.randint(0, 3), NOW - rng.uniform(-2, 30) * DAY)
@@ -249,8 +255,8 @@ def test_build_features_bit_identical_to_reference(seed: int) -> None:
                     changing_attributes=changing,
                     **kw,  # type: ignore[arg-type]
                 )
-                assert list(got) == list(FEATURE_NAMES)
-                for name in FEATURE_NAMES:
+                assert list(got) == [*FEATURE_NAMES, *EXPOSURE_FEATURES]
+                for name in got:
                     assert _same(got[name], want[name]), (groups, task, name)
 
 
