@@ -70,6 +70,12 @@ class RememConfig:
     # The cold-start rule: "with_evidence" scales the static prior by the candidate's outcome evidence and
     # turns the p_floor on only for pools holding some; "always" applies both unconditionally (system B).
     static_prior: Literal["with_evidence", "always"] = "with_evidence"
+    # The abstain gate (ranking/gate.py): "null" serves nothing when no candidate's cosine similarity beats the
+    # query's similarity to unrelated text (the ``abstain_quantile`` of its cosines to a fixed null corpus, plus
+    # ``abstain_margin``); "off" always serves the nearest memories.
+    abstain: Literal["off", "null"] = "off"
+    abstain_quantile: float = 1.0  # chosen by evals/bench/abstain_gate.py (results/abstain/gate.json)
+    abstain_margin: float = 0.0
 
     def __post_init__(self) -> None:
         if self.retrieval not in ("hybrid", "dense", "lexical"):
@@ -84,6 +90,11 @@ class RememConfig:
             raise UserInputError(
                 "contribution_kappa must be positive, contribution_other_weight in [0, 1] and item_cost in [0, 1)"
             )
+        if self.abstain not in ("off", "null"):
+            raise UserInputError(f"abstain must be 'off' or 'null', got {self.abstain!r}")
+        q, m = self.abstain_quantile, self.abstain_margin
+        if not (isinstance(q, int | float) and 0 <= q <= 1 and isinstance(m, int | float) and -2 <= m <= 2):
+            raise UserInputError("abstain_quantile must be in [0, 1] and abstain_margin in [-2, 2]")
         if self.lexical_pool is not None and self.lexical_pool < 1:
             raise UserInputError("lexical_pool must be at least 1 (or None)")
 

@@ -50,7 +50,8 @@ from remem_agent.learning.credit import Replay, leave_one_out, values_used
 from remem_agent.learning.feedback import FeedbackPlan, apply_feedback, exposure_priors, repeat_receipt
 from remem_agent.ranking.features import FEATURE_NAMES
 from remem_agent.ranking.fusion import fuse
-from remem_agent.ranking.pipeline import Candidates, EvidenceNeeds, eligible_rows, rank_and_select
+from remem_agent.ranking.gate import NULL_TEXTS, GateDecision, decide, null_threshold
+from remem_agent.ranking.pipeline import Candidates, EvidenceNeeds, Ranking, eligible_rows, rank_and_select
 from remem_agent.ranking.utility import UtilityModel
 from remem_agent.store.base import Store, VectorSearch
 from remem_agent.store.factory import open_store
@@ -139,6 +140,7 @@ class ReMem:
                 "with `remem reembed`."
             )
         self.dim = stored_dim
+        self._null_vectors: NDArray[np.float64] | None = None  # the abstain gate's null corpus, when first needed
         self.store.set_meta_default("feature_names", json.dumps(FEATURE_NAMES))
         mode = self.store.set_meta_default("supersession", self.config.staleness.mode)
         if mode != self.config.staleness.mode:
@@ -355,15 +357,20 @@ class ReMem:
         candidates = self.candidates(
             qvec, k=k, task=task, at=at, historical=t_as_of is not None, scope=scope, query=query
         )
-        ranking = rank_and_select(
-            candidates,
-            config=self.config,
-            utility=self.utility,
-            task=task,
-            at=at,
-            k=k,
-            token_budget=token_budget,
-            explain=explain,
+        gate = self._gate(qvec, candidates.similarities)
+        ranking = (
+            Ranking(hits=(), features=())
+            if gate is not None and gate.abstained
+            else rank_and_select(
+                candidates,
+                config=self.config,
+                utility=self.utility,
+                task=task,
+                at=at,
+                k=k,
+                token_budget=token_budget,
+                explain=explain,
+            )
         )
         search_id = new_id("s")
         record = ranking.search_record()
@@ -382,7 +389,19 @@ class ReMem:
             ),
             commutative=True,  # a new row and counter increments: concurrent searches commute
         )
-        return SearchResult(search_id, query, task, ranking.hits, t_as_of, t_now, token_budget, scope)
+        abstained = gate is not None and gate.abstained
+        return SearchResult(search_id, query, task, ranking.hits, t_as_of, t_now, token_budget, scope, abstained)
+
+    def _gate(self, qvec: Any, similarities: Any) -> GateDecision | None:
+        """The abstain gate's decision for this query and pool (None when the gate is off)."""
+        if self.config.abstain == "off":
+            return None
+        if self._null_vectors is None:  # embedded once per store handle (one embedder per handle)
+            self._null_vectors = np.asarray(self.embedder.embed(list(NULL_TEXTS)), dtype=np.float64)
+        threshold = null_threshold(
+            qvec, self._null_vectors, quantile=self.config.abstain_quantile, margin=self.config.abstain_margin
+        )
+        return decide(np.asarray(similarities, dtype=np.float64), threshold)
 
     def readable_scopes(self, scope: str) -> frozenset[str]:
         """What a search in ``scope`` may serve: that scope, and the shared scope when one is configured."""

@@ -220,6 +220,8 @@ class SearchResult:
     now: float | None = None
     token_budget: int | None = None
     scope: str = "default"
+    # True when the abstain gate found nothing relevant (``RememConfig.abstain``): nothing is served
+    abstained: bool = False
 
     @property
     def ids(self) -> list[str]:

@@ -110,6 +110,7 @@ class ChatReply:
     citations: tuple[str, ...]  # memory ids cited inline in this reply
     used: tuple[str, ...]  # served memories whose values this reply (or its tool arguments) repeats
     recalled: bool  # False when the call reused its turn's recall (an agent-loop continuation)
+    abstained: bool = False  # the abstain gate found nothing relevant: no memory block was injected
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -436,6 +437,7 @@ class Conversations:
             citations=cited,
             used=tuple(used),
             recalled=recalled,
+            abstained=turn.result.abstained,
         )
         return reply, waiting
 
@@ -761,6 +763,7 @@ class Conversations:
             "search_id": turn.result.search_id,
             "recall_query": turn.query if recalled else None,
             "recalled": recalled,
+            "abstained": turn.result.abstained,
             "served": [
                 {"id": h.id, "rank": h.rank, "score": round(h.score, 6), "state": h.state.value, "text": h.text}
                 for h in turn.result.items
@@ -970,6 +973,7 @@ class StreamState:
     answer_id: str | None = None
     conversation_id: str | None = None
     served: tuple[Hit, ...] = ()
+    abstained: bool = False
     reply: ChatReply | None = None
 
 
@@ -999,6 +1003,11 @@ class ChatStream:
     @property
     def served(self) -> tuple[Hit, ...]:
         return self._state.served
+
+    @property
+    def abstained(self) -> bool:
+        """True when the abstain gate found nothing relevant (no memory block was injected)."""
+        return self._state.abstained
 
     @property
     def reply(self) -> ChatReply | None:
@@ -1062,7 +1071,7 @@ async def _stream_body(
     root.set("remem.answer_id", turn.answer_id)
     t_recall = time.perf_counter()
     req, block = conv.request(opts, turn)
-    stream.answer_id, stream.served = turn.answer_id, turn.result.items
+    stream.answer_id, stream.served, stream.abstained = turn.answer_id, turn.result.items, turn.result.abstained
     stream.conversation_id = opts.conversation_id
     yield None
     asm = StreamAssembler(conv.model.name)

@@ -113,6 +113,7 @@ CHAT_TRACE_SCHEMA: dict[str, Any] = {
         "search_id": {"type": ["string", "null"]},
         "recall_query": {"type": ["string", "null"]},
         "recalled": {"type": "boolean"},  # False: a tool-loop call of a turn reuses the turn's recall
+        "abstained": {"type": "boolean"},  # the abstain gate found nothing relevant: nothing was injected
         "served": {"type": "array", "items": {"type": "object", "required": ["id", "rank", "score", "state"]}},
         "aliases": {"type": "object", "additionalProperties": {"type": "string"}},
         "messages": {"type": "array", "items": {"type": "object", "required": ["role", "content"]}},

@@ -96,6 +96,7 @@ _REMEM_HEADERS = {
     for name, text in (
         ("x-remem-answer-id", "The answer's id, for POST /v1/feedback"),
         ("x-remem-served", "Memory ids served, comma-separated"),
+        ("x-remem-abstained", "Present (true) when the abstain gate found no relevant memory and injected none"),
         ("x-remem-conversation", "The conversation id or label"),
         ("Server-Timing", "remem (the gateway's own time) and upstream, in ms"),
     )

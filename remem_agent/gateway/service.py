@@ -75,13 +75,17 @@ class Meta:
     served: tuple[str, ...]
     citations: tuple[str, ...] = ()
     schema_valid: bool | None = None
+    abstained: bool = False  # the abstain gate found nothing relevant, so no memory was injected
 
     def headers(self) -> dict[str, str]:
-        return {
+        out = {
             "x-remem-answer-id": self.answer_id,
             "x-remem-served": ",".join(self.served),
             "x-remem-conversation": self.conversation_id,
         }
+        if self.abstained:
+            out["x-remem-abstained"] = "true"
+        return out
 
     def body(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -90,6 +94,8 @@ class Meta:
             "served": list(self.served),
             "citations": list(self.citations),
         }
+        if self.abstained:
+            out["abstained"] = True
         if self.schema_valid is not None:
             out["schema_valid"] = self.schema_valid
         return out
@@ -164,6 +170,7 @@ class ChatService:
             conversation_id=cid,
             served=tuple(h.id for h in reply.served),
             citations=reply.citations,
+            abstained=reply.abstained,
             schema_valid=schema_valid(reply.raw, call.validate) if not reply.tool_calls else None,
         )
 
@@ -198,7 +205,12 @@ class ChatService:
             await stream.aclose()
             self.observe(call)
             raise
-        meta = Meta(answer_id=stream.answer_id, conversation_id=cid, served=tuple(h.id for h in stream.served))
+        meta = Meta(
+            answer_id=stream.answer_id,
+            conversation_id=cid,
+            served=tuple(h.id for h in stream.served),
+            abstained=stream.abstained,
+        )
         self.metrics.inc("remem_gateway_memories_served_total", len(meta.served))
         return stream, first, meta
 

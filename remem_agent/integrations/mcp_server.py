@@ -235,6 +235,7 @@ class RememTools:
                 "as_of": iso_time(res.as_of),
                 "ids": res.ids,
                 "items": [_memory_dict(h) for h in res.items],
+                "abstained": res.abstained,
                 "tokens": res.tokens,
                 "token_budget": res.token_budget,
                 "inferred_feedback": inferred,
