@@ -6,6 +6,7 @@ One frozen value object that both the recall pipeline (``ranking/pipeline.py``) 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -47,6 +48,10 @@ class RememConfig:
     # exposures, and how much an exposure in another task class counts.
     contribution_kappa: float = 1.0
     contribution_other_weight: float = 0.5
+    # The store's calibration of the relevance prior from outcomes (ranking/utility.py PriorCalibration): the
+    # strength, in exposures, of each bin's starting value; 0 uses the uncalibrated prior. Chosen on dev seeds
+    # (evals/bench/tune_contribution.py, results/tuning/contribution_dev.json).
+    contribution_calibration: float = 5.0
     # What each served memory costs under a token budget, in utility: the knapsack maximises the sum of
     # (p - item_cost), so a memory is worth serving only if it is likely enough to be used.
     item_cost: float = 0.0
@@ -90,6 +95,8 @@ class RememConfig:
             raise UserInputError(
                 "contribution_kappa must be positive, contribution_other_weight in [0, 1] and item_cost in [0, 1)"
             )
+        if not (isinstance(self.contribution_calibration, int | float) and 0 <= self.contribution_calibration < 1e6):
+            raise UserInputError("contribution_calibration must be a number in [0, 1e6) (0: no calibration)")
         if self.abstain not in ("off", "null"):
             raise UserInputError(f"abstain must be 'off' or 'null', got {self.abstain!r}")
         q, m = self.abstain_quantile, self.abstain_margin
@@ -115,14 +122,22 @@ class RememConfig:
         }
         return cls(**{**base, **overrides})
 
-    def relevance_static(self) -> HeuristicUtility:
-        """The static score behind the relevance prior (``ranking.utility.relevance_prior``): the heuristic's
-        weights (with ``heuristic_weights`` applied) and cold-start rule, without exploration. Feedback records
-        each served memory's prior under it, whichever utility ranks."""
+    @functools.cached_property
+    def _relevance_static(self) -> HeuristicUtility:
         static = HeuristicUtility(explore="none", prior=self.static_prior)
         if self.heuristic_weights:
             static = replace(static, weights={**static.weights, **self.heuristic_weights})
         return static
+
+    def calibrates(self) -> bool:
+        """Whether searches rank with the store's calibrated relevance prior (the contribution utility only)."""
+        return self.utility == "contribution" and self.contribution_calibration > 0
+
+    def relevance_static(self) -> HeuristicUtility:
+        """The static score behind the relevance prior (``ranking.utility.relevance_prior``): the heuristic's
+        weights (with ``heuristic_weights`` applied) and cold-start rule, without exploration. Feedback records
+        each served memory's prior under it, whichever utility ranks."""
+        return self._relevance_static
 
     def make_utility(self) -> UtilityModel:
         if self.utility == "heuristic":

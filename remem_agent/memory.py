@@ -52,7 +52,7 @@ from remem_agent.ranking.features import FEATURE_NAMES
 from remem_agent.ranking.fusion import fuse
 from remem_agent.ranking.gate import NULL_TEXTS, GateDecision, decide, null_threshold
 from remem_agent.ranking.pipeline import Candidates, EvidenceNeeds, Ranking, eligible_rows, rank_and_select
-from remem_agent.ranking.utility import UtilityModel
+from remem_agent.ranking.utility import PriorCalibration, UtilityModel
 from remem_agent.store.base import Store, VectorSearch
 from remem_agent.store.factory import open_store
 from remem_agent.store.sql import LedgerTx
@@ -481,6 +481,11 @@ class ReMem:
                     lexical=fused.lexical if mode != "dense" else None,
                     retrieval=fused.retrieval if mode != "dense" else None,
                     stats=tx.stats(fused.ids, tasks) if needs.stats else {},  # the ids of cands
+                    calibration=PriorCalibration.from_rows(
+                        tx.prior_calibration(scope), strength=self.config.contribution_calibration
+                    )
+                    if needs.calibration
+                    else None,
                     keys=tx.key_summary(keyed) if keyed and needs.keys else {},
                     changing_attributes=frozenset(
                         a for a, info in tx.attributes([key[2] for key in keyed]).items() if info.changes > 0
@@ -592,7 +597,8 @@ class ReMem:
             source=source,
             at=t_feedback if t_feedback is not None else rec.now if rec.now is not None else wall_now(),
             replay_calls=calls,
-            expected=exposure_priors(rec.served, self.config.relevance_static()),
+            scope=rec.scope,
+            priors=exposure_priors(rec.served, self.config.relevance_static()),
         )
         if rec.feedback is not None:
             with self.store.read() as rtx:

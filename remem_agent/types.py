@@ -21,6 +21,16 @@ ROLES: tuple[Role, ...] = ("state", "preference", "note")
 # The overall statistics row of a memory uses this task class; per-class rows use the caller's name.
 ALL_TASKS = "*"
 
+# The ledger's calibration of the relevance prior (``prior_calibration``, ranking/utility.py PriorCalibration):
+# judged exposures are counted per bin of width 1 / CALIBRATION_BINS of their prior.
+CALIBRATION_BINS = 10
+
+
+def calibration_bin(prior: float) -> int:
+    """The calibration bin of a relevance prior in [0, 1] (1.0 falls in the last bin)."""
+    return max(0, min(int(prior * CALIBRATION_BINS), CALIBRATION_BINS - 1))
+
+
 TimeFormat = Literal["epoch", "iso"]
 _TIME_FIELDS = frozenset({"created_at", "valid_from", "valid_to", "at", "last_retrieved_at", "last_credited_at"})
 
@@ -269,8 +279,10 @@ class CreditRecord:
     used: bool
     credit: float
     blame: float
-    # the memory's relevance prior when it was served (the expected uses of this exposure); None for
-    # feedback recorded before the ledger kept it, or for a search without feature snapshots
+    # the memory's relevance prior when it was served, and the uses that exposure was expected to bring (the
+    # prior as the store's calibration rated it at feedback); None for feedback recorded before the ledger
+    # kept them, or for a search without feature snapshots
+    prior: float | None = None
     expected: float | None = None
 
     def to_dict(self, times: TimeFormat = "epoch") -> dict[str, Any]:

@@ -21,7 +21,8 @@ from remem_agent.store import hashing
 REHASH_CREDITS_V9 = "-- credit rows hashed as version 9 wrote them"  # done in Python by downgrade()
 DOWNGRADE_10_TO_9 = [  # what migration 10 (each judged exposure's expected uses) added
     REHASH_CREDITS_V9,
-    "ALTER TABLE credits DROP COLUMN expected",
+    "ALTER TABLE credits DROP COLUMN expected, DROP COLUMN prior",
+    "DROP TABLE prior_calibration",
     "ALTER TABLE stats DROP COLUMN expected_sum, DROP COLUMN expected_n",
     "DELETE FROM schema_migrations WHERE version = 10",
 ]

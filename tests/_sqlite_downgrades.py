@@ -28,6 +28,8 @@ SQLITE_10_TO_9 = [  # what migration 10 (each judged exposure's expected uses) a
     f"UPDATE credits SET hash = remem_credit_hash_v9({hashing.CREDIT_HASH_COLS_V3})",
     _CREDITS_TRIGGER,
     "ALTER TABLE credits DROP COLUMN expected",
+    "ALTER TABLE credits DROP COLUMN prior",
+    "DROP TABLE prior_calibration",
     "ALTER TABLE stats DROP COLUMN expected_sum",
     "ALTER TABLE stats DROP COLUMN expected_n",
     "PRAGMA user_version = 9",

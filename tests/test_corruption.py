@@ -303,6 +303,9 @@ TAMPER: dict[str, tuple[list[str], tuple[str, ...], str]] = {
     "stats.credited": (["UPDATE stats SET credited = credited + 1"], (), "but credits sum to"),
     # schema 10: each exposure's expected uses, on the credit row (hashed) and summed in the stats
     "credits.expected": (["UPDATE credits SET expected = 0.01"], CR, "credit row"),
+    "credits.prior": (["UPDATE credits SET prior = 0.99"], CR, "credit row"),
+    "prior_calibration.uses": (["UPDATE prior_calibration SET uses = uses + 1"], (), "prior calibration"),
+    "prior_calibration deleted": (["DELETE FROM prior_calibration"], (), "have no calibration row"),
     "stats.expected_sum": (["UPDATE stats SET expected_sum = expected_sum + 0.5"], (), "but credits sum to"),
     "stats.expected_n": (["UPDATE stats SET expected_n = 0"], (), "but credits sum to"),
     "stats rows of a served, never-credited memory": (

@@ -16,7 +16,7 @@ from remem_agent.learning.feedback import exposure_priors
 from remem_agent.ranking.features import FEATURE_NAMES, LEGACY_FEATURE_NAMES, snapshot_features
 from remem_agent.ranking.utility import ContributionUtility, HeuristicUtility, relevance_prior
 from remem_agent.store import migrations, pg_migrations
-from remem_agent.types import ALL_TASKS
+from remem_agent.types import ALL_TASKS, calibration_bin
 
 NOTES = [
     "The deploy service runs in eu-west-2.",
@@ -49,13 +49,57 @@ def test_feedback_records_each_served_memorys_prior_from_the_search_snapshot(tmp
         z = bias + sum(w[n] * f[n] for n in ("retrieval", "similarity", "gap", "stale"))
         z = z + f["evidence_all"] * sum(w[n] * f[n] for n in ("recency", "confidence", "tokens"))
         want = 1 / (1 + np.exp(-z))
-        got = {c.memory_id: c.expected for c in credits}
-        assert [got[i] for i in ids] == pytest.approx(want.tolist())
+        prior = {c.memory_id: c.prior for c in credits}
+        assert [prior[i] for i in ids] == pytest.approx(want.tolist())
         assert all(0 < v < 1 for v in want)  # type: ignore[operator]
+        # the first verdict of the scope: its calibration is empty, so each exposure is rated at its bin's middle
+        expected = {c.memory_id: c.expected for c in credits}
+        for i in ids:
+            assert expected[i] == pytest.approx((calibration_bin(prior[i]) + 0.5) / 10)  # type: ignore[arg-type]
         for i in ids:  # the stats sum them per class and overall, one exposure each
             for t in ("deploy", ALL_TASKS):
-                assert stats[(i, t)].expected_sum == pytest.approx(got[i]) and stats[(i, t)].expected_n == 1
+                assert stats[(i, t)].expected_sum == pytest.approx(expected[i]) and stats[(i, t)].expected_n == 1
         assert mem.verify().ok
+
+
+def test_the_calibration_counts_each_judged_exposure_by_the_bin_of_its_prior(tmp_path: Path) -> None:
+    with ReMem(tmp_path / "s") as mem:
+        mem.add_many(NOTES)
+        sid, _ = _judge(mem, "where does the deploy service run", "deploy", used=True)
+        with mem.store.read() as tx:
+            first = {c.memory_id: c for c in tx.credits_for_search(sid)}
+            cal = tx.prior_calibration("default")
+            assert tx.prior_calibration("user:alice") == {}  # per scope
+        want: dict[int, list[float]] = {}
+        for c in first.values():
+            acc = want.setdefault(calibration_bin(c.prior), [0.0, 0])  # type: ignore[arg-type]
+            acc[0] += min(1.0, c.credit)
+            acc[1] += 1
+        assert {b: (pytest.approx(u), n) for b, (u, n) in want.items()} == cal
+        assert sum(c.credit > 0 for c in first.values()) == 1  # the one used memory
+        # the next verdict rates its exposures with that calibration: (5 * middle + uses) / (5 + exposures)
+        sid2, _ = _judge(mem, "where does the deploy service run", "deploy", used=False)
+        with mem.store.read() as tx:
+            for c in tx.credits_for_search(sid2):
+                b = calibration_bin(c.prior)  # type: ignore[arg-type]
+                uses, n = cal.get(b, (0.0, 0))
+                assert c.expected == pytest.approx((5 * (b + 0.5) / 10 + uses) / (5 + n))
+        report = mem.verify()
+        assert report.ok, report.problems
+
+
+def test_a_tampered_calibration_is_reported_by_verify(tmp_path: Path) -> None:
+    with ReMem(tmp_path / "s") as mem:
+        mem.add_many(NOTES)
+        _judge(mem, "where does the deploy service run", "deploy", used=True)
+        assert mem.verify().ok
+    conn = sqlite3.connect(tmp_path / "s" / "ledger.db")
+    conn.execute("UPDATE prior_calibration SET uses = uses + 0.5 WHERE bin = (SELECT MIN(bin) FROM prior_calibration)")
+    conn.commit()
+    conn.close()
+    with ReMem(tmp_path / "s") as mem:
+        report = mem.verify()
+        assert not report.ok and any("prior calibration" in p for p in report.problems), report.problems
 
 
 def test_the_prior_of_a_legacy_width_snapshot_reads_it_as_a_dense_pool() -> None:

@@ -55,13 +55,16 @@ def _store(mem: ReMem) -> dict[str, str]:
 
 # What migration 10 added (each judged exposure's expected uses) and what it changes in a credit row's hash: a
 # store undone to schema 6 has neither, so the rows are compared without them (verify() checks the hashes).
-_LATER = {"credits": ("expected", "hash"), "stats": ("expected_sum", "expected_n")}
+_LATER = {"credits": ("prior", "expected", "hash"), "stats": ("expected_sum", "expected_n")}
+_LATER_TABLES = {"prior_calibration"}
 
 
 def _dump(mem: ReMem) -> dict[str, list[str]]:
     out = {}
     with mem.store.read() as tx:
         for t in TABLES:
+            if t in _LATER_TABLES:
+                continue
             keep = [i for i, c in enumerate(TABLES[t]) if c not in _LATER.get(t, ())]
             out[t] = [repr(tuple(r[i] for i in keep)) for rows in export_rows(tx, t) for r in rows]
     return out

@@ -17,9 +17,9 @@ import numpy as np
 from remem_agent.config import RememConfig
 from remem_agent.errors import FeedbackConflictError
 from remem_agent.ranking.features import snapshot_features
-from remem_agent.ranking.utility import HeuristicUtility, relevance_prior
+from remem_agent.ranking.utility import HeuristicUtility, PriorCalibration, relevance_prior
 from remem_agent.store.sql import LedgerTx
-from remem_agent.types import CreditRecord, Event, FeedbackReceipt, OutcomeSource
+from remem_agent.types import CreditRecord, Event, FeedbackReceipt, OutcomeSource, calibration_bin
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,8 +37,9 @@ class FeedbackPlan:
     source: OutcomeSource
     at: float
     replay_calls: int = 0
-    # each served memory's relevance prior at the search (its expected uses), where the snapshot had one
-    expected: Mapping[str, float] = field(default_factory=dict)
+    scope: str = "default"  # the search's scope: whose calibration of the relevance prior the verdict updates
+    # each served memory's relevance prior at the search, where the snapshot had one
+    priors: Mapping[str, float] = field(default_factory=dict)
 
     def payload(self) -> dict[str, Any]:
         """What the search row keeps as its verdict (and what a repeated call must equal)."""
@@ -63,6 +64,19 @@ def exposure_priors(served: Sequence[Mapping[str, Any]], static: HeuristicUtilit
     return {str(item["id"]): float(v) for item, v in zip(served, m0.tolist(), strict=True) if v == v}
 
 
+def _expected_uses(tx: LedgerTx, plan: FeedbackPlan, config: RememConfig) -> dict[str, float]:
+    """Each judged exposure's expected uses: its prior as the scope's calibration rates it now (the prior itself
+    with ``contribution_calibration`` 0)."""
+    if not plan.priors:
+        return {}
+    if config.contribution_calibration <= 0:
+        return dict(plan.priors)
+    cal = PriorCalibration.from_rows(tx.prior_calibration(plan.scope), strength=config.contribution_calibration)
+    ids = list(plan.priors)
+    rated = cal(np.array([plan.priors[i] for i in ids], dtype=np.float64))
+    return {i: min(1.0, max(0.0, float(v))) for i, v in zip(ids, rated.tolist(), strict=True)}
+
+
 def apply_feedback(tx: LedgerTx, plan: FeedbackPlan, config: RememConfig) -> FeedbackReceipt:
     """Record the verdict once, write credit rows, then let staleness and retention move states."""
     payload = plan.payload()
@@ -76,6 +90,7 @@ def apply_feedback(tx: LedgerTx, plan: FeedbackPlan, config: RememConfig) -> Fee
         assert first is not None and first.feedback is not None
         return repeat_receipt(tx, plan.search_id, first.feedback, payload, plan.success)
     cited, used = set(plan.cited), set(plan.used)
+    expected = _expected_uses(tx, plan, config)
     assigned = config.credit.assign(
         served, success=plan.success, cited=list(plan.cited), used=list(plan.used), essential=plan.essential
     )
@@ -90,11 +105,15 @@ def apply_feedback(tx: LedgerTx, plan: FeedbackPlan, config: RememConfig) -> Fee
             mid in used,
             cr * plan.weight,
             bl * plan.weight,
-            plan.expected.get(mid),
+            plan.priors.get(mid),
+            expected.get(mid),
         )
         for mid, (cr, bl) in assigned.items()
     ]
     tx.insert_credits(records)
+    tx.add_to_calibration(
+        plan.scope, [(calibration_bin(r.prior), min(1.0, r.credit)) for r in records if r.prior is not None]
+    )
     transitions: list[Event] = config.staleness.after_feedback(tx, mems, records, at=plan.at)
     if transitions:
         mems = tx.memories(served)

@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 from remem_agent.config import RememConfig
 from remem_agent.ranking.features import FEATURE_NAMES, Pool, build_features
 from remem_agent.ranking.select import select, text_twins
-from remem_agent.ranking.utility import UtilityModel
+from remem_agent.ranking.utility import PriorCalibration, UtilityModel, relevance_prior
 from remem_agent.types import SERVABLE_STATES, Hit, Memory, State, TaskStats
 
 Key = tuple[str, str, str]  # (scope, entity, attribute)
@@ -64,6 +64,7 @@ class EvidenceNeeds:
     stats: bool
     keys: bool
     attributes: bool
+    calibration: bool = False  # the store's calibration of the relevance prior (the contribution utility)
 
     @classmethod
     def of(cls, config: RememConfig) -> EvidenceNeeds:
@@ -73,6 +74,7 @@ class EvidenceNeeds:
             # Pending same-key conflicts exist only in learned-schema mode (key mode supersedes on arrival).
             keys=config.staleness.mode == "learned" and "contradiction" in groups,
             attributes="static" in groups,
+            calibration=config.calibrates(),
         )
 
 
@@ -92,6 +94,7 @@ class Candidates:
     stats: Mapping[tuple[str, str], TaskStats] = field(default_factory=dict)
     keys: Mapping[Key, tuple[int, float]] = field(default_factory=dict)
     changing_attributes: frozenset[str] = frozenset()
+    calibration: PriorCalibration | None = None  # read when RememConfig.calibrates()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,6 +150,9 @@ def rank_and_select(
         retrieval=candidates.retrieval,
         pool=pool,
     )
+    if candidates.calibration is not None:
+        # the store's calibrated relevance prior, for the contribution utility (ranking/utility.py)
+        feats["calibrated_prior"] = candidates.calibration(relevance_prior(config.relevance_static(), feats))
     p, comps = utility.score(feats)
     # The floor grows with the outcome evidence about each candidate (evidence_all = n / (n + 2) exposures):
     # a never-shown candidate's p only restates its retrieval score, so it has no floor (a fresh store

@@ -9,6 +9,8 @@ from typing import Literal, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from remem_agent.types import CALIBRATION_BINS
+
 Features = Mapping[str, NDArray[np.float64]]
 
 
@@ -113,6 +115,41 @@ class HeuristicUtility:
         return np.clip(p + bonus, 0.0, 1.0), comps
 
 
+@dataclass(frozen=True, kw_only=True)
+class PriorCalibration:
+    """How often served memories of each relevance-prior bin were used: the store's own calibration of the prior.
+
+    The relevance prior is a fixed squashing of the retrieval score; what a given prior means in uses depends on
+    the store (its embedder, how alike its memories are). Per bin ``b`` (priors in [b/10, (b+1)/10)), the
+    ledger sums the credit (capped at 1) and the exposures of every judged exposure (``prior_calibration``);
+    the calibrated prior is the Beta posterior mean ``(strength * mid_b + uses_b) / (strength + exposures_b)``,
+    which starts at the bin's middle and moves to the observed use rate as exposures accumulate. On a store
+    whose mid-similarity candidates (look-alikes of the right template, facts of a sibling key) are rarely
+    used, their prior falls, so an exposure as filler promises few uses and costs a memory's contribution
+    factor little, while the prior of the best matches stays high.
+    """
+
+    uses: tuple[float, ...] = (0.0,) * CALIBRATION_BINS
+    exposures: tuple[int, ...] = (0,) * CALIBRATION_BINS
+    strength: float = 5.0
+
+    @classmethod
+    def from_rows(cls, rows: Mapping[int, tuple[float, int]], *, strength: float) -> PriorCalibration:
+        """From the ledger's ``{bin: (uses, exposures)}`` (``LedgerTx.prior_calibration``)."""
+        uses = tuple(float(rows[b][0]) if b in rows else 0.0 for b in range(CALIBRATION_BINS))
+        exposures = tuple(int(rows[b][1]) if b in rows else 0 for b in range(CALIBRATION_BINS))
+        return cls(uses=uses, exposures=exposures, strength=strength)
+
+    def __call__(self, prior: NDArray[np.float64]) -> NDArray[np.float64]:
+        p = np.asarray(prior, dtype=np.float64)
+        b = np.minimum((p * CALIBRATION_BINS).astype(np.int64), CALIBRATION_BINS - 1)
+        b = np.maximum(b, 0)
+        mid = (b + 0.5) / CALIBRATION_BINS
+        uses = np.asarray(self.uses, dtype=np.float64)[b]
+        n = np.asarray(self.exposures, dtype=np.float64)[b]
+        return (self.strength * mid + uses) / (self.strength + n)
+
+
 def relevance_prior(static: HeuristicUtility, features: Features) -> NDArray[np.float64]:
     """``m0 = sigmoid(bias + static terms)``: how likely a memory this relevant is to be used, before any outcome
     says otherwise (the retrieval score, the gap to the best, the stale flag and the evidence-gated recency,
@@ -149,7 +186,9 @@ class ContributionUtility:
 
     ``E`` is the sum of each exposure's own prior, recorded at feedback from the search's feature snapshot
     (``TaskStats.expected_sum``): a gold fact served as filler to questions it did not match was expected to
-    be used little there, and not being used there does not count against it. Exposures judged before the
+    be used little there, and not being used there does not count against it. With the store's calibration
+    (:class:`PriorCalibration`, ``RememConfig.contribution_calibration``), ``m0`` and each recorded prior are
+    the calibrated ones (the latter as calibrated when its feedback came). Exposures judged before the
     ledger recorded priors count this query's ``m0`` each. The counts are read back from the outcome
     features, which hold them exactly: ``evidence = n / (n + k)`` (``evidence_k``) and
     ``rate = (1 + a) / (2 + n)`` (the uniform-prior posterior mean of ``TaskStats``).
@@ -175,7 +214,8 @@ class ContributionUtility:
         return a, n
 
     def score(self, features: Features) -> tuple[NDArray[np.float64], dict[str, NDArray[np.float64]]]:
-        m0 = relevance_prior(self.static, features)
+        # the store's calibrated prior when the ranking pipeline computed one (RememConfig.contribution_calibration)
+        m0 = features["calibrated_prior"] if "calibrated_prior" in features else relevance_prior(self.static, features)
         zero = np.zeros_like(m0)
         a_c, n_c = self._counts(features["evidence"], features["rate_class"])
         a_all, n_all = self._counts(features["evidence_all"], features["rate_all"])

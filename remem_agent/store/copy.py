@@ -76,6 +76,7 @@ TABLES: dict[str, tuple[str, ...]] = {
         "used",
         "credit",
         "blame",
+        "prior",
         "expected",
         "hash",
     ),
@@ -95,6 +96,7 @@ TABLES: dict[str, tuple[str, ...]] = {
         "expected_n",
     ),
     "attributes": ("attribute", "changes", "confirmations", "counter", "single_valued", "decided_at", "hash"),
+    "prior_calibration": ("scope", "bin", "uses", "exposures"),
 }
 JSON_COLUMNS = frozenset(
     {
@@ -159,7 +161,13 @@ def copy_store(
 def export_rows(tx: LedgerTx, table: str, batch: int = 2000) -> Iterator[list[tuple[Any, ...]]]:
     """Every row of ``table`` read through ``tx`` as portable Python values (JSON decoded, embeddings as arrays)."""
     cols = TABLES[table]
-    order = {"meta": "key", "searches": tx.search_order, "stats": "memory_id, task", "attributes": "attribute"}
+    order = {
+        "meta": "key",
+        "searches": tx.search_order,
+        "stats": "memory_id, task",
+        "attributes": "attribute",
+        "prior_calibration": "scope, bin",
+    }
     cur = tx.run(f"SELECT {', '.join(cols)} FROM {table} ORDER BY {order.get(table, 'seq')}")
     json_idx = [i for i, c in enumerate(cols) if (table, c) in JSON_COLUMNS]
     vec_idx = cols.index("embedding") if table == "memories" else -1

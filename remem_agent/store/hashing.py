@@ -241,12 +241,15 @@ def credit_hash(
     used: Any,
     credit: float,
     blame: float,
+    prior: float | None = None,
     expected: float | None = None,
 ) -> str:
-    """A credit row's hash; ``expected`` (schema 10) is hashed only when recorded, so a row written before it
-    keeps its hash."""
+    """A credit row's hash; ``prior`` and ``expected`` (schema 10) are hashed only when recorded, so a row
+    written before them keeps its hash."""
     fields = (search_id, memory_id, task, at, int(success), int(cited), int(used), credit, blame)
-    return digest("credit", *fields) if expected is None else digest("credit", *fields, expected)
+    if prior is None and expected is None:
+        return digest("credit", *fields)
+    return digest("credit", *fields, prior, expected)
 
 
 def attribute_hash(
@@ -262,9 +265,9 @@ MEMORY_HASH_COLS = MEMORY_HASH_COLS_V3 + ", speaker, session"
 MEMORY_HASH_WIDTH = MEMORY_HASH_COLS.count(",") + 1
 EVENT_HASH_COLS = "memory_id, at, kind, from_state, to_state, reason, evidence, updates"
 SEARCH_HASH_COLS = "search_id, at, query, task, as_of, now, token_budget, served"
-# Migration 3's backfill runs before schema 10 added the exposure's expected uses (its rows have none).
+# Migration 3's backfill runs before schema 10 added the exposure's prior and expected uses (its rows have none).
 CREDIT_HASH_COLS_V3 = "search_id, memory_id, task, at, success, cited, used, credit, blame"
-CREDIT_HASH_COLS = CREDIT_HASH_COLS_V3 + ", expected"
+CREDIT_HASH_COLS = CREDIT_HASH_COLS_V3 + ", prior, expected"
 ATTRIBUTE_HASH_COLS = "attribute, changes, confirmations, counter, single_valued, decided_at"
 
 

@@ -274,15 +274,25 @@ MIGRATIONS: list[tuple[int, str]] = [
     (
         10,
         """
-        -- Each judged exposure's expected uses: the served memory's relevance prior when it was served
-        -- (ranking/utility.py ContributionUtility), recomputed at feedback from the search's feature
-        -- snapshot. The credit row keeps it, so verify() can replay the aggregates, and the stats sum it, so
-        -- a memory's contribution factor compares its uses with what its own exposures promised rather than
-        -- with today's prior times the count. Rows written before are NULL / 0: the utility uses the current
-        -- prior for the exposures expected_n does not cover.
+        -- Each judged exposure's relevance prior and expected uses (ranking/utility.py ContributionUtility):
+        -- prior is the served memory's relevance prior at the search, recomputed at feedback from the search's
+        -- feature snapshot; expected is that prior as the store's calibration rated it then. The credit row
+        -- keeps both, so verify() can replay the aggregates: the stats sum expected, so a memory's
+        -- contribution factor compares its uses with what its own exposures promised rather than with
+        -- today's prior times the count, and prior_calibration sums, per scope and bin of the prior (0.1
+        -- wide), the credit (capped at 1) and the exposures. Rows written before are NULL / 0: the utility
+        -- uses the current prior for the exposures expected_n does not cover.
+        ALTER TABLE credits ADD COLUMN prior REAL CHECK (prior IS NULL OR (prior >= 0 AND prior <= 1));
         ALTER TABLE credits ADD COLUMN expected REAL CHECK (expected IS NULL OR (expected >= 0 AND expected <= 1));
         ALTER TABLE stats ADD COLUMN expected_sum REAL NOT NULL DEFAULT 0;
         ALTER TABLE stats ADD COLUMN expected_n INTEGER NOT NULL DEFAULT 0;
+        CREATE TABLE prior_calibration (
+            scope     TEXT NOT NULL,
+            bin       INTEGER NOT NULL CHECK (bin >= 0 AND bin < 10),
+            uses      REAL NOT NULL DEFAULT 0,
+            exposures INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (scope, bin)
+        ) WITHOUT ROWID;
         """,
     ),
 ]

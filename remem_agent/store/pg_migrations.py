@@ -307,12 +307,20 @@ MIGRATIONS: list[tuple[int, str]] = [
     (
         10,
         """
-        -- Each judged exposure's expected uses (the served memory's relevance prior): see the SQLite
-        -- migration 10 (store/migrations.py).
+        -- Each judged exposure's relevance prior and expected uses, and the prior's calibration: see the
+        -- SQLite migration 10 (store/migrations.py).
+        ALTER TABLE credits ADD COLUMN prior double precision CHECK (prior IS NULL OR (prior >= 0 AND prior <= 1));
         ALTER TABLE credits ADD COLUMN expected double precision
             CHECK (expected IS NULL OR (expected >= 0 AND expected <= 1));
         ALTER TABLE stats ADD COLUMN expected_sum double precision NOT NULL DEFAULT 0;
         ALTER TABLE stats ADD COLUMN expected_n bigint NOT NULL DEFAULT 0;
+        CREATE TABLE prior_calibration (
+            scope     text NOT NULL,
+            bin       integer NOT NULL CHECK (bin >= 0 AND bin < 10),
+            uses      double precision NOT NULL DEFAULT 0,
+            exposures bigint NOT NULL DEFAULT 0,
+            PRIMARY KEY (scope, bin)
+        );
         """,
     ),
 ]

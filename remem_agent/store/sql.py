@@ -720,13 +720,14 @@ class LedgerTx:
                 int(r.used),
                 r.credit,
                 r.blame,
+                r.prior,
                 r.expected,
             )
             for r in recs
         ]
         self.run_many(
-            "INSERT INTO credits (search_id, memory_id, task, at, success, cited, used, credit, blame, expected, "
-            "hash) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO credits (search_id, memory_id, task, at, success, cited, used, credit, blame, prior, "
+            "expected, hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
             [(*row, hashing.credit_hash(*row)) for row in credit_rows],
         )
         rows = []
@@ -756,13 +757,34 @@ class LedgerTx:
 
     def _credit_rows(self, where: str, arg: str) -> list[CreditRecord]:
         rows = self.run(
-            "SELECT search_id, memory_id, task, at, success, cited, used, credit, blame, expected FROM credits "
-            f"WHERE {where} = ? ORDER BY seq",
+            "SELECT search_id, memory_id, task, at, success, cited, used, credit, blame, prior, expected "
+            f"FROM credits WHERE {where} = ? ORDER BY seq",
             (arg,),
         )
         return [
-            CreditRecord(r[0], r[1], r[2], r[3], bool(r[4]), bool(r[5]), bool(r[6]), r[7], r[8], r[9]) for r in rows
+            CreditRecord(r[0], r[1], r[2], r[3], bool(r[4]), bool(r[5]), bool(r[6]), r[7], r[8], r[9], r[10])
+            for r in rows
         ]
+
+    def prior_calibration(self, scope: str) -> dict[int, tuple[float, int]]:
+        """The relevance prior's calibration in ``scope``: ``{bin: (uses, exposures)}`` of its judged exposures."""
+        rows = self.run("SELECT bin, uses, exposures FROM prior_calibration WHERE scope = ?", (scope,))
+        return {int(b): (float(u), int(n)) for b, u, n in rows}
+
+    def add_to_calibration(self, scope: str, exposures: Iterable[tuple[int, float]]) -> None:
+        """Count judged exposures, each ``(bin of its prior, use in [0, 1])``, into ``scope``'s calibration."""
+        per_bin: dict[int, list[float]] = {}
+        for b, use in exposures:
+            acc = per_bin.setdefault(b, [0.0, 0.0])
+            acc[0] += use
+            acc[1] += 1
+        if per_bin:
+            self.run_many(
+                "INSERT INTO prior_calibration (scope, bin, uses, exposures) VALUES (?,?,?,?) "
+                "ON CONFLICT (scope, bin) DO UPDATE SET uses = prior_calibration.uses + excluded.uses, "
+                "exposures = prior_calibration.exposures + excluded.exposures",
+                [(scope, b, u, int(n)) for b, (u, n) in sorted(per_bin.items())],  # one lock order for every writer
+            )
 
     def credits_for(self, memory_id: str) -> list[CreditRecord]:
         return self._credit_rows("memory_id", memory_id)

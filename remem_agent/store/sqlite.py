@@ -84,6 +84,7 @@ TABLES = (
     "memories_fts",
     "pending_outcomes",
     "responses",
+    "prior_calibration",
 )
 TRIGGERS = (
     "events_append_only_u",

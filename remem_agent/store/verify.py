@@ -11,7 +11,8 @@ just failing. The invariants:
    a memory whose invalidation event names a replacement points at exactly that one.
 4. At most one current role-'state' fact per (entity, attribute) key within each scope.
 5. Every embedding has the store's dimension and is finite.
-6. The per-class aggregates equal the sums of the append-only credit rows (no lost updates), and
+6. The per-class aggregates and the relevance prior's calibration (schema 10) equal the sums of the
+   append-only credit rows (no lost updates), and
    every memory a search served has its retrieval counters (a deleted statistics row shows).
 7. Every answered search has exactly one credit row per served memory; no credit without feedback.
 8. Every row's content hash (schema version 3, ``hashing.py``) matches its fields: memories
@@ -39,7 +40,7 @@ from remem_agent.errors import InvalidTransition
 from remem_agent.learning.lifecycle import LifecycleEvent, next_state
 from remem_agent.store import hashing, pending
 from remem_agent.store.sql import LedgerTx, from_json
-from remem_agent.types import ALL_TASKS, State
+from remem_agent.types import ALL_TASKS, State, calibration_bin
 
 _LIMIT = 50  # cap the rows reported per check
 
@@ -189,6 +190,25 @@ def _check_stats(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
             problems.append(f"stats ({mid}, {task}) = {vals} but credits sum to {want}")
     for key in sums.keys() - seen_keys:
         problems.append(f"credits for {key} have no stats row")
+
+    # 6c. the relevance prior's calibration == its judged exposures, per scope and bin of the prior
+    want_cal: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0])
+    for scope, prior, credit in c(
+        "SELECT s.scope, c.prior, c.credit FROM credits c JOIN searches s ON s.search_id = c.search_id "
+        "WHERE c.prior IS NOT NULL"
+    ):
+        acc = want_cal[(str(scope), calibration_bin(float(prior)))]
+        acc[0] += min(1.0, float(credit))
+        acc[1] += 1
+    for scope, b, uses, exposures in c("SELECT scope, bin, uses, exposures FROM prior_calibration"):
+        want = want_cal.pop((str(scope), int(b)), [0.0, 0])
+        if int(exposures) != int(want[1]) or abs(float(uses) - float(want[0])) > 1e-6:
+            problems.append(
+                f"prior calibration ({scope}, bin {b}) = ({uses}, {exposures}) but its credits sum to "
+                f"({want[0]}, {want[1]})"
+            )
+    for (scope, b), want in sorted(want_cal.items())[:_LIMIT]:
+        problems.append(f"credits of scope {scope} in prior bin {b} ({want[1]}) have no calibration row")
 
     # 6b. retrieval counters == how often the searches served each memory
     served_counts: dict[tuple[str, str], int] = defaultdict(int)
