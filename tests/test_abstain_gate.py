@@ -116,3 +116,24 @@ def test_the_gateway_says_it_abstained_in_headers_and_body(tmp_path: Path, strea
             r = client.post("/v1/chat/completions", json=related)
             assert "x-remem-abstained" not in r.headers and "abstained" not in r.json()["remem"]
     assert [m.role for m in seen[0].messages] == ["user"]
+
+
+def test_remem_serve_abstain_opens_its_store_with_the_gate(tmp_path: Path) -> None:
+    from remem_agent.gateway import GatewayConfig, create_app
+
+    with ReMem(tmp_path / "s") as mem:
+        mem.add_many(list(NOTES))
+    seen: list[ChatRequest] = []
+
+    def model(req: ChatRequest) -> str:
+        seen.append(req)
+        return "Canberra."
+
+    for abstain in (False, True):
+        config = GatewayConfig(store=str(tmp_path / "s"), abstain=abstain, models=("local",), trace="off")
+        with client_of(create_app(config, model=FunctionChatModel(model))) as client:
+            body = {"model": "local", "messages": [{"role": "user", "content": "What is the capital of Australia?"}]}
+            r = client.post("/v1/chat/completions", json=body)
+            assert r.status_code == 200, r.text
+            assert (r.headers.get("x-remem-abstained") == "true") is abstain
+    assert [len(r.messages) for r in seen] == [2, 1]  # the nearest notes without the gate; nothing with it

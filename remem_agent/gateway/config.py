@@ -66,6 +66,9 @@ class GatewayConfig:
     k: int = 5
     token_budget: int | None = None
     strip_citations: bool = False
+    # The abstain gate (RememConfig(abstain="null")): a request for which the store holds nothing more similar
+    # than unrelated text gets no memory block, and the reply says so (x-remem-abstained, remem.abstained).
+    abstain: bool = False
     otel: bool = False  # OpenTelemetry spans per chat turn (extra otel; the global tracer provider)
     retry_attempts: int = 3
     retry_max_wait_s: float = 10.0

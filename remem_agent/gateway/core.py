@@ -23,6 +23,7 @@ from remem_agent.agent import MemoryAgent
 from remem_agent.agent.chat import ChatReply, ChatStream
 from remem_agent.agent.telemetry import Telemetry
 from remem_agent.agent.trace import TraceWriter
+from remem_agent.config import RememConfig
 from remem_agent.embedders.base import Embedder
 from remem_agent.embedders.registry import canonical_name, default_embedder_name, make_embedder
 from remem_agent.errors import UserInputError
@@ -54,9 +55,10 @@ def _embedder(name: str) -> Embedder:
 
 def _open_memory(config: GatewayConfig) -> ReMem:
     """The gateway's store: with its own embedder when it exists, else with the configured (or default) one."""
+    memory_config = RememConfig(abstain="null") if config.abstain else None
     if config.embedder is not None:
-        return ReMem(config.store, embedder=_embedder(config.embedder))
-    return ReMem(config.store, new_store_embedder=default_embedder_name())
+        return ReMem(config.store, embedder=_embedder(config.embedder), config=memory_config)
+    return ReMem(config.store, new_store_embedder=default_embedder_name(), config=memory_config)
 
 
 def _telemetry(config: GatewayConfig) -> Telemetry | None:
