@@ -123,7 +123,10 @@ class RememConfig:
         return cls(**{**base, **overrides})
 
     @functools.cached_property
-    def _relevance_static(self) -> HeuristicUtility:
+    def relevance_static(self) -> HeuristicUtility:
+        """The static score behind the relevance prior (``ranking.utility.relevance_prior``): the heuristic's
+        weights (with ``heuristic_weights`` applied) and cold-start rule, without exploration. Feedback records
+        each served memory's prior under it, whichever utility ranks. Built once per config."""
         static = HeuristicUtility(explore="none", prior=self.static_prior)
         if self.heuristic_weights:
             static = replace(static, weights={**static.weights, **self.heuristic_weights})
@@ -132,12 +135,6 @@ class RememConfig:
     def calibrates(self) -> bool:
         """Whether searches rank with the store's calibrated relevance prior (the contribution utility only)."""
         return self.utility == "contribution" and self.contribution_calibration > 0
-
-    def relevance_static(self) -> HeuristicUtility:
-        """The static score behind the relevance prior (``ranking.utility.relevance_prior``): the heuristic's
-        weights (with ``heuristic_weights`` applied) and cold-start rule, without exploration. Feedback records
-        each served memory's prior under it, whichever utility ranks."""
-        return self._relevance_static
 
     def make_utility(self) -> UtilityModel:
         if self.utility == "heuristic":
@@ -153,7 +150,7 @@ class RememConfig:
                 kappa=self.contribution_kappa,
                 other_weight=self.contribution_other_weight,
                 evidence_k=self.features.evidence_k,
-                static=self.relevance_static(),
+                static=self.relevance_static,
                 explore=self.explore,
                 explore_c=self.explore_c,
             )

@@ -358,9 +358,10 @@ class ReMem:
             qvec, k=k, task=task, at=at, historical=t_as_of is not None, scope=scope, query=query
         )
         gate = self._gate(qvec, candidates.similarities)
+        abstained = gate is not None and gate.abstained
         ranking = (
             Ranking(hits=(), features=())
-            if gate is not None and gate.abstained
+            if abstained
             else rank_and_select(
                 candidates,
                 config=self.config,
@@ -389,7 +390,6 @@ class ReMem:
             ),
             commutative=True,  # a new row and counter increments: concurrent searches commute
         )
-        abstained = gate is not None and gate.abstained
         return SearchResult(search_id, query, task, ranking.hits, t_as_of, t_now, token_budget, scope, abstained)
 
     def _gate(self, qvec: Any, similarities: Any) -> GateDecision | None:
@@ -598,7 +598,7 @@ class ReMem:
             at=t_feedback if t_feedback is not None else rec.now if rec.now is not None else wall_now(),
             replay_calls=calls,
             scope=rec.scope,
-            priors=exposure_priors(rec.served, self.config.relevance_static()),
+            priors=exposure_priors(rec.served, self.config.relevance_static),
         )
         if rec.feedback is not None:
             with self.store.read() as rtx:

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+import numpy as np
+from numpy.typing import NDArray
+
 Role = Literal["state", "preference", "note"]
 DEFAULT_SCOPE = "default"  # where memories and searches go when no scope is named (and old stores' rows)
 OutcomeSource = Literal["api", "truth", "user", "inferred", "judge"]
@@ -26,9 +29,14 @@ ALL_TASKS = "*"
 CALIBRATION_BINS = 10
 
 
+def calibration_bins(priors: NDArray[np.float64]) -> NDArray[np.int64]:
+    """The calibration bin of each relevance prior in [0, 1] (1.0 falls in the last bin)."""
+    return np.clip((np.asarray(priors, dtype=np.float64) * CALIBRATION_BINS).astype(np.int64), 0, CALIBRATION_BINS - 1)
+
+
 def calibration_bin(prior: float) -> int:
-    """The calibration bin of a relevance prior in [0, 1] (1.0 falls in the last bin)."""
-    return max(0, min(int(prior * CALIBRATION_BINS), CALIBRATION_BINS - 1))
+    """The calibration bin of one relevance prior (:func:`calibration_bins`)."""
+    return int(calibration_bins(np.array([prior]))[0])
 
 
 TimeFormat = Literal["epoch", "iso"]

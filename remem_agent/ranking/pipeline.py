@@ -152,7 +152,7 @@ def rank_and_select(
     )
     if candidates.calibration is not None:
         # the store's calibrated relevance prior, for the contribution utility (ranking/utility.py)
-        feats["calibrated_prior"] = candidates.calibration(relevance_prior(config.relevance_static(), feats))
+        feats["calibrated_prior"] = candidates.calibration(relevance_prior(config.relevance_static, feats))
     p, comps = utility.score(feats)
     # The floor grows with the outcome evidence about each candidate (evidence_all = n / (n + 2) exposures):
     # a never-shown candidate's p only restates its retrieval score, so it has no floor (a fresh store

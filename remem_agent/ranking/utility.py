@@ -9,7 +9,7 @@ from typing import Literal, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from remem_agent.types import CALIBRATION_BINS
+from remem_agent.types import CALIBRATION_BINS, calibration_bins
 
 Features = Mapping[str, NDArray[np.float64]]
 
@@ -141,9 +141,7 @@ class PriorCalibration:
         return cls(uses=uses, exposures=exposures, strength=strength)
 
     def __call__(self, prior: NDArray[np.float64]) -> NDArray[np.float64]:
-        p = np.asarray(prior, dtype=np.float64)
-        b = np.minimum((p * CALIBRATION_BINS).astype(np.int64), CALIBRATION_BINS - 1)
-        b = np.maximum(b, 0)
+        b = calibration_bins(prior)
         mid = (b + 0.5) / CALIBRATION_BINS
         uses = np.asarray(self.uses, dtype=np.float64)[b]
         n = np.asarray(self.exposures, dtype=np.float64)[b]
