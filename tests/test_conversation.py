@@ -208,7 +208,7 @@ def test_temporal_questions_get_the_memory_time(tmp_path: Path) -> None:
     with ReMem(tmp_path / "s") as mem:
         mem.add_conversation(LOCOMO)
         hits = mem.search("When did Caroline go to the LGBTQ support group?", k=1, now=_epoch(2024, 1, 1)).items
-        assert "(at Monday 2023-05-08 13:56 UTC)" in render_memories(hits, temporal=True)
+        assert "(at Monday 8 May 2023, 13:56 UTC)" in render_memories(hits, temporal=True)
         assert "(valid from 2023-05-08)" in render_memories(hits)
         user = build_messages("When did Caroline go to the group?", hits, {"type": "object", "properties": {}})[1]
         assert "13:56 UTC" in user.content

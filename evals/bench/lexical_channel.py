@@ -72,7 +72,7 @@ def _ledger_ranker(mem: ReMem) -> Ranker:
     return rank
 
 
-def bm25s_ranker(texts: list[str], stopwords: str | list[str]) -> Ranker:
+def bm25s_ranker(texts: list[str], stopwords: str | list[str], *, k: int = K) -> Ranker:
     """BM25 (``bm25s``, Lucene's variant, k1 1.5, b 0.75) over Snowball-stemmed words (``PyStemmer``) with
     ``stopwords`` removed: the fair lexical baseline. Ids are the texts' positions; a text with no query
     word is not ranked (bm25s returns every document, the unmatched with score 0)."""
@@ -86,7 +86,7 @@ def bm25s_ranker(texts: list[str], stopwords: str | list[str]) -> Ranker:
 
     retriever = bm25s.BM25()
     retriever.index(tokens(texts), show_progress=False)
-    k = min(K, len(texts))
+    k = min(k, len(texts))
 
     def rank(q: str) -> list[str]:
         found = retriever.retrieve(tokens([q]), k=k, show_progress=False)

@@ -113,7 +113,7 @@ def render_memories(hits: Sequence[Hit], labels: Sequence[str] | None = None, *,
     """One line per memory: ``[label] (valid from DATE) "quoted text"``; labels default to the aliases.
 
     With ``temporal`` (a question about time, :func:`is_temporal_question`) each memory carries its full time,
-    ``(at Monday 2023-05-08 13:56 UTC)``: a conversation turn's time is when it was said, which is what a
+    ``(at Monday 8 May 2023, 13:56 UTC)``: a conversation turn's time is when it was said, which is what a
     "when did ..." question asks, and a date alone would lose the weekday and the order within a day.
     """
     if not hits:
@@ -131,13 +131,19 @@ def render_memories(hits: Sequence[Hit], labels: Sequence[str] | None = None, *,
 def _iso(t: float, *, full: bool = False) -> str:
     try:
         if full:
-            return datetime.fromtimestamp(t, tz=UTC).strftime("%A %Y-%m-%d %H:%M UTC")
+            return spoken_time(datetime.fromtimestamp(t, tz=UTC))
         day, rest = divmod(t, 86400)  # a UTC date changes only at multiples of 86400 epoch seconds
         if rest < 86399.999:  # (within a millisecond of midnight fromtimestamp's rounding decides)
             return _utc_date(int(day))
         return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%d")
     except (OverflowError, OSError, ValueError):  # a row stored before times were bounded: show it, do not fail
         return f"epoch {t:.0f}"
+
+
+def spoken_time(when: datetime) -> str:
+    """``Monday 8 May 2023, 13:56 UTC``: the weekday, the date as people write it, the time of day in UTC."""
+    when = when.astimezone(UTC)
+    return f"{when:%A} {when.day} {when:%B %Y, %H:%M} UTC"
 
 
 @functools.lru_cache(maxsize=4096)

@@ -1,0 +1,164 @@
+"""The end-to-end LoCoMo runner (evals/bench/locomo_qa.py) and its answer scores, on the tiny fixture."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from evals.bench import locomo_qa
+from evals.bench.qa_scoring import containment, locomo_f1, normalize_answer, token_f1
+from evals.harness.embedders import make_embedder
+from remem_agent.adapters.base import ChatRequest
+from remem_agent.adapters.fakes import FunctionChatModel
+from remem_agent.tokens import count_tokens
+
+LOCOMO = Path(__file__).parent / "fixtures" / "locomo_tiny.json"
+
+
+# -- scores, by hand ------------------------------------------------------------------------------------
+def test_normalisation_follows_locomo():
+    assert normalize_answer("The Cat, and a dog!") == "cat dog"
+    assert normalize_answer("  7 May,   2023. ") == "7 may 2023"
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold", "category", "f1"),
+    [
+        ("7 May 2023", "7 May, 2023", 2, 1.0),
+        ("in May 2023", "7 May 2023", 2, 2 / 3),  # 2 shared stems of 3 each
+        ("running dogs", "dog ran", 4, 0.5),  # Porter: running -> run, dogs -> dog; ran stays ran
+        ("", "Lisbon", 4, 0.0),
+        ("Rex, Pepper", "Rex and Pepper", 1, 2 / 3),  # one gold item "rex pepper"; best prediction item "Rex"
+        ("Pepper, Rex", "Rex, Pepper", 1, 1.0),  # each gold item finds its match
+        ("Rex", "Rex, Pepper", 1, 0.5),  # mean over the gold items: 1 and 0
+        ("yes", "yes; he likes music", 3, 1.0),  # open-domain: the part before ";"
+    ],
+)
+def test_locomo_f1_by_hand(prediction, gold, category, f1):
+    assert locomo_f1(prediction, gold, category) == pytest.approx(f1)
+
+
+def test_token_f1_counts_repeated_words_once_each():
+    assert token_f1("dog dog dog", "dog") == pytest.approx(2 * (1 / 3) * 1 / (1 / 3 + 1))
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold", "category", "expected"),
+    [
+        ("She moved in July 2023", "July 2023", 2, 1.0),
+        ("2023 July", "July 2023", 2, 0.0),  # a run of consecutive stems, in order
+        ("Rex and Pepper", "Pepper, Rex", 1, 1.0),
+        ("Rex", "Pepper, Rex", 1, 0.0),
+        ("anything", "the", 4, 0.0),  # nothing scorable in the gold answer
+    ],
+)
+def test_containment_by_hand(prediction, gold, category, expected):
+    assert containment(prediction, gold, category) == expected
+
+
+def test_reply_parsing_and_judge_verdicts():
+    assert locomo_qa.prediction_of("\n  Answer: Lisbon\nbecause she said so") == "Lisbon"
+    assert locomo_qa.prediction_of("Short answer: 7 May 2023") == "7 May 2023"
+    assert locomo_qa.prediction_of("  \n") == ""
+    assert locomo_qa.judge_verdict("**CORRECT**") == 1.0
+    assert locomo_qa.judge_verdict("wrong.") == 0.0
+    assert locomo_qa.judge_verdict("maybe") is None
+
+
+# -- the runner ------------------------------------------------------------------------------------------
+def _reader() -> FunctionChatModel:
+    """Says "xylophone" when the prompt shows the turn that names it, else "I do not know"."""
+
+    def fn(request: ChatRequest) -> str:
+        return "xylophone" if "xylophone" in request.messages[-1].content else "I do not know"
+
+    return FunctionChatModel(fn, name="fixture-reader")
+
+
+def _run(tmp_path: Path, model: FunctionChatModel, *, budget: int, fresh: bool = False) -> dict[str, locomo_qa.RunLog]:
+    samples = json.loads(LOCOMO.read_text())
+    config = {"budget": budget}
+    work = tmp_path / "work"
+    logs = {arm: locomo_qa.RunLog(work, arm, {**config, "arm": arm}, fresh=fresh) for arm in locomo_qa.ARMS}
+    asyncio.run(
+        locomo_qa.run(
+            samples,
+            arms=locomo_qa.ARMS,
+            model=model,
+            embedder=make_embedder("hash"),
+            logs=logs,
+            budget=budget,
+            k=5,
+            limit=None,
+            full_limit=None,
+            max_tokens=16,
+        )
+    )
+    return logs
+
+
+def test_runner_answers_every_scored_question_in_every_arm(tmp_path):
+    model = _reader()
+    logs = _run(tmp_path, model, budget=40)
+    # the fixture scores four questions (category 5 and unresolvable evidence are left out, as run_locomo does)
+    assert {arm: len(log.rows) for arm, log in logs.items()} == {arm: 4 for arm in locomo_qa.ARMS}
+    first = {arm: log.rows[("tiny-1", 0)] for arm, log in logs.items()}
+    assert first["none"]["f1"] == 0.0 and first["none"]["served"] == [] and first["none"]["memory_tokens"] == 0
+    assert first["full"]["f1"] == 1.0 and first["full"]["context_recall"] == 1.0
+    assert first["bm25"]["served"][0] == "D1:3" and first["bm25"]["f1"] == 1.0
+    assert "D1:3" in first["remem"]["served"] and first["remem"]["f1"] == 1.0
+    for arm in ("remem", "bm25"):
+        assert all(r["memory_tokens"] <= 40 for r in logs[arm].rows.values())
+    # the full arm puts the conversation first: one question's prompt is the next one's prefix up to the question
+    full = [r for r in model.requests if r.messages[-1].content.startswith("Conversation:")]
+    heads = {r.messages[-1].content.split("Question:")[0] for r in full}
+    assert len(full) == 4 and len(heads) == 1
+    assert "[session 1, Monday 8 May 2023, 13:56 UTC]" in next(iter(heads))
+
+
+def test_budget_is_the_same_for_both_retrieval_arms(tmp_path):
+    logs = _run(tmp_path, _reader(), budget=12)
+    for arm in ("remem", "bm25"):
+        for row in logs[arm].rows.values():
+            assert row["memory_tokens"] <= 12
+    turn = "Alice: I started learning to play the xylophone last week."
+    assert count_tokens(turn) <= 12  # the answer turn fits: both arms can serve it
+    assert logs["bm25"].rows[("tiny-1", 0)]["served"] == ["D1:3"]
+    assert logs["bm25"].rows[("tiny-1", 0)]["f1"] == 1.0
+
+
+def test_a_rerun_resumes_and_another_configuration_is_refused(tmp_path):
+    _run(tmp_path, _reader(), budget=40)
+    again = _reader()
+    logs = _run(tmp_path, again, budget=40)
+    assert again.requests == [] and all(len(log.rows) == 4 for log in logs.values())
+    with pytest.raises(SystemExit, match="another configuration"):
+        locomo_qa.RunLog(tmp_path / "work", "bm25", {"budget": 99, "arm": "bm25"}, fresh=False)
+    fresh = locomo_qa.RunLog(tmp_path / "work", "bm25", {"budget": 99, "arm": "bm25"}, fresh=True)
+    assert fresh.rows == {}
+
+
+def test_summary_pairs_the_arms_and_holds_no_conversation_text(tmp_path, monkeypatch):
+    monkeypatch.setattr(locomo_qa, "make_reader", lambda name, threads, n_ctx: _reader())
+    out = tmp_path / "out"
+    argv = ["--data", str(LOCOMO), "--embedder", "hash", "--budget", "40", "--work", str(tmp_path / "w")]
+    assert locomo_qa.main([*argv, "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["arms"]) == set(locomo_qa.ARMS)
+    assert summary["arms"]["full"]["f1"] == pytest.approx(0.25)  # one of four answered right
+    assert summary["arms"]["none"]["f1"] == 0.0
+    assert summary["pairs"]["remem-none"]["n"] == 4
+    assert summary["pairs"]["remem-none"]["f1_diff"]["mean"] == pytest.approx(0.25)
+    assert summary["meta"]["command"].startswith("python -m evals.bench.locomo_qa --data locomo_tiny.json")
+    text = (out / "summary.json").read_text() + (out / "summary.md").read_text()
+    for word in ("xylophone", "Lisbon", "hiking", "Rex"):
+        assert word not in text
+    assert "| remem |" in (out / "summary.md").read_text()
+
+
+def test_unknown_arm_is_refused(tmp_path):
+    with pytest.raises(SystemExit):
+        locomo_qa.main(["--data", str(LOCOMO), "--arms", "remem,oracle", "--work", str(tmp_path)])
