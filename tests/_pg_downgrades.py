@@ -4,10 +4,10 @@ The upgrade tests build a store with this version, undo the newest migrations wi
 with ``search_path`` set to the ledger's schema), then reopen it and check that the migrations bring it back
 with its rows intact (``downgrade`` runs them; one step, the version-9 hashes of credit rows, is Python). The
 statements exist once, here, because two tests start from the same undoing of
-migrations 10 to 5: tests/test_lexical_store.py (a version-4 store gains the lexical index) and
+migrations 11 to 5: tests/test_lexical_store.py (a version-4 store gains the lexical index) and
 tests/test_postgres_store.py (a version-2 store upgrades through every later migration); tests/test_key_index.py
-undoes migrations 10 to 7, tests/test_gateway_responses.py migrations 10 to 8, tests/test_lexical_parity.py
-migrations 10 and 9. A change to those migrations is
+undoes migrations 11 to 7, tests/test_gateway_responses.py migrations 11 to 8, tests/test_lexical_parity.py
+migrations 11 to 9. A change to those migrations is
 then one edit here.
 """
 
@@ -19,7 +19,13 @@ from typing import Any
 from remem_agent.store import hashing
 
 REHASH_CREDITS_V9 = "-- credit rows hashed as version 9 wrote them"  # done in Python by downgrade()
-DOWNGRADE_10_TO_9 = [  # what migration 10 (each judged exposure's expected uses) added
+DOWNGRADE_11_TO_10 = [  # what migration 11 (the time mentions) added
+    "DROP TABLE memory_times",
+    "DELETE FROM meta WHERE key = 'time_resolver'",
+    "DELETE FROM schema_migrations WHERE version = 11",
+]
+DOWNGRADE_10_TO_9 = [  # migration 11 undone first, then what migration 10 (each judged exposure's expected uses) added
+    *DOWNGRADE_11_TO_10,
     REHASH_CREDITS_V9,
     "ALTER TABLE credits DROP COLUMN expected, DROP COLUMN prior",
     "DROP TABLE prior_calibration",

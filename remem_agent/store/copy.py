@@ -97,6 +97,7 @@ TABLES: dict[str, tuple[str, ...]] = {
     ),
     "attributes": ("attribute", "changes", "confirmations", "counter", "single_valued", "decided_at", "hash"),
     "prior_calibration": ("scope", "bin", "uses", "exposures"),
+    "memory_times": ("memory_id", "lo", "hi", "grain", "expr"),
 }
 JSON_COLUMNS = frozenset(
     {
@@ -167,6 +168,7 @@ def export_rows(tx: LedgerTx, table: str, batch: int = 2000) -> Iterator[list[tu
         "stats": "memory_id, task",
         "attributes": "attribute",
         "prior_calibration": "scope, bin",
+        "memory_times": "memory_id, lo, hi",
     }
     cur = tx.run(f"SELECT {', '.join(cols)} FROM {table} ORDER BY {order.get(table, 'seq')}")
     json_idx = [i for i, c in enumerate(cols) if (table, c) in JSON_COLUMNS]
@@ -200,7 +202,9 @@ def import_rows(tx: LedgerTx, table: str, rows: Sequence[Sequence[Any]]) -> None
             vals[vec_idx] = tx.dump_vector(np.asarray(vals[vec_idx], dtype=np.float32))
         enc.append(tuple(vals))
     if enc:
-        tx.run_many(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({','.join('?' * len(cols))})", enc)
+        # a new store already holds the meta keys its migrations write (time_resolver): the source's value wins
+        upsert = " ON CONFLICT (key) DO UPDATE SET value = excluded.value" if table == "meta" else ""
+        tx.run_many(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({','.join('?' * len(cols))}){upsert}", enc)
 
 
 class _Reembed:

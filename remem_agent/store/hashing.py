@@ -311,7 +311,3 @@ def backfill_hashes(tx: LedgerTx) -> None:
     tx.update_many("UPDATE credits SET hash = ? WHERE seq = ?", [(credit_hash(*r[1:]), r[0]) for r in rows])
     rows = tx.run(f"SELECT {ATTRIBUTE_HASH_COLS} FROM attributes").fetchall()
     tx.update_many("UPDATE attributes SET hash = ? WHERE attribute = ?", [(attribute_hash(*r), r[0]) for r in rows])
-
-
-# Python steps of numbered migrations, run right after the migration's SQL in the same transaction.
-BACKFILLS: dict[int, Callable[[LedgerTx], None]] = {3: backfill_hashes}

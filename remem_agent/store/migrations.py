@@ -3,10 +3,18 @@
 Migration N brings a store from ``user_version`` N-1 to N inside one transaction. Never edit a
 released migration; append a new one. A store whose version is higher than ``LATEST`` was written
 by a newer remem-agent and is refused (SchemaVersionError) rather than misread. A migration may
-have a Python data step (``hashing.BACKFILLS``), run after its SQL in the same transaction.
+have a Python data step (:data:`BACKFILLS`, on both backends), run after its SQL in the same transaction.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from remem_agent.store import hashing, times
+
+if TYPE_CHECKING:
+    from remem_agent.store.sql import LedgerTx
 
 MIGRATIONS: list[tuple[int, str]] = [
     (
@@ -295,6 +303,30 @@ MIGRATIONS: list[tuple[int, str]] = [
         ) WITHOUT ROWID;
         """,
     ),
+    (
+        11,
+        """
+        -- The times each memory's text speaks of (remem_agent/temporal.py): "yesterday" in a turn said on 8 May
+        -- 2023 is [7 May, 8 May). One row per distinct range, lo inclusive and hi exclusive (epoch seconds,
+        -- UTC days), resolved from original_text against valid_from when the memory is inserted. The rows are
+        -- derived from those two immutable columns, as the lexical index is from the text: verify() resolves
+        -- again and compares, and a store opened by another resolver version (meta time_resolver) is
+        -- re-resolved (store/times.py). The migration's data step resolves the memories already stored.
+        CREATE TABLE memory_times (
+            memory_id TEXT NOT NULL REFERENCES memories (id),
+            lo        REAL NOT NULL,
+            hi        REAL NOT NULL CHECK (hi > lo),
+            grain     TEXT NOT NULL CHECK (grain IN ('day', 'week', 'weekend', 'month', 'year')),
+            expr      TEXT NOT NULL,
+            PRIMARY KEY (memory_id, lo, hi)
+        ) WITHOUT ROWID;
+        CREATE INDEX memory_times_lo ON memory_times (lo);
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]
+
+# Python steps of numbered migrations (both backends), run right after the migration's SQL in the same
+# transaction: version 3 hashes the rows written before it, version 11 resolves the stored memories' times.
+BACKFILLS: dict[int, Callable[[LedgerTx], None]] = {3: hashing.backfill_hashes, 11: times.reindex}

@@ -2,7 +2,7 @@
 
 The numbers mean the same as in ``migrations.py`` (SQLite): version 1 is the ledger, version 2 adds
 the learned-attribute table, version 3 the content hashes (``hashing.py``; its Python step
-``hashing.BACKFILLS[3]`` hashes existing rows in the same transaction), version 4 scopes, version 5
+``migrations.BACKFILLS[3]`` hashes existing rows in the same transaction), version 4 scopes, version 5
 speakers, sessions and the lexical channel, version 6 the shared pending outcomes (``pending.py``) and
 version 7 the key index with ``valid_from``, version 8 stored responses, version 9 the lexical
 postings (PostgreSQL only; SQLite's FTS5 index already holds them) and version 10 each judged exposure's
@@ -321,6 +321,21 @@ MIGRATIONS: list[tuple[int, str]] = [
             exposures bigint NOT NULL DEFAULT 0,
             PRIMARY KEY (scope, bin)
         );
+        """,
+    ),
+    (
+        11,
+        """
+        -- The times each memory's text speaks of: see the SQLite migration 11 (store/migrations.py).
+        CREATE TABLE memory_times (
+            memory_id text NOT NULL REFERENCES memories (id),
+            lo        double precision NOT NULL,
+            hi        double precision NOT NULL CHECK (hi > lo),
+            grain     text NOT NULL CHECK (grain IN ('day', 'week', 'weekend', 'month', 'year')),
+            expr      text NOT NULL,
+            PRIMARY KEY (memory_id, lo, hi)
+        );
+        CREATE INDEX memory_times_lo ON memory_times (lo);
         """,
     ),
 ]

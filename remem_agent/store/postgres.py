@@ -48,9 +48,9 @@ from remem_agent.errors import (
     StoreError,
     UserInputError,
 )
-from remem_agent.store import bm25, lexical
+from remem_agent.store import bm25, lexical, times
 from remem_agent.store.base import StoreCommon, backoff_retry
-from remem_agent.store.hashing import BACKFILLS
+from remem_agent.store.migrations import BACKFILLS
 from remem_agent.store.pg_migrations import LATEST, LEXICAL_POSTINGS_VERSION, MIGRATIONS
 from remem_agent.store.sql import (
     LEXICAL_RETIRED,
@@ -578,6 +578,8 @@ class PostgresStore(StoreCommon):
                         if number == LEXICAL_POSTINGS_VERSION:  # PostgreSQL's own data step
                             PostgresTx(conn).index_unindexed()
                         conn.execute(f"INSERT INTO {q}.schema_migrations VALUES (%s, now())", (number,))
+                if not times.is_current(PostgresTx(conn)):  # written by another time resolver: resolved again
+                    times.reindex(PostgresTx(conn))
         except pg_errors.InsufficientPrivilege as exc:
             if has_ledger:
                 raise StoreConnectionError(self._grant_hint(str(exc).strip())) from exc

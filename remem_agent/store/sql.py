@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 
 from remem_agent.errors import StoreError, UnknownMemoryError
 from remem_agent.learning.lifecycle import LifecycleEvent, next_state
-from remem_agent.store import hashing, lexical
+from remem_agent.store import hashing, lexical, times
 from remem_agent.types import (
     ALL_TASKS,
     DEFAULT_SCOPE,
@@ -469,6 +469,9 @@ class LedgerTx:
                 m.session,
             ),
         )
+        time_rows = times.time_rows(m.id, m.original_text, m.valid_from)
+        if time_rows:
+            self.insert_time_rows(time_rows)
         initial = {
             "text": m.text,
             "token_cost": m.token_cost,
@@ -576,6 +579,15 @@ class LedgerTx:
         """Insert one memories row (the columns of ``MEMORY_INSERT_COLS``). A backend may buffer it, as long as
         every later statement that could see it sees it (``SQLiteTx``)."""
         self.run(MEMORY_INSERT, row)
+
+    def insert_time_rows(self, rows: Sequence[times.TimeRow]) -> None:
+        """Insert a new memory's ``memory_times`` rows (after its memories row). A backend may buffer them with
+        the memory (``SQLiteTx``)."""
+        self.run_many(times.TIMES_INSERT, rows)
+
+    def times_of(self, ids: Sequence[str]) -> dict[str, list[tuple[float, float]]]:
+        """The time ranges each memory's text mentions (store/times.py); ids without any are absent."""
+        return times.times_of(self, ids)
 
     def insert_event_row(self, row: tuple[Any, ...]) -> int:
         """Append one events row (``EVENT_INSERT_COLS``); returns its seq. A backend may buffer it, as long as

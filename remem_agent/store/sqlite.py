@@ -46,10 +46,9 @@ from remem_agent.errors import (
     StoreError,
     UserInputError,
 )
-from remem_agent.store import bm25, lexical
+from remem_agent.store import bm25, lexical, times
 from remem_agent.store.base import StoreCommon, backoff_retry
-from remem_agent.store.hashing import BACKFILLS
-from remem_agent.store.migrations import LATEST, MIGRATIONS
+from remem_agent.store.migrations import BACKFILLS, LATEST, MIGRATIONS
 from remem_agent.store.sql import (
     CLAIMS_AT,
     CURRENT_FOR_KEY,
@@ -85,6 +84,7 @@ TABLES = (
     "pending_outcomes",
     "responses",
     "prior_calibration",
+    "memory_times",
 )
 TRIGGERS = (
     "events_append_only_u",
@@ -307,6 +307,7 @@ class SQLiteTx(LedgerTx):
         self._cache = cache
         self._new_memories: list[tuple[Any, ...]] = []  # buffered memories rows (MEMORY_INSERT_COLS), in order
         self._new_events: list[tuple[Any, ...]] = []  # buffered events rows, each led by its seq
+        self._new_times: list[times.TimeRow] = []  # buffered memory_times rows of the buffered memories
         self._new_ids: set[str] = set()
         self._new_keys: set[tuple[Any, ...]] = set()  # (scope, entity, attribute) of the buffered memories
         self._next_event_seq = 0
@@ -357,6 +358,12 @@ class SQLiteTx(LedgerTx):
         self._new_ids.add(row[_MEMORY_ID])
         self._new_keys.add(memory_row_key(row))
 
+    def insert_time_rows(self, rows: Sequence[times.TimeRow]) -> None:
+        if not self._new_memories:
+            super().insert_time_rows(rows)
+        else:  # after their memories, in insert_buffered
+            self._new_times += rows
+
     def insert_event_row(self, row: tuple[Any, ...]) -> int:
         if not self._new_memories:
             return super().insert_event_row(row)
@@ -368,18 +375,21 @@ class SQLiteTx(LedgerTx):
         return seq
 
     def insert_buffered(self) -> None:
-        """Insert the buffered rows: the memories (their events reference them) in as few statements as the
-        host-parameter limit allows, then the events."""
-        rows, events = self._new_memories, self._new_events
+        """Insert the buffered rows: the memories (their events and times reference them) in as few statements
+        as the host-parameter limit allows, then the events and the times."""
+        rows, events, time_rows = self._new_memories, self._new_events, self._new_times
         if not rows:
             return
         self._new_memories, self._new_events, self._new_ids, self._new_keys = [], [], set(), set()
+        self._new_times = []
         step = max(1, min(500, self.c.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // MEMORY_INSERT_WIDTH))
         for start in range(0, len(rows), step):
             chunk = rows[start : start + step]
             self.c.execute(_memory_insert(len(chunk)), [v for r in chunk for v in r])
         if events:
             self.c.executemany(_EVENT_INSERT_SEQ, events)
+        if time_rows:
+            self.c.executemany(times.TIMES_INSERT, time_rows)
 
     def lexical_candidates(self, *args: Any, **kwargs: Any) -> list[tuple[str, float]]:
         """As ``LedgerTx.lexical_candidates``, with this transaction's buffered memories indexed first."""
@@ -844,6 +854,7 @@ class SQLiteStore(StoreCommon):
                 )
             self._migrate()
             self._check_schema()
+            self._resolve_times()
         except BaseException as exc:
             self._conn.close()
             if isinstance(exc, sqlite3.Error | UnicodeDecodeError):
@@ -913,6 +924,15 @@ class SQLiteStore(StoreCommon):
                 if backfill is not None:
                     backfill(tx)
                 tx.c.execute(f"PRAGMA user_version = {number}")
+
+    def _resolve_times(self) -> None:
+        """A store whose time mentions another resolver version wrote has them resolved again, once."""
+        with self.read() as rtx:
+            current = times.is_current(rtx)
+        if not current:
+            with self.write() as tx:
+                if not times.is_current(tx):
+                    times.reindex(tx)
 
     # -- transactions ---------------------------------------------------------------------------
     def _retry(self, fn: Callable[[], T]) -> T:

@@ -24,6 +24,8 @@ just failing. The invariants:
     text: SQLite's FTS5 index equals one rebuilt from ``memories.text`` (rows, terms and positions);
     PostgreSQL's ``memory_terms`` rows and ``n_terms`` equal the tokens of the text.
 11. Every answer waiting for its outcome (schema 6, ``pending.py``) points at a search of its own scope.
+12. The time mentions (schema 11, ``times.py``) are exactly what resolving each memory's original text
+    against its ``valid_from`` gives, under the resolver version the store records.
 
 Each check runs on its own: one that cannot run (a damaged row, a NULL where the schema forbids it)
 becomes a problem naming the check, and the others still run. ``verify()`` reports, it never raises.
@@ -38,7 +40,7 @@ import numpy as np
 
 from remem_agent.errors import InvalidTransition
 from remem_agent.learning.lifecycle import LifecycleEvent, next_state
-from remem_agent.store import hashing, pending
+from remem_agent.store import hashing, pending, times
 from remem_agent.store.sql import LedgerTx, from_json
 from remem_agent.types import ALL_TASKS, State, calibration_bin
 
@@ -46,7 +48,7 @@ _LIMIT = 50  # cap the rows reported per check
 
 
 def verify_ledger(tx: LedgerTx, dim: int | None, problems: list[str] | None = None) -> list[str]:
-    """Check invariants 2-9 through ``tx`` (any backend); appends to and returns ``problems``."""
+    """Check invariants 2-12 through ``tx`` (any backend); appends to and returns ``problems``."""
     problems = [] if problems is None else problems
     checks: list[tuple[str, Callable[[LedgerTx, int | None, list[str]], None]]] = [
         ("event replay and supersession", _check_events),
@@ -58,6 +60,7 @@ def verify_ledger(tx: LedgerTx, dim: int | None, problems: list[str] | None = No
         ("meta", _check_meta),
         ("lexical index", _check_lexical),
         ("pending outcomes", _check_pending),
+        ("time mentions", _check_times),
     ]
     for name, check in checks:
         found: list[str] = []
@@ -343,3 +346,8 @@ def _check_lexical(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
 def _check_pending(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
     # 11. every waiting answer points at a search of its own scope
     problems += pending.problems(tx, _LIMIT)
+
+
+def _check_times(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
+    # 12. each memory's time mentions are what its text resolves to
+    _report(problems, times.problems(tx), "memories with wrong time mentions")
