@@ -72,6 +72,12 @@ class RememConfig:
     rrf_k: float = 60.0  # RRF's rank offset: 1 / (rrf_k + rank)
     lexical_weight: float = 0.3  # the bonus scale ("bonus"), or the lexical list's weight beside dense's 1 ("rrf")
     lexical_pool: int | None = None  # lexical candidates fetched (None: the dense pool's size)
+    # Time in fusion ("hybrid" and "lexical" retrieval): a query that names a time ("in May 2023", "last week",
+    # resolved against the search's now by remem_agent/temporal.py) lifts each pooled memory said or valid then,
+    # or whose text speaks of that time (its stored mentions), by ``time_weight`` on the retrieval score. Chosen
+    # on the LoCoMo dev conversations by leave-one-conversation-out (evals/bench/locomo_loco.py,
+    # results/locomo/loco_time.json): 0.3 on every fold, of 0, 0.1, 0.2, 0.3, 0.5 and 1.
+    time_weight: float = 0.3
     # The cold-start rule: "with_evidence" scales the static prior by the candidate's outcome evidence and
     # turns the p_floor on only for pools holding some; "always" applies both unconditionally (system B).
     static_prior: Literal["with_evidence", "always"] = "with_evidence"
@@ -102,6 +108,8 @@ class RememConfig:
         q, m = self.abstain_quantile, self.abstain_margin
         if not (isinstance(q, int | float) and 0 <= q <= 1 and isinstance(m, int | float) and -2 <= m <= 2):
             raise UserInputError("abstain_quantile must be in [0, 1] and abstain_margin in [-2, 2]")
+        if not (isinstance(self.time_weight, int | float) and 0 <= self.time_weight < 100):
+            raise UserInputError("time_weight must be a number in [0, 100) (0: time plays no part in fusion)")
         if self.lexical_pool is not None and self.lexical_pool < 1:
             raise UserInputError("lexical_pool must be at least 1 (or None)")
 

@@ -20,6 +20,7 @@ from typing import Any, cast
 import numpy as np
 from numpy.typing import NDArray
 
+from remem_agent import temporal
 from remem_agent._time import Timestamp, to_epoch
 from remem_agent._time import now as wall_now
 from remem_agent.config import RememConfig
@@ -355,7 +356,7 @@ class ReMem:
         self._sync_index()
         # gather (I/O) -> rank and select (pure) -> record (I/O)
         candidates = self.candidates(
-            qvec, k=k, task=task, at=at, historical=t_as_of is not None, scope=scope, query=query
+            qvec, k=k, task=task, at=at, historical=t_as_of is not None, scope=scope, query=query, time_anchor=t_now
         )
         gate = self._gate(qvec, candidates.similarities)
         abstained = gate is not None and gate.abstained
@@ -418,6 +419,7 @@ class ReMem:
         historical: bool = False,
         scope: str = DEFAULT_SCOPE,
         query: str | None = None,
+        time_anchor: float | None = None,
     ) -> Candidates:
         """Search's gather stage: the pool eligible at ``at`` and the ledger's evidence about it, in one read.
 
@@ -427,6 +429,10 @@ class ReMem:
         lexical candidates for ``query`` are fused into one pool (remem_agent/ranking/fusion.py); "dense" or
         "lexical" use one channel. Without ``query`` (callers that only have a vector) the pool is dense.
         Both channels pass the same eligibility test (:func:`is_eligible`: scopes, state, validity, ``as_of``).
+
+        ``time_anchor`` (the search's ``now``) resolves the times ``query`` names ("in May 2023", "last week":
+        remem_agent/temporal.py, questions looking back); pooled memories valid from within such a range, or whose
+        text speaks of one (their stored time mentions), gain ``RememConfig.time_weight`` in fusion.
 
         The dense pool is over-fetched (``k * pool_factor``, at least ``min_pool``) and widened when filtering
         leaves too few; each widening is a new index lookup and read (rare: most searches read once). The
@@ -439,6 +445,11 @@ class ReMem:
         scopes = self.readable_scopes(scope)
         mode = self.config.retrieval if query is not None else "dense"
         lex_limit = self.config.lexical_pool or want
+        ranges = (
+            temporal.resolve(query, time_anchor, past=True)
+            if query is not None and time_anchor is not None and mode != "dense" and self.config.time_weight > 0
+            else ()
+        )
         while True:
             ids: Sequence[str] = []
             sims: Sequence[float] | NDArray[np.float32] = []
@@ -454,6 +465,9 @@ class ReMem:
             with self.store.read() as tx:
                 lexical: list[tuple[str, float]] = []
                 if mode != "dense" and query is not None:
+                    # The words of a time the query names stay words to match as well: taking them out of the
+                    # lexical query was measured on LoCoMo's dev conversations and lost recall (a turn that says
+                    # "last year" is often the one a question about "last year" wants).
                     lexical = tx.lexical_candidates(query, limit=lex_limit, scopes=scopes, current_only=not historical)
                 wanted = list(dict.fromkeys([*ids, *(mid for mid, _ in lexical)]))
                 rows = tx.memories(wanted)
@@ -469,7 +483,12 @@ class ReMem:
                     continue
                 dense = dense[:want]
                 lex = [(mid, float(s)) for mid, s in lexical if mid in eligible]
-                fused = fuse(dense, lex, self._cosines(qvec, dense, lex, scan, tx), config=self.config)
+                in_time: frozenset[str] = frozenset()
+                if ranges:
+                    pooled = list(dict.fromkeys(mid for mid, _ in (*dense, *lex)))
+                    said = ((mid, eligible[mid].valid_from) for mid in pooled)
+                    in_time = temporal.matching(ranges, said, tx.times_of(pooled))
+                fused = fuse(dense, lex, self._cosines(qvec, dense, lex, scan, tx), config=self.config, in_time=in_time)
                 if not fused.ids:
                     return Candidates(memories=(), similarities=np.zeros(0, dtype=np.float64))
                 cands = list(map(eligible.__getitem__, fused.ids))

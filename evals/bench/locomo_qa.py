@@ -19,13 +19,15 @@ the conversation, the questions ``run_locomo`` scores) is answered by the model 
   to the next of the same conversation (``--full-limit`` answers only the first N questions of each).
 
 The two retrieval arms render their turns with the library's own ``render_memories`` (a quoted turn with
-when it was said, to the minute and with the weekday for a question about time), so they differ only in
-which turns they serve. The instruction asks for a short answer; the first non-empty line of the reply is
-the prediction. Scores (``evals/bench/qa_scoring.py``): LoCoMo's token F1 and containment, and with
-``--judge-model`` an LLM judge over an OpenAI-compatible server (off by default; any model that follows
-the one-word instruction). Reported per arm and category: F1, containment, judge, the served context's
-evidence recall, memory and prompt tokens per question, retrieval and generation latency; and the paired
-per-question F1 differences (remem - bm25, remem - none, full - remem) with 95 % t-intervals.
+when it was said, and for a question about time to the minute with the weekday and with each time the turn
+names resolved, ``"yesterday" = Sunday 7 May 2023``), so they differ only in which turns they serve: the
+BM25 baseline gets the library's rendering too, the strongest form of it. The instruction asks for a short
+answer; the first non-empty line of the reply is the prediction. Scores (``evals/bench/qa_scoring.py``):
+LoCoMo's token F1 and containment, and with ``--judge-model`` an LLM judge over an OpenAI-compatible server
+(off by default; any model that follows the one-word instruction). Reported per arm and category: F1,
+containment, judge, the served context's evidence recall, memory and prompt tokens per question, retrieval
+and generation latency; and the paired per-question F1 differences (remem - bm25, remem - none, full - remem)
+with 95 % t-intervals.
 
 Resumable: every answer is appended to ``WORK/<model>/<arm>.jsonl`` (with the prediction, the served
 turn ids and the timings: the run's trace) under a header holding the run's configuration; a rerun skips
@@ -51,6 +53,7 @@ from typing import Any
 
 from evals.bench.lexical_channel import bm25s_ranker
 from evals.bench.qa_scoring import containment, locomo_f1
+from evals.bench.retrieval import command_line
 from evals.bench.run_locomo import CATEGORIES, SCORED, TASK, sample_questions, sample_turns, store_turns
 from evals.harness.embedders import CachedEmbedder, make_embedder
 from evals.harness.jsonio import write_json
@@ -66,7 +69,7 @@ from remem_agent.tokens import count_tokens
 from remem_agent.types import Hit, State
 
 ARMS = ("remem", "bm25", "none", "full")
-PROMPT_VERSION = 1
+PROMPT_VERSION = 2  # 2: the retrieval arms show the times a turn names, resolved (render_memories)
 
 SYSTEM = (
     "You answer questions about a long conversation between {a} and {b}.\n{source}\n"
@@ -549,9 +552,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 progress=lambda s: print(s, file=sys.stderr, flush=True),
             )
         )
-    command = "python -m evals.bench.locomo_qa " + " ".join(
-        a if not a.endswith(".json") or "/" not in a else Path(a).name for a in (argv or sys.argv[1:])
-    )
+    command = command_line("evals.bench.locomo_qa", argv if argv is not None else sys.argv[1:])
     meta = {**config, "command": command, "arms": arms, "limit": args.limit, "full_limit": args.full_limit}
     summary = summarise({arm: logs[arm].rows for arm in arms}, meta)
     out = Path(args.out)

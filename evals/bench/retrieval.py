@@ -7,6 +7,8 @@ embed with :func:`evals.harness.embedders.make_embedder`, rank with the systems 
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -71,3 +73,15 @@ def write_outputs(result: dict[str, Any], md: str, base: Path, *, quiet: bool) -
     if not quiet:
         print(md)
         print(f"wrote {base}.json and {base}.md")
+
+
+def command_line(module: str, argv: Sequence[str]) -> str:
+    """The command that ran ``module`` with ``argv``, shell-quoted, naming the ``--data`` file by its name only
+    (where a user keeps the data, which may not be redistributed, is not part of a result)."""
+    args = list(argv)
+    for i, a in enumerate(args):
+        if a == "--data" and i + 1 < len(args):
+            args[i + 1] = Path(args[i + 1]).name
+        elif a.startswith("--data="):
+            args[i] = "--data=" + Path(a.split("=", 1)[1]).name
+    return f"python -m {module} {shlex.join(args)}".rstrip()

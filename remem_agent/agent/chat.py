@@ -79,7 +79,7 @@ from remem_agent.agent.outcomes import (
     Waiting,
 )
 from remem_agent.agent.ports import AgentMemory, BlockingMemory
-from remem_agent.agent.prompt import citation_aliases, render_memories
+from remem_agent.agent.prompt import citation_aliases, is_temporal_question, render_memories
 from remem_agent.agent.telemetry import AttributeValue, NoTelemetry, Span, Telemetry, memory_operation
 from remem_agent.agent.trace import TraceWriter
 from remem_agent.errors import ModelError, UserInputError
@@ -378,7 +378,8 @@ class Conversations:
 
     def request(self, opts: ChatOptions, turn: _Turn) -> tuple[ChatRequest, str | None]:
         labels = list(turn.aliases)
-        block = render_memories(turn.result.items, labels) if turn.result.items else None
+        temporal = is_temporal_question(turn.query)
+        block = render_memories(turn.result.items, labels, temporal=temporal) if turn.result.items else None
         prompt = inject_memories(opts.messages, turn.result.items, labels, rendered=block)
         req = ChatRequest(
             messages=prompt,

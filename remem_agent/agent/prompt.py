@@ -23,6 +23,7 @@ from jsonschema.exceptions import SchemaError
 
 from remem_agent.adapters.base import Message
 from remem_agent.errors import UserInputError
+from remem_agent.temporal import names_time, resolve
 from remem_agent.types import Hit
 
 DEFAULT_SCHEMA: dict[str, Any] = {
@@ -105,8 +106,9 @@ _TEMPORAL = re.compile(
 
 
 def is_temporal_question(question: str) -> bool:
-    """True for a question whose answer is a time (LoCoMo's temporal category: "When did Caroline go ...")."""
-    return bool(_TEMPORAL.search(question))
+    """True for a question about time: one whose answer is a time (LoCoMo's temporal category: "When did
+    Caroline go ..."), or one that names a time ("What did Maria donate in December 2023?")."""
+    return bool(_TEMPORAL.search(question)) or names_time(question)
 
 
 def render_memories(hits: Sequence[Hit], labels: Sequence[str] | None = None, *, temporal: bool = False) -> str:
@@ -114,7 +116,9 @@ def render_memories(hits: Sequence[Hit], labels: Sequence[str] | None = None, *,
 
     With ``temporal`` (a question about time, :func:`is_temporal_question`) each memory carries its full time,
     ``(at Monday 8 May 2023, 13:56 UTC)``: a conversation turn's time is when it was said, which is what a
-    "when did ..." question asks, and a date alone would lose the weekday and the order within a day.
+    "when did ..." question asks, and a date alone would lose the weekday and the order within a day. The
+    times its text speaks of follow, resolved against that time (remem_agent/temporal.py): ``(at Monday 8 May
+    2023, 13:56 UTC; "yesterday" = Sunday 7 May 2023)``, so a reader need not count days back itself.
     """
     if not hits:
         return "(no memories)"
@@ -123,9 +127,20 @@ def render_memories(hits: Sequence[Hit], labels: Sequence[str] | None = None, *,
         raise ValueError("one label per memory")
     lines = []
     for label, h in zip(labels, hits, strict=True):
-        when = f" (at {_iso(h.valid_from, full=True)})" if temporal else f" (valid from {_iso(h.valid_from)})"
+        when = (
+            f" (at {_iso(h.valid_from, full=True)}{_mentions(h)})"
+            if temporal
+            else f" (valid from {_iso(h.valid_from)})"
+        )
         lines.append(f"[{label}]{when} {json.dumps(h.text, ensure_ascii=False)}")
     return "\n".join(lines)
+
+
+def _mentions(hit: Hit) -> str:
+    """``; "yesterday" = Sunday 7 May 2023`` for each time the memory's text names (nothing when none)."""
+    return "".join(
+        f"; {json.dumps(m.expr, ensure_ascii=False)} = {m.spoken()}" for m in resolve(hit.text, hit.valid_from)
+    )
 
 
 def _iso(t: float, *, full: bool = False) -> str:
