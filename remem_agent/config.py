@@ -78,6 +78,10 @@ class RememConfig:
     # on the LoCoMo dev conversations by leave-one-conversation-out (evals/bench/locomo_loco.py,
     # results/locomo/loco_time.json): 0.3 on every fold, of 0, 0.1, 0.2, 0.3, 0.5 and 1.
     time_weight: float = 0.3
+    # A query that names a memory's speaker ("What did Caroline ...") lifts it by ``speaker_weight``
+    # (remem_agent/ranking/lifts.py). Chosen with time_weight on the same folds (results/locomo/loco_lifts.json):
+    # 0.3 on two folds and 0.2 on the third, of 0, 0.1, 0.2, 0.3 and 0.5; time_weight 0.2 and 0.3 tie there.
+    speaker_weight: float = 0.3
     # The cold-start rule: "with_evidence" scales the static prior by the candidate's outcome evidence and
     # turns the p_floor on only for pools holding some; "always" applies both unconditionally (system B).
     static_prior: Literal["with_evidence", "always"] = "with_evidence"
@@ -108,8 +112,10 @@ class RememConfig:
         q, m = self.abstain_quantile, self.abstain_margin
         if not (isinstance(q, int | float) and 0 <= q <= 1 and isinstance(m, int | float) and -2 <= m <= 2):
             raise UserInputError("abstain_quantile must be in [0, 1] and abstain_margin in [-2, 2]")
-        if not (isinstance(self.time_weight, int | float) and 0 <= self.time_weight < 100):
-            raise UserInputError("time_weight must be a number in [0, 100) (0: time plays no part in fusion)")
+        for name in ("time_weight", "speaker_weight"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 100):
+                raise UserInputError(f"{name} must be a number in [0, 100) (0: it plays no part in fusion)")
         if self.lexical_pool is not None and self.lexical_pool < 1:
             raise UserInputError("lexical_pool must be at least 1 (or None)")
 

@@ -69,9 +69,10 @@ _MONTHS = {
     )
     for name in names
 }
-_YMD_RE = re.compile(r"(\d{4})\s*[/\-.]\s*(\d{1,2})\s*[/\-.]\s*(\d{1,2})")
-_DMY_RE = re.compile(r"(\d{1,2})(?:st|nd|rd|th)?\s+([A-Za-z]{3,9})\.?,?\s+(\d{4})")
-_MDY_RE = re.compile(r"([A-Za-z]{3,9})\.?\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})")
+# Numbers are whole: "99999-01-01" is no date (not 9999-01-01), "123 May, 2023" none either.
+_YMD_RE = re.compile(r"(?<!\d)(\d{4})\s*[/\-.]\s*(\d{1,2})\s*[/\-.]\s*(\d{1,2})(?!\d)")
+_DMY_RE = re.compile(r"(?<!\d)(\d{1,2})(?:st|nd|rd|th)?\s+([A-Za-z]{3,9})\.?,?\s+(\d{4})(?!\d)")
+_MDY_RE = re.compile(r"([A-Za-z]{3,9})\.?\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})(?!\d)")
 _TIME_RE = re.compile(r"(?<![\d/\-])(\d{1,2}):(\d{2})(?::(\d{2}))?\s*([ap]\.?m\.?)?", re.IGNORECASE)
 _SESSION_RE = re.compile(r"^session_(\d+)$")
 _PREFIX_RE = re.compile(r"^([^:\n]{1,40}):\s+(.*)$")
@@ -81,7 +82,8 @@ def parse_when(value: object) -> datetime | None:
     """The transcripts' free-text dates as an aware UTC datetime; None when no date is found.
 
     Handles "2023/05/20 (Sat) 02:21" (LongMemEval), "1:56 pm on 8 May, 2023" (LoCoMo), "May 8, 2023",
-    ISO-8601, datetimes and epoch seconds. A missing time of day is midnight.
+    ISO-8601, datetimes and epoch seconds. A missing time of day is midnight; a time of day that cannot be
+    (25:61) or a date that does not exist (31 February, 99999-01-01) makes the whole value unreadable (None).
     """
     if value is None or isinstance(value, bool):
         return None
@@ -117,7 +119,7 @@ def parse_when(value: object) -> datetime | None:
         if ampm := t.group(4):
             hour = (hour % 12) + (12 if ampm.lower().startswith("p") else 0)
         if not (0 <= hour < 24 and 0 <= minute < 60 and 0 <= second < 60):
-            hour = minute = second = 0
+            return None  # "25:61": an unreadable time, not midnight
     try:
         return datetime(date[0], date[1], date[2], hour, minute, second, tzinfo=UTC)
     except ValueError:

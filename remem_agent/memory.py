@@ -20,7 +20,6 @@ from typing import Any, cast
 import numpy as np
 from numpy.typing import NDArray
 
-from remem_agent import temporal
 from remem_agent._time import Timestamp, to_epoch
 from remem_agent._time import now as wall_now
 from remem_agent.config import RememConfig
@@ -52,6 +51,7 @@ from remem_agent.learning.feedback import FeedbackPlan, apply_feedback, exposure
 from remem_agent.ranking.features import FEATURE_NAMES
 from remem_agent.ranking.fusion import fuse
 from remem_agent.ranking.gate import NULL_TEXTS, GateDecision, decide, null_threshold
+from remem_agent.ranking.lifts import QueryContext, lifts
 from remem_agent.ranking.pipeline import Candidates, EvidenceNeeds, Ranking, eligible_rows, rank_and_select
 from remem_agent.ranking.utility import PriorCalibration, UtilityModel
 from remem_agent.store.base import Store, VectorSearch
@@ -445,11 +445,7 @@ class ReMem:
         scopes = self.readable_scopes(scope)
         mode = self.config.retrieval if query is not None else "dense"
         lex_limit = self.config.lexical_pool or want
-        ranges = (
-            temporal.resolve(query, time_anchor, past=True)
-            if query is not None and time_anchor is not None and mode != "dense" and self.config.time_weight > 0
-            else ()
-        )
+        context = QueryContext.of(query, time_anchor) if query is not None and mode != "dense" else None
         while True:
             ids: Sequence[str] = []
             sims: Sequence[float] | NDArray[np.float32] = []
@@ -483,12 +479,8 @@ class ReMem:
                     continue
                 dense = dense[:want]
                 lex = [(mid, float(s)) for mid, s in lexical if mid in eligible]
-                in_time: frozenset[str] = frozenset()
-                if ranges:
-                    pooled = list(dict.fromkeys(mid for mid, _ in (*dense, *lex)))
-                    said = ((mid, eligible[mid].valid_from) for mid in pooled)
-                    in_time = temporal.matching(ranges, said, tx.times_of(pooled))
-                fused = fuse(dense, lex, self._cosines(qvec, dense, lex, scan, tx), config=self.config, in_time=in_time)
+                lift = self._lifts(tx, context, eligible, dense, lex) if context is not None else None
+                fused = fuse(dense, lex, self._cosines(qvec, dense, lex, scan, tx), config=self.config, lift=lift)
                 if not fused.ids:
                     return Candidates(memories=(), similarities=np.zeros(0, dtype=np.float64))
                 cands = list(map(eligible.__getitem__, fused.ids))
@@ -512,6 +504,21 @@ class ReMem:
                     if keyed and needs.attributes
                     else frozenset(),
                 )
+
+    def _lifts(
+        self,
+        tx: LedgerTx,
+        context: QueryContext,
+        eligible: Mapping[str, Memory],
+        dense: Sequence[tuple[str, float]],
+        lexical: Sequence[tuple[str, float]],
+    ) -> dict[str, float]:
+        """The pool's lifts for what the query says about times and speakers (reads the stored time mentions
+        only when the query names a time)."""
+        pooled = [eligible[mid] for mid in dict.fromkeys(mid for mid, _ in (*dense, *lexical))]
+        cfg = self.config
+        mentions = tx.times_of([m.id for m in pooled]) if context.times and cfg.time_weight > 0 else {}
+        return lifts(context, pooled, mentions, time_weight=cfg.time_weight, speaker_weight=cfg.speaker_weight)
 
     def _cosines(
         self,

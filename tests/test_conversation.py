@@ -196,6 +196,9 @@ def test_a_failing_extractor_stores_nothing(tmp_path: Path) -> None:
 def test_parse_when_reads_the_benchmarks_dates() -> None:
     assert parse_when("1:56 pm on 8 May, 2023") == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
     assert parse_when("2023/05/20 (Sat) 02:21") == datetime(2023, 5, 20, 2, 21, tzinfo=UTC)
+    # never a silently wrong date: a longer number is no year, an impossible time of day no midnight
+    for unreadable in ("99999-01-01", "12023/05/20", "123 May, 2023", "May 8, 20234", "2023/05/20 25:61"):
+        assert parse_when(unreadable) is None, unreadable
     assert parse_when("May 8, 2023") == datetime(2023, 5, 8, tzinfo=UTC)
     assert parse_when("no date here") is None
     assert [t.speaker for t in parse_conversation("plain line\nann: hi")] == ["user", "ann"]
@@ -208,7 +211,9 @@ def test_temporal_questions_get_the_memory_time(tmp_path: Path) -> None:
     with ReMem(tmp_path / "s") as mem:
         mem.add_conversation(LOCOMO)
         hits = mem.search("When did Caroline go to the LGBTQ support group?", k=1, now=_epoch(2024, 1, 1)).items
-        assert "(at Monday 8 May 2023, 13:56 UTC)" in render_memories(hits, temporal=True)
+        assert '(at Monday 8 May 2023, 13:56 UTC; "yesterday" = Sunday 7 May 2023)' in render_memories(
+            hits, temporal=True
+        )
         assert "(valid from 2023-05-08)" in render_memories(hits)
         user = build_messages("When did Caroline go to the group?", hits, {"type": "object", "properties": {}})[1]
         assert "13:56 UTC" in user.content

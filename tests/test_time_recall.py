@@ -34,14 +34,12 @@ TURNS = [
 
 
 # -- the pure steps -----------------------------------------------------------------------------------------
-def test_fusion_adds_the_time_weight_to_matching_ids_only() -> None:
+def test_fusion_adds_each_ids_lift() -> None:
     cos = {"a": 0.60, "b": 0.50, "c": 0.40}
     cfg = RememConfig(fusion="bonus", lexical_weight=0.3, time_weight=0.3)
-    pool = fuse([("a", 0.6), ("b", 0.5), ("c", 0.4)], [], cos, config=cfg, in_time=frozenset({"c"}))
+    pool = fuse([("a", 0.6), ("b", 0.5), ("c", 0.4)], [], cos, config=cfg, lift={"c": 0.3})
     assert pool.ids == ("c", "a", "b") and pool.retrieval.tolist() == pytest.approx([0.7, 0.6, 0.5])
-    off = fuse([("a", 0.6), ("c", 0.4)], [], cos, config=RememConfig(time_weight=0.0), in_time=frozenset({"c"}))
-    assert off.ids == ("a", "c")
-    dense = fuse([("a", 0.6), ("c", 0.4)], [], cos, config=RememConfig(retrieval="dense"), in_time=frozenset({"c"}))
+    dense = fuse([("a", 0.6), ("c", 0.4)], [], cos, config=RememConfig(retrieval="dense"), lift={"c": 0.3})
     assert dense.ids == ("a", "c") and dense.retrieval.tolist() == [0.6, 0.4]  # dense keeps the cosine exactly
 
 
@@ -54,9 +52,10 @@ def test_matching_by_said_time_or_by_a_mention() -> None:
 
 
 def test_time_weight_is_validated() -> None:
-    for bad in (-0.1, float("nan"), float("inf"), "0.3"):
-        with pytest.raises(UserInputError, match="time_weight"):
-            RememConfig(time_weight=bad)  # type: ignore[arg-type]
+    for name in ("time_weight", "speaker_weight"):
+        for bad in (-0.1, float("nan"), float("inf"), "0.3", True):
+            with pytest.raises(UserInputError, match=name):
+                RememConfig(**{name: bad})
 
 
 # -- through the store --------------------------------------------------------------------------------------

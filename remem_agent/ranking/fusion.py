@@ -44,12 +44,13 @@ def fuse(
     cosine: Mapping[str, float],
     *,
     config: RememConfig,
-    in_time: frozenset[str] = frozenset(),
+    lift: Mapping[str, float] | None = None,
 ) -> FusedPool:
     """One pool from the channels' lists (each best first); ``cosine`` gives every pooled id's similarity.
 
-    ``in_time``: the pooled ids that match a time the query names; with "hybrid" or "lexical" retrieval each
-    gains ``config.time_weight`` on its retrieval score ("dense" keeps the cosine, exactly).
+    ``lift``: what the query's times and speakers add to a pooled id's retrieval score
+    (:func:`remem_agent.ranking.lifts.lifts`), with "hybrid" or "lexical" retrieval ("dense" keeps the
+    cosine, exactly).
     Ties keep the dense list's order, then the lexical list's, so the result is deterministic.
     """
     mode = config.retrieval
@@ -88,8 +89,8 @@ def fuse(
             ],
             dtype=np.float64,
         ) / (top if top > 0 else 1.0)
-    if in_time and mode != "dense" and config.time_weight > 0:
-        ret = ret + config.time_weight * np.fromiter((mid in in_time for mid in order), dtype=np.float64, count=n)
+    if lift and mode != "dense":
+        ret = ret + np.fromiter((lift.get(mid, 0.0) for mid in order), dtype=np.float64, count=n)
     idx = np.argsort(-ret, kind="stable") if n else np.zeros(0, dtype=np.int64)
     return FusedPool(
         ids=tuple(map(order.__getitem__, idx.tolist())),
