@@ -33,8 +33,8 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -45,18 +45,15 @@ from remem_agent.adapters.base import (
     ChatResponse,
     FinishReason,
     Message,
-    StreamAssembler,
-    StreamChunk,
     ToolCall,
     ToolSpec,
     Usage,
-    open_stream,
 )
 from remem_agent.adapters.retry import RetryPolicy, call_with_retries
+from remem_agent.agent._spans import model_attributes, ms, record_response, record_search, root_span, stage
 from remem_agent.agent.call import Sampling
 from remem_agent.agent.capture import FactCapture
 from remem_agent.agent.conversation import (
-    CitationStripper,
     conversation_key,
     extract_citations,
     inject_memories,
@@ -80,7 +77,7 @@ from remem_agent.agent.outcomes import (
 )
 from remem_agent.agent.ports import AgentMemory, BlockingMemory
 from remem_agent.agent.prompt import citation_aliases, is_temporal_question, render_memories
-from remem_agent.agent.telemetry import AttributeValue, NoTelemetry, Span, Telemetry, memory_operation
+from remem_agent.agent.telemetry import NoTelemetry, Span, Telemetry, memory_operation
 from remem_agent.agent.trace import TraceWriter
 from remem_agent.errors import ModelError, UserInputError
 from remem_agent.ingest import check_scope
@@ -291,7 +288,7 @@ class Conversations:
                         self._settle_and_search, blocking, follows, label, user, _turn_key(key), query, search
                     )
                     span.set("remem.settled", settled)
-                    _record_search(span, res)
+                    record_search(span, res)
             else:
                 if follows is not None:
                     deferred = await self.settle_from_next_turn(
@@ -300,7 +297,7 @@ class Conversations:
                     )  # fmt: skip
                 with self._memory_span("search_memory", opts.scope, parent) as span:
                     res = await self.memory.asearch(query, **search)
-                    _record_search(span, res)
+                    record_search(span, res)
             turn = _Turn(
                 key=key,
                 answer_id=f"a_{uuid.uuid4().hex[:16]}",
@@ -352,7 +349,7 @@ class Conversations:
         self, operation: str, scope: str | None, parent: Span | None
     ) -> contextlib.AbstractContextManager[Span]:
         name, attrs = memory_operation(operation, scope)
-        return _stage(self.telemetry, name, parent, **attrs)
+        return stage(self.telemetry, name, parent, **attrs)
 
     async def begin_traced(self, opts: ChatOptions, t0: float, parent: Span | None = None) -> tuple[_Turn, bool]:
         """``begin``, but a failure of recall (a store error, say) still leaves the call's trace line."""
@@ -371,7 +368,7 @@ class Conversations:
                         "messages": [m.to_dict() for m in opts.messages], "memory_block": None, "tools": [],
                         "stream": False, "reply": {"text": "", "tool_calls": [], "finish_reason": "error"},
                         "citations": [], "error": f"recall failed: {type(exc).__name__}: {exc}",
-                        "latency_ms": {"total": _ms(t0)},
+                        "latency_ms": {"total": ms(t0)},
                     }
                 )  # fmt: skip
             raise
@@ -820,61 +817,12 @@ def _turn_key(key: tuple[int, str]) -> str:
     return f"{key[0]}:{key[1]}"
 
 
-def _ms(t0: float, t1: float | None = None) -> float:
-    return round(((t1 if t1 is not None else time.perf_counter()) - t0) * 1000, 3)
-
-
-@contextlib.contextmanager
-def _stage(tel: Telemetry, name: str, parent: Span | None, **attributes: AttributeValue) -> Iterator[Span]:
-    """A child span for one stage; a failure inside marks it and is re-raised."""
-    span = tel.start(name, attributes, parent)
-    try:
-        yield span
-    except BaseException as exc:
-        span.fail(exc)
-        raise
-    finally:
-        span.end()
-
-
-def _record_search(span: Span, res: SearchResult) -> None:
-    span.set("gen_ai.memory.search.result.count", len(res.items))
-    span.set("remem.search_id", res.search_id)
-
-
-def _model_attributes(model: ChatModel, opts: ChatOptions) -> dict[str, AttributeValue]:
-    attrs: dict[str, AttributeValue] = {
-        "gen_ai.operation.name": "chat",
-        "gen_ai.provider.name": model.adapter,
-        "gen_ai.request.model": model.name,
-    }
-    if opts.sampling.temperature is not None:
-        attrs["gen_ai.request.temperature"] = opts.sampling.temperature
-    if opts.sampling.max_tokens is not None:
-        attrs["gen_ai.request.max_tokens"] = opts.sampling.max_tokens
-    return attrs
-
-
-def _record_response(span: Span, resp: ChatResponse) -> None:
-    span.set("gen_ai.response.model", resp.model or None)
-    span.set("gen_ai.response.finish_reasons", [resp.finish_reason])
-    span.set("gen_ai.usage.input_tokens", resp.usage.prompt_tokens)
-    span.set("gen_ai.usage.output_tokens", resp.usage.completion_tokens)
-
-
-def _root_span(conv: Conversations, opts: ChatOptions, *, stream: bool) -> Span:
-    return conv.telemetry.start(
-        "remem.chat",
-        {"gen_ai.operation.name": "chat", "gen_ai.conversation.id": opts.conversation_id, "remem.stream": stream},
-    )
-
-
 async def run_chat(conv: Conversations, opts: ChatOptions, retry: RetryPolicy) -> ChatReply:
     """One non-streaming call: recall (once per turn) -> prompt -> call (with retries) -> citations -> trace."""
-    root = _root_span(conv, opts, stream=False)
+    root = root_span(conv.telemetry, opts.conversation_id, stream=False)
     try:
         t0 = time.perf_counter()
-        with _stage(conv.telemetry, "remem.recall", root) as span:
+        with stage(conv.telemetry, "remem.recall", root) as span:
             turn, recalled = await conv.begin_traced(opts, t0, span)
             span.set("remem.recalled", recalled)
             span.set("remem.served", len(turn.result.items))
@@ -883,26 +831,27 @@ async def run_chat(conv: Conversations, opts: ChatOptions, retry: RetryPolicy) -
         req, block = conv.request(opts, turn)
         t_call = time.perf_counter()
         try:
-            with _stage(conv.telemetry, f"chat {conv.model.name}", root, **_model_attributes(conv.model, opts)) as span:
+            attrs = model_attributes(conv.model, opts.sampling)
+            with stage(conv.telemetry, f"chat {conv.model.name}", root, **attrs) as span:
                 resp = await call_with_retries(lambda: conv.model.complete(req), retry)
-                _record_response(span, resp)
+                record_response(span, resp)
         except ModelError as exc:
-            failed = {"recall": _ms(t0, t_recall), "model": _ms(t_call), "total": _ms(t0)}
+            failed = {"recall": ms(t0, t_recall), "model": ms(t_call), "total": ms(t0)}
             record = conv.call_record(
                 opts, turn, recalled=recalled, block=block, stream=False, text="", tool_calls=(),
                 finish_reason="error", usage=Usage(), reply=None, error=f"model error: {exc}",
             )  # fmt: skip
             await conv.persist(None, record, lambda: failed)  # no answer waits: the trace line alone
             raise
-        model_ms = _ms(t_call)
+        model_ms = ms(t_call)
 
         def latency() -> dict[str, float]:
-            total = _ms(t0)
+            total = ms(t0)
             return {
-                "recall": _ms(t0, t_recall), "model": model_ms, "total": total, "overhead": round(total - model_ms, 3)
+                "recall": ms(t0, t_recall), "model": model_ms, "total": total, "overhead": round(total - model_ms, 3)
             }  # fmt: skip
 
-        with _stage(conv.telemetry, "remem.learn", root) as span:
+        with stage(conv.telemetry, "remem.learn", root) as span:
             reply, waiting = conv.reply_of(opts, turn, resp, recalled=recalled)
             record = conv.call_record(
                 opts, turn, recalled=recalled, block=block, stream=False, text=resp.text, tool_calls=resp.tool_calls,
@@ -962,192 +911,5 @@ async def finish_chat(conv: Conversations, prepared: PreparedChat, resp: ChatRes
         opts, turn, recalled=prepared.recalled, block=prepared.block, stream=False, text=resp.text,
         tool_calls=resp.tool_calls, finish_reason=resp.finish_reason, usage=resp.usage, reply=reply, error=None,
     )  # fmt: skip
-    await conv.persist(waiting, record, lambda: {"total": _ms(prepared.started)})
+    await conv.persist(waiting, record, lambda: {"total": ms(prepared.started)})
     return reply
-
-
-@dataclass
-class StreamState:
-    """What a stream's body reports to its :class:`ChatStream` (kept apart so the two form no reference
-    cycle: a stream dropped without ``aclose`` is then freed at once and its generator finalised)."""
-
-    answer_id: str | None = None
-    conversation_id: str | None = None
-    served: tuple[Hit, ...] = ()
-    abstained: bool = False
-    reply: ChatReply | None = None
-
-
-class ChatStream:
-    """``async for chunk in agent.chat_stream(...)``: text and tool-call pieces as the model produces them.
-
-    Memory work (validation, recall, the memory block) happens before the first chunk: ``await
-    stream.start()`` runs it early and makes ``answer_id``/``served`` available before any token (the
-    gateway sends them as headers). Citations, learning and the trace happen after the last chunk;
-    ``reply`` then holds the assembled :class:`ChatReply`. Leaving the loop early (``break``) or calling
-    :meth:`aclose` closes the model's stream and releases the agent's concurrency slot; nothing is credited.
-    """
-
-    def __init__(self, run: Callable[[StreamState], AsyncGenerator[StreamChunk | None]]) -> None:
-        self._state = StreamState()
-        self._gen = run(self._state)
-        self._started = False
-
-    @property
-    def answer_id(self) -> str | None:
-        return self._state.answer_id
-
-    @property
-    def conversation_id(self) -> str | None:
-        return self._state.conversation_id
-
-    @property
-    def served(self) -> tuple[Hit, ...]:
-        return self._state.served
-
-    @property
-    def abstained(self) -> bool:
-        """True when the abstain gate found nothing relevant (no memory block was injected)."""
-        return self._state.abstained
-
-    @property
-    def reply(self) -> ChatReply | None:
-        return self._state.reply
-
-    async def start(self) -> None:
-        if not self._started:
-            self._started = True
-            first = await self._gen.__anext__()  # the generator yields None once its memory work is done
-            assert first is None
-
-    def __aiter__(self) -> ChatStream:
-        return self
-
-    async def __anext__(self) -> StreamChunk:
-        await self.start()
-        chunk = await self._gen.__anext__()
-        assert chunk is not None
-        return chunk
-
-    async def aclose(self) -> None:
-        await self._gen.aclose()
-
-    async def __aenter__(self) -> ChatStream:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-
-async def stream_chat(
-    conv: Conversations,
-    opts: ChatOptions,
-    retry: RetryPolicy,
-    stream: StreamState,
-    slot: Callable[[], contextlib.AbstractAsyncContextManager[Any]],
-) -> AsyncGenerator[StreamChunk | None]:
-    """The body of a :class:`ChatStream`: yields None when ready, then the (citation-stripped) chunks."""
-    async with slot():
-        root = _root_span(conv, opts, stream=True)
-        try:
-            async with contextlib.aclosing(_stream_body(conv, opts, retry, stream, root)) as body:
-                async for item in body:  # closing this generator closes the body, and so the model's stream
-                    yield item
-        except BaseException as exc:
-            if not isinstance(exc, GeneratorExit):
-                root.fail(exc)
-            raise
-        finally:
-            root.end()
-
-
-async def _stream_body(
-    conv: Conversations, opts: ChatOptions, retry: RetryPolicy, stream: StreamState, root: Span
-) -> AsyncGenerator[StreamChunk | None]:
-    t0 = time.perf_counter()
-    with _stage(conv.telemetry, "remem.recall", root) as span:
-        turn, recalled = await conv.begin_traced(opts, t0, span)
-        span.set("remem.recalled", recalled)
-        span.set("remem.served", len(turn.result.items))
-    root.set("remem.answer_id", turn.answer_id)
-    t_recall = time.perf_counter()
-    req, block = conv.request(opts, turn)
-    stream.answer_id, stream.served, stream.abstained = turn.answer_id, turn.result.items, turn.result.abstained
-    stream.conversation_id = opts.conversation_id
-    yield None
-    asm = StreamAssembler(conv.model.name)
-    stripper = CitationStripper() if opts.strip else None
-    t_call = time.perf_counter()
-    t_first: float | None = None
-    state: dict[str, str | None] = {"outcome": "stopped", "error": None}  # read in finally, set in the body
-    model_span = conv.telemetry.start(f"chat {conv.model.name}", _model_attributes(conv.model, opts), root)
-    try:
-        upstream = await _open_stream(conv.model, req, retry)
-        async with contextlib.aclosing(upstream):
-            async for chunk in upstream:
-                if t_first is None:
-                    t_first = time.perf_counter()
-                asm.add(chunk)
-                if stripper is not None and chunk.text:
-                    chunk = replace(chunk, text=stripper.feed(chunk.text))
-                if stripper is not None and chunk.finish_reason is not None:
-                    chunk = replace(chunk, text=chunk.text + stripper.flush())
-                if chunk.text or chunk.tool_calls or chunk.finish_reason is not None or chunk.usage is not None:
-                    yield chunk
-        state["outcome"] = "done"
-    except ModelError as exc:
-        state.update(outcome="error", error=f"model error mid-stream: {exc}")
-        model_span.fail(exc)
-        raise
-    finally:
-        outcome, error = state["outcome"], state["error"]
-        resp = asm.response(latency_ms=_ms(t_call))
-        _record_response(model_span, resp)
-        if t_first is not None:
-            model_span.set("gen_ai.response.time_to_first_chunk", round(t_first - t_call, 6))
-        model_span.end()
-        reply, waiting = conv.reply_of(opts, turn, resp, recalled=recalled) if outcome == "done" else (None, None)
-
-        def latency() -> dict[str, float]:  # taken once the answer is waiting, as before
-            times = {
-                "recall": _ms(t0, t_recall),
-                "first_token": _ms(t0, t_first) if t_first is not None else None,
-                "model": _ms(t_call),
-                "total": _ms(t0),
-            }
-            return {k: v for k, v in times.items() if v is not None}
-
-        record = conv.call_record(
-            opts, turn, recalled=recalled, block=block, stream=True, text=resp.text, tool_calls=resp.tool_calls,
-            finish_reason=resp.finish_reason if outcome == "done" else outcome, usage=resp.usage, reply=reply,
-            error=error if outcome != "stopped" else "the consumer stopped reading before the end",
-        )  # fmt: skip
-        await conv.persist(waiting, record, latency)  # the pending answer, then the trace line
-        stream.reply = reply
-
-
-async def _open_stream(model: ChatModel, req: ChatRequest, retry: RetryPolicy) -> AsyncGenerator[StreamChunk]:
-    """The model's stream with its first chunk already received: failures before any byte are retried."""
-
-    async def first() -> tuple[StreamChunk | None, AsyncGenerator[StreamChunk]]:
-        gen = open_stream(model, req)  # the model's own generator when it is one (one relay fewer)
-        try:
-            return await gen.__anext__(), gen
-        except StopAsyncIteration:
-            return None, gen
-        except BaseException:
-            await gen.aclose()
-            raise
-
-    head, gen = await call_with_retries(first, retry)
-    return _prepend(head, gen)
-
-
-async def _prepend(head: StreamChunk | None, gen: AsyncGenerator[StreamChunk]) -> AsyncGenerator[StreamChunk]:
-    try:
-        if head is not None:
-            yield head
-        async for chunk in gen:
-            yield chunk
-    finally:
-        await gen.aclose()

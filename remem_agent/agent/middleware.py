@@ -32,19 +32,18 @@ from remem_agent.agent.capture import AsyncFactExtractor, FactCapture
 from remem_agent.agent.chat import (
     ChatOptions,
     ChatReply,
-    ChatStream,
     Conversations,
     PreparedChat,
     Verdict,
     finish_chat,
     prepare_chat,
     run_chat,
-    stream_chat,
 )
 from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, PendingOutcomes, PendingStore, Waiting
 from remem_agent.agent.ports import AgentMemory
 from remem_agent.agent.prompt import build_messages, check_answer_schema, citation_aliases, with_citations
 from remem_agent.agent.scoring import Outcome, Scorer, exact_match
+from remem_agent.agent.stream import ChatStream, stream_chat
 from remem_agent.agent.telemetry import Telemetry, memory_operation
 from remem_agent.agent.trace import AttemptRecord, HasSecrets, TraceRecord, TraceWriter
 from remem_agent.errors import ModelError, OutputValidationError, UnknownSearchError, UserInputError

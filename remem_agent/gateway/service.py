@@ -30,9 +30,10 @@ from starlette.types import Receive, Scope, Send
 
 from remem_agent.adapters.base import StreamChunk
 from remem_agent.agent import MemoryAgent
-from remem_agent.agent.chat import ChatReply, ChatStream
+from remem_agent.agent.chat import ChatReply
 from remem_agent.agent.conversation import conversation_key, parse_messages
 from remem_agent.agent.outcomes import PendingStore
+from remem_agent.agent.stream import ChatStream
 from remem_agent.errors import UnknownSearchError, UserInputError
 from remem_agent.gateway.auth import Caller
 from remem_agent.gateway.config import Limits
