@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from remem_agent.store.sqlite import SQLiteTx
+from remem_agent.store.sqlite_tx import SQLiteTx
 
 
 @contextmanager

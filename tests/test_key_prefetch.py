@@ -35,7 +35,7 @@ from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.learning.staleness import StalenessPolicy
 from remem_agent.store.copy import TABLES
 from remem_agent.store.sql import MEMORY_INSERT, LedgerTx
-from remem_agent.store.sqlite import SQLiteTx
+from remem_agent.store.sqlite_tx import SQLiteTx
 from remem_agent.types import Memory, State
 
 StoreLocation = Callable[[str], "str | Path"]

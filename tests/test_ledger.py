@@ -272,7 +272,7 @@ def test_a_memory_id_read_back_is_one_object_whichever_read_gave_it(tmp_path: Pa
     """Ids read from the ledger are interned (``store.sql.row_to_memory``): the dense index's ids (from
     ``embeddings_after``) and the rows' ids are the same string objects, so the search's tables keyed by id
     compare them by identity. Two reads of the same rows, by either path, give the same objects."""
-    from remem_agent.store.sqlite import SQLiteTx
+    from remem_agent.store.sqlite_tx import SQLiteTx
 
     mem = ReMem(tmp_path / "store")
     added = mem.add_many([f"fact {i} about regions" for i in range(5)])

@@ -16,7 +16,7 @@ from _sqlite_trace import traced
 from remem_agent import ReMem
 from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.store import bm25, lexical
-from remem_agent.store.sqlite import SQLiteTx
+from remem_agent.store.sqlite_tx import SQLiteTx
 
 # stems and inflections (porter: camp/camping/camped), diacritics folded, digits, a rare word
 WORDS = ["camp", "camping", "camped", "café", "cafe", "naïve", "river", "rivers", "2023", "x9", "quartz", "maple"]
@@ -181,7 +181,7 @@ def test_own_inserts_extend_the_postings_and_scores_stay_sqlite_s(tmp_path: Path
 def test_past_the_cached_seq_range_sqlite_ranks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Row sizes are remembered by seq in an array; a store whose seqs run past its bound is ranked by SQLite
     (the same answer), never by a huge allocation."""
-    import remem_agent.store.sqlite as sqlite_module
+    import remem_agent.store.sqlite_tx as sqlite_module
 
     mem = ReMem(tmp_path / "store")
     mem.add_many(["camping by the river", "river stones", "a quartz river"])

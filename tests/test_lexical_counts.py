@@ -1,4 +1,4 @@
-"""The lexical channel's word counts are remembered between searches (``sqlite._ReadCache``) but are never
+"""The lexical channel's word counts are remembered between searches (``sqlite_cache.ReadCache``) but are never
 stale: after an insert through this or another connection, a text update (compression), or a rolled-back
 write, each count equals a fresh count of the full-text index."""
 
@@ -16,7 +16,7 @@ from remem_agent import ReMem
 from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.store import lexical
 from remem_agent.store.sql import LedgerTx
-from remem_agent.store.sqlite import SQLiteTx
+from remem_agent.store.sqlite_tx import SQLiteTx
 
 WORDS = ["amber", "cedar", "lotus", "maple", "orbit", "river"]
 FRESH = "SELECT count(*) FROM (SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? LIMIT ?)"

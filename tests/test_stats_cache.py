@@ -12,7 +12,7 @@ import pytest
 from _sqlite_trace import traced
 
 from remem_agent import ReMem
-from remem_agent.store.sqlite import SQLiteTx
+from remem_agent.store.sqlite_tx import SQLiteTx
 from remem_agent.types import ALL_TASKS
 
 TASKS = (ALL_TASKS, "deploy", "billing")

@@ -41,7 +41,8 @@ from evals.perf.measure import latency_ms, loadavg, provenance
 from remem_agent import ReMem, RememConfig
 from remem_agent import memory as memory_module
 from remem_agent.index.flat import FlatIndex
-from remem_agent.store.sqlite import SQLiteStore, SQLiteTx
+from remem_agent.store.sqlite import SQLiteStore
+from remem_agent.store.sqlite_tx import SQLiteTx
 
 STAGES: tuple[tuple[Any, str, str], ...] = (
     (FlatIndex, "scan", "flat"),
