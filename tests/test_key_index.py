@@ -29,7 +29,8 @@ from _sqlite_downgrades import SQLITE_7_TO_6
 from remem_agent import ReMem
 from remem_agent.store import migrations, pg_migrations
 from remem_agent.store.copy import TABLES, export_rows
-from remem_agent.store.sql import CLAIMS_AT, CURRENT_FOR_KEY, KEY_STATE_FACTS, LedgerTx
+from remem_agent.store.sql import LedgerTx
+from remem_agent.store.sql_rows import CLAIMS_AT, CURRENT_FOR_KEY, KEY_STATE_FACTS
 
 StoreLocation = Callable[[str], "str | Path"]
 INDEX = "memories_scope_key_valid_from"

@@ -34,7 +34,8 @@ from remem_agent import MemoryInput, ReMem, RememConfig
 from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.learning.staleness import StalenessPolicy
 from remem_agent.store.copy import TABLES
-from remem_agent.store.sql import MEMORY_INSERT, LedgerTx
+from remem_agent.store.sql import LedgerTx
+from remem_agent.store.sql_rows import MEMORY_INSERT
 from remem_agent.store.sqlite_tx import SQLiteTx
 from remem_agent.types import Memory, State
 

@@ -20,7 +20,8 @@ from remem_agent.embedders.base import Embedder, check_vectors
 from remem_agent.errors import UserInputError
 from remem_agent.store.base import Store, is_postgres_url
 from remem_agent.store.factory import open_store
-from remem_agent.store.sql import LedgerTx, from_json
+from remem_agent.store.sql import LedgerTx
+from remem_agent.store.sql_rows import from_json
 
 log = logging.getLogger("remem_agent.store.copy")
 

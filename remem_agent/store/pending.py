@@ -32,7 +32,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from remem_agent.store.sql import LedgerTx, from_json
+from remem_agent.store.sql import LedgerTx
+from remem_agent.store.sql_rows import from_json
 
 WAITING_LIMIT = 10_000  # unclaimed rows a correction by a new fact looks through (the newest)
 

@@ -21,13 +21,8 @@ from numpy.typing import NDArray
 
 from remem_agent._extras import require
 from remem_agent.store import bm25, lexical
-from remem_agent.store.sql import (
-    LEXICAL_RETIRED,
-    MEMORY_INSERT,
-    MEMORY_INSERT_COLS,
-    MEMORY_INSERT_WIDTH,
-    LedgerTx,
-)
+from remem_agent.store.sql import LedgerTx
+from remem_agent.store.sql_rows import LEXICAL_RETIRED, MEMORY_INSERT, MEMORY_INSERT_COLS, MEMORY_INSERT_WIDTH
 from remem_agent.types import State
 
 require("psycopg", "postgres", feature="the PostgreSQL store")

@@ -20,7 +20,8 @@ from remem_agent.errors import (
     LedgerCorruptError,
 )
 from remem_agent.store import bm25, lexical, times
-from remem_agent.store.sql import (
+from remem_agent.store.sql import LedgerTx
+from remem_agent.store.sql_rows import (
     CLAIMS_AT,
     CURRENT_FOR_KEY,
     EVENT_INSERT_COLS,
@@ -31,7 +32,6 @@ from remem_agent.store.sql import (
     MEMORY_INSERT_COLS,
     MEMORY_INSERT_WIDTH,
     ROW_UPDATE_BY_ID,
-    LedgerTx,
     memory_row_key,
     row_to_memory,
 )

@@ -41,7 +41,8 @@ import numpy as np
 from remem_agent.errors import InvalidTransition
 from remem_agent.learning.lifecycle import LifecycleEvent, next_state
 from remem_agent.store import hashing, pending, times
-from remem_agent.store.sql import LedgerTx, from_json
+from remem_agent.store.sql import LedgerTx
+from remem_agent.store.sql_rows import from_json
 from remem_agent.types import ALL_TASKS, State, calibration_bin
 
 _LIMIT = 50  # cap the rows reported per check
