@@ -13,13 +13,14 @@ import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
 
 from remem_agent._time import Timestamp, shown, to_epoch
 from remem_agent._time import now as wall_now
+from remem_agent.conversation import Turn
 from remem_agent.errors import UserInputError
 from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.learning.staleness import StalenessPolicy, additive_wording, normalise, normalise_key, update_wording
@@ -433,3 +434,36 @@ def insert_fact(tx: LedgerTx, c: CleanFact, vec: np.ndarray, warn: list[str], st
         )
         tx.bump_attribute(c.attribute, changes=1)
     return mem.id
+
+
+def conversation_items(
+    parsed: Sequence[Turn],
+    extractor: FactExtractor | None,
+    *,
+    task: str | Sequence[str] | None,
+    keep_turns: bool,
+) -> list[MemoryInput]:
+    """What ``ReMem.add_conversation`` stores of a parsed conversation: each turn as a ``note`` "speaker: text"
+    (with ``keep_turns``), then, with ``extractor``, the facts it finds in each session's transcript, stamped
+    with the session's last turn when they carry no time of their own."""
+    items: list[MemoryInput] = []
+    if keep_turns:
+        items += [
+            MemoryInput(
+                f"{t.speaker}: {t.text}", role="note", task=task, timestamp=t.at, speaker=t.speaker, session=t.session
+            )
+            for t in parsed
+        ]
+    if extractor is not None:
+        sessions: dict[str | None, list[Turn]] = {}
+        for t in parsed:
+            sessions.setdefault(t.session, []).append(t)
+        for session, group in sessions.items():
+            text = check_text("\n".join(f"{t.speaker}: {t.text}" for t in group), "transcript")
+            last = max((t.at for t in group if t.at is not None), default=None)
+            for fact in extractor.extract(text):
+                if not isinstance(fact, MemoryInput):
+                    raise UserInputError(f"the extractor returned {type(fact).__name__}, not a MemoryInput")
+                stamp = fact.timestamp if fact.timestamp is not None else last
+                items.append(replace(fact, timestamp=stamp, task=fact.task or task, session=session))
+    return items

@@ -13,9 +13,8 @@ import json
 import logging
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -23,14 +22,15 @@ from numpy.typing import NDArray
 from remem_agent._time import Timestamp, to_epoch
 from remem_agent._time import now as wall_now
 from remem_agent.config import RememConfig
-from remem_agent.conversation import Turn, parse_conversation
+from remem_agent.conversation import parse_conversation
 from remem_agent.embedders.base import Embedder, check_vectors
 from remem_agent.embedders.cache import QueryCache
 from remem_agent.embedders.compat import vectors_compatible
 from remem_agent.embedders.registry import embedder_for_store, make_embedder
-from remem_agent.errors import LedgerIntegrityError, UnknownMemoryError, UnknownSearchError, UserInputError
+from remem_agent.errors import LedgerIntegrityError, UnknownMemoryError, UserInputError
+from remem_agent.gather import Gather, NewRows
 from remem_agent.index.base import IndexBackend
-from remem_agent.index.flat import FlatIndex, Scan
+from remem_agent.index.flat import FlatIndex
 from remem_agent.ingest import (
     FactExtractor,
     MemoryInput,
@@ -41,24 +41,22 @@ from remem_agent.ingest import (
     check_task,
     check_text,
     check_weight,
+    conversation_items,
     insert_fact,
     new_id,
     state_keys,
     validate_facts,
 )
-from remem_agent.learning.credit import Replay, leave_one_out, values_used
-from remem_agent.learning.feedback import FeedbackPlan, apply_feedback, exposure_priors, repeat_receipt
+from remem_agent.learning.credit import Replay
+from remem_agent.learning.feedback import apply_feedback, plan_feedback
 from remem_agent.ranking.features import FEATURE_NAMES
-from remem_agent.ranking.fusion import fuse
 from remem_agent.ranking.gate import NULL_TEXTS, GateDecision, decide, null_threshold
-from remem_agent.ranking.lifts import QueryContext, lifts
-from remem_agent.ranking.pipeline import Candidates, EvidenceNeeds, Ranking, eligible_rows, rank_and_select
-from remem_agent.ranking.utility import PriorCalibration, UtilityModel
+from remem_agent.ranking.pipeline import Candidates, Ranking, rank_and_select
+from remem_agent.ranking.utility import UtilityModel
 from remem_agent.store.base import Store, VectorSearch
 from remem_agent.store.factory import open_store
 from remem_agent.store.sql import LedgerTx
 from remem_agent.types import (
-    ALL_TASKS,
     DEFAULT_SCOPE,
     OUTCOME_SOURCES,
     ROLES,
@@ -162,11 +160,15 @@ class ReMem:
             raise UserInputError("backend must be empty: ReMem fills it from the ledger")
         # Our own flat index knows each row's scope and ranks only the readable ones (no pool widening).
         self._flat: FlatIndex | None = self.index if isinstance(self.index, FlatIndex) else None
-        self._index_seq = 0
-        import threading
-
-        self._index_lock = threading.Lock()
-        self._sync_index()
+        self._gather = Gather(
+            store=self.store,
+            index=self.index,
+            flat=self._flat,
+            synced_by_ledger=self._index_synced_by_ledger,
+            config=self.config,
+            dim=self.dim,
+        )
+        self._gather.sync()
 
     # -- housekeeping ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -177,24 +179,6 @@ class ReMem:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _sync_index(self) -> None:
-        """Bring the index up to date with the ledger (new rows from this or other processes)."""
-        if self._index_synced_by_ledger:
-            return
-        index = cast(IndexBackend, self.index)  # not a runtime Protocol check: this runs on every search
-        with self._index_lock:
-            if self.store.max_seq() <= self._index_seq:
-                return
-            if self._flat is not None:
-                last, ids, mat, scopes = self.store.scoped_embeddings_after(self._index_seq, self.dim)
-                if ids:
-                    self._flat.ingest(ids, mat, groups=scopes)
-            else:
-                last, ids, mat = self.store.embeddings_after(self._index_seq, self.dim)
-                if ids:
-                    index.ingest(ids, mat)
-            self._index_seq = last
 
     # -- add ------------------------------------------------------------------------------------
     def add(
@@ -228,7 +212,7 @@ class ReMem:
             self.embedder.embed([c.text for c in clean]), len(clean), self.dim, source=self.embedder.name
         )
 
-        def insert_all(tx: LedgerTx) -> tuple[list[str], list[str], _NewRows]:
+        def insert_all(tx: LedgerTx) -> tuple[list[str], list[str], NewRows]:
             ids: list[str] = []
             warned: list[str] = []  # fresh per attempt: a retried transaction must not warn twice
             before = tx.max_seq()
@@ -239,32 +223,16 @@ class ReMem:
             for c, vec in zip(clean, vecs, strict=True):
                 ids.append(insert_fact(tx, c, vec, warned, self.config.staleness))
             tx.drop_key_view()
-            new_rows = _NewRows(before, tx.max_seq(), tx.inserted)
+            new_rows = NewRows(before, tx.max_seq(), tx.inserted)
             tx.inserted = None
             return ids, warned, new_rows
 
         ids, pending_warnings, new_rows = self.store.transact(insert_all)
         for msg in pending_warnings:
             warnings.warn(msg, UserWarning, stacklevel=3)
-        self._index_new_rows(new_rows)
-        self._sync_index()
+        self._gather.ingest_new(new_rows)
+        self._gather.sync()
         return ids
-
-    def _index_new_rows(self, new: _NewRows) -> None:
-        """Give the flat index the rows this ``add_many`` just committed, without reading them back: when the
-        index held every row up to the transaction's start and the transaction's new seqs are exactly its
-        own inserts (in order), those are the rows ``_sync_index`` would read. Otherwise it reads them."""
-        if self._flat is None or self._index_synced_by_ledger or not new.rows:
-            return
-        with self._index_lock:
-            if self._index_seq != new.before or new.after - new.before != len(new.rows):
-                return
-            self._flat.ingest(
-                [mid for mid, _, _ in new.rows],
-                np.stack([vec for _, vec, _ in new.rows]).astype(np.float32, copy=False),
-                groups=[scope for _, _, scope in new.rows],
-            )
-            self._index_seq = new.after
 
     def add_conversation(
         self,
@@ -292,31 +260,7 @@ class ReMem:
         """
         parsed = parse_conversation(transcript, timestamp=timestamp)
         keep_turns = extractor is None if turns is None else bool(turns)
-        items: list[MemoryInput] = []
-        if keep_turns:
-            items += [
-                MemoryInput(
-                    f"{t.speaker}: {t.text}",
-                    role="note",
-                    task=task,
-                    timestamp=t.at,
-                    speaker=t.speaker,
-                    session=t.session,
-                )
-                for t in parsed
-            ]
-        if extractor is not None:
-            sessions: dict[str | None, list[Turn]] = {}
-            for t in parsed:
-                sessions.setdefault(t.session, []).append(t)
-            for session, group in sessions.items():
-                text = check_text("\n".join(f"{t.speaker}: {t.text}" for t in group), "transcript")
-                last = max((t.at for t in group if t.at is not None), default=None)
-                for fact in extractor.extract(text):
-                    if not isinstance(fact, MemoryInput):
-                        raise UserInputError(f"the extractor returned {type(fact).__name__}, not a MemoryInput")
-                    stamp = fact.timestamp if fact.timestamp is not None else last
-                    items.append(replace(fact, timestamp=stamp, task=fact.task or task, session=session))
+        items = conversation_items(parsed, extractor, task=task, keep_turns=keep_turns)
         return self.add_many(items, scope=scope)
 
     # -- search ---------------------------------------------------------------------------------
@@ -353,7 +297,7 @@ class ReMem:
         at = t_as_of if t_as_of is not None else t_now
 
         qvec = self.query_cache.vector(self.embedder, query)
-        self._sync_index()
+        self._gather.sync()
         # gather (I/O) -> rank and select (pure) -> record (I/O)
         candidates = self.candidates(
             qvec, k=k, task=task, at=at, historical=t_as_of is not None, scope=scope, query=query, time_anchor=t_now
@@ -406,8 +350,7 @@ class ReMem:
 
     def readable_scopes(self, scope: str) -> frozenset[str]:
         """What a search in ``scope`` may serve: that scope, and the shared scope when one is configured."""
-        shared = self.config.shared_scope
-        return frozenset({scope, shared} if shared else {scope})
+        return self._gather.readable_scopes(scope)
 
     def candidates(
         self,
@@ -421,134 +364,12 @@ class ReMem:
         query: str | None = None,
         time_anchor: float | None = None,
     ) -> Candidates:
-        """Search's gather stage: the pool eligible at ``at`` and the ledger's evidence about it, in one read.
-
-        Public for harnesses and baselines that must rank exactly the pool a search ranks (``evals/``).
-
-        With ``RememConfig.retrieval`` "hybrid" (default) the dense index's candidates and the ledger's
-        lexical candidates for ``query`` are fused into one pool (remem_agent/ranking/fusion.py); "dense" or
-        "lexical" use one channel. Without ``query`` (callers that only have a vector) the pool is dense.
-        Both channels pass the same eligibility test (:func:`is_eligible`: scopes, state, validity, ``as_of``).
-
-        ``time_anchor`` (the search's ``now``) resolves the times ``query`` names ("in May 2023", "last week":
-        remem_agent/temporal.py, questions looking back); pooled memories valid from within such a range, or whose
-        text speaks of one (their stored time mentions), gain ``RememConfig.time_weight`` in fusion.
-
-        The dense pool is over-fetched (``k * pool_factor``, at least ``min_pool``) and widened when filtering
-        leaves too few; each widening is a new index lookup and read (rare: most searches read once). The
-        lexical channel fetches ``lexical_pool`` (default: the same size) once, in the same read.
-        """
-        size = len(self.index)
-        want = max(self.config.min_pool, k * self.config.pool_factor)
-        pool = min(size, want)
-        needs = EvidenceNeeds.of(self.config)
-        scopes = self.readable_scopes(scope)
-        mode = self.config.retrieval if query is not None else "dense"
-        lex_limit = self.config.lexical_pool or want
-        context = QueryContext.of(query, time_anchor) if query is not None and mode != "dense" else None
-        while True:
-            ids: Sequence[str] = []
-            sims: Sequence[float] | NDArray[np.float32] = []
-            scan: Scan | None = None
-            if mode != "lexical":
-                if self._flat is not None:
-                    scan = self._flat.scan(qvec, pool, groups=scopes)
-                    ids, sims = scan.ids, scan.sims
-                elif self._index_synced_by_ledger:  # the ledger's own index (pgvector) filters by scope itself
-                    ids, sims = cast(VectorSearch, self.index).candidates(qvec, pool, scopes=scopes)
-                else:  # a caller's backend knows no scopes: filtered below, widening if needed
-                    ids, sims = cast(IndexBackend, self.index).candidates(qvec, pool)
-            with self.store.read() as tx:
-                lexical: list[tuple[str, float]] = []
-                if mode != "dense" and query is not None:
-                    # The words of a time the query names stay words to match as well: taking them out of the
-                    # lexical query was measured on LoCoMo's dev conversations and lost recall (a turn that says
-                    # "last year" is often the one a question about "last year" wants).
-                    lexical = tx.lexical_candidates(query, limit=lex_limit, scopes=scopes, current_only=not historical)
-                wanted = list(dict.fromkeys([*ids, *(mid for mid, _ in lexical)]))
-                rows = tx.memories(wanted)
-                eligible = eligible_rows(rows, wanted, at, historical=historical, scopes=scopes)
-                # tolist(): one conversion of the whole array (float32 -> float is exact), not one per element
-                sims_list = sims.tolist() if isinstance(sims, np.ndarray) else [float(s) for s in sims]
-                dense = [(mid, s) for mid, s in zip(ids, sims_list, strict=True) if mid in eligible]
-                # Widen while filtering left too few, unless the index already gave every row it has for these
-                # scopes (fewer than asked: the flat index and the ledger's rank only the readable scopes).
-                exhausted = len(ids) < pool and (self._flat is not None or self._index_synced_by_ledger)
-                if mode != "lexical" and len(dense) < min(want, k * 2) and pool < size and not exhausted:
-                    pool = min(size, pool * 4)
-                    continue
-                dense = dense[:want]
-                lex = [(mid, float(s)) for mid, s in lexical if mid in eligible]
-                lift = self._lifts(tx, context, eligible, dense, lex) if context is not None else None
-                fused = fuse(dense, lex, self._cosines(qvec, dense, lex, scan, tx), config=self.config, lift=lift)
-                if not fused.ids:
-                    return Candidates(memories=(), similarities=np.zeros(0, dtype=np.float64))
-                cands = list(map(eligible.__getitem__, fused.ids))
-                tasks = (ALL_TASKS, task) if task else (ALL_TASKS,)
-                keyed = [(m.scope, *m.key) for m in cands if m.key is not None and m.role == "state"]
-                return Candidates(
-                    memories=cands,
-                    similarities=fused.similarity,
-                    lexical=fused.lexical if mode != "dense" else None,
-                    retrieval=fused.retrieval if mode != "dense" else None,
-                    stats=tx.stats(fused.ids, tasks) if needs.stats else {},  # the ids of cands
-                    calibration=PriorCalibration.from_rows(
-                        tx.prior_calibration(scope), strength=self.config.contribution_calibration
-                    )
-                    if needs.calibration
-                    else None,
-                    keys=tx.key_summary(keyed) if keyed and needs.keys else {},
-                    changing_attributes=frozenset(
-                        a for a, info in tx.attributes([key[2] for key in keyed]).items() if info.changes > 0
-                    )
-                    if keyed and needs.attributes
-                    else frozenset(),
-                )
-
-    def _lifts(
-        self,
-        tx: LedgerTx,
-        context: QueryContext,
-        eligible: Mapping[str, Memory],
-        dense: Sequence[tuple[str, float]],
-        lexical: Sequence[tuple[str, float]],
-    ) -> dict[str, float]:
-        """The pool's lifts for what the query says about times and speakers (reads the stored time mentions
-        only when the query names a time)."""
-        pooled = [eligible[mid] for mid in dict.fromkeys(mid for mid, _ in (*dense, *lexical))]
-        cfg = self.config
-        mentions = tx.times_of([m.id for m in pooled]) if context.times and cfg.time_weight > 0 else {}
-        return lifts(context, pooled, mentions, time_weight=cfg.time_weight, speaker_weight=cfg.speaker_weight)
-
-    def _cosines(
-        self,
-        qvec: NDArray[np.float32],
-        dense: Sequence[tuple[str, float]],
-        lexical: Sequence[tuple[str, float]],
-        scan: Scan | None = None,
-        tx: LedgerTx | None = None,
-    ) -> dict[str, float]:
-        """Every pooled id's cosine: the dense channel's own, the flat index's for lexical-only candidates
-        (from its scan when there was one: every row was scored there), else computed from the embeddings
-        the ledger keeps for every memory, read in the search's transaction ``tx``.
-
-        Why not a stand-in value: pgvector and a caller's backend cannot score a given id, and giving a
-        lexical-only candidate the dense pool's lowest cosine ranked the same pool differently on
-        PostgreSQL than on SQLite. Only a row the ledger does not hold gets that lowest cosine.
-        """
-        out = dict(dense)
-        missing = [mid for mid, _ in lexical if mid not in out]
-        if missing and scan is not None:
-            out.update(scan.similarities(missing))
-            missing = [mid for mid in missing if mid not in out]  # rows ingested after the scan (none in a search)
-        if missing:
-            if self._flat is not None:
-                out.update(self._flat.similarities(qvec, missing))
-            elif tx is not None:  # pgvector or a caller's backend: from the ledger's copy of the vectors
-                out.update(_cosine_to(qvec, tx.embeddings_of(missing)))
-            floor = min(out.values(), default=0.0)
-            out.update((mid, floor) for mid in missing if mid not in out)
-        return out
+        """Search's gather stage (:meth:`remem_agent.gather.Gather.candidates`): the pool eligible at ``at`` and the
+        ledger's evidence about it, in one read. Public for harnesses and baselines that must rank exactly the
+        pool a search ranks (``evals/``)."""
+        return self._gather.candidates(
+            qvec, k=k, at=at, task=task, historical=historical, scope=scope, query=query, time_anchor=time_anchor
+        )
 
     # -- feedback -------------------------------------------------------------------------------
     def feedback(
@@ -587,48 +408,27 @@ class ReMem:
         search_id = check_text(search_id, "search_id")
         if not isinstance(success, bool | np.bool_):
             raise UserInputError("success must be True or False")
-        success = bool(success)
         weight = check_weight(weight)
         scope = None if scope is None else check_scope(scope)
         t_feedback = to_epoch(now, name="now")
         if source not in OUTCOME_SOURCES:
             raise UserInputError(f"source must be one of {OUTCOME_SOURCES}, got {source!r}")
-        used = check_ids(used_ids, "used_ids")
-        cited = check_ids(cited_ids, "cited_ids")
-        with self.store.read() as tx:
-            rec = tx.search(search_id)
-            if rec is None or (scope is not None and rec.scope != scope):
-                raise UnknownSearchError(search_id)
-            served = rec.served_ids
-            unknown = [i for i in used + cited if i not in served]
-            if unknown:
-                raise UserInputError(f"ids not served by search {search_id}: {unknown}")
-            if answer is not None:
-                texts = {m.id: m.original_text for m in tx.memories(served).values()}
-                used += sorted(values_used(texts, answer) - set(used))
-        essential: set[str] = set()
-        calls = 0
-        policy = self.config.credit
-        if replay is not None and success and policy.loo != "off":
-            essential, calls = leave_one_out(served, policy.replay_candidates(served, cited, used), replay)
-        plan = FeedbackPlan(
-            search_id=search_id,
-            task=rec.task,
-            served=tuple(served),
-            success=success,
-            cited=tuple(cited),
-            used=tuple(used),
-            essential=frozenset(essential),
+        plan, repeated = plan_feedback(
+            self.store,
+            self.config,
+            search_id,
+            success=bool(success),
+            used=check_ids(used_ids, "used_ids"),
+            cited=check_ids(cited_ids, "cited_ids"),
+            answer=answer,
+            replay=replay,
             weight=weight,
             source=source,
-            at=t_feedback if t_feedback is not None else rec.now if rec.now is not None else wall_now(),
-            replay_calls=calls,
-            scope=rec.scope,
-            priors=exposure_priors(rec.served, self.config.relevance_static),
+            scope=scope,
+            at=t_feedback,
         )
-        if rec.feedback is not None:
-            with self.store.read() as rtx:
-                return repeat_receipt(rtx, search_id, rec.feedback, plan.payload(), success)
+        if repeated is not None:
+            return repeated
         return self.store.transact(lambda tx: apply_feedback(tx, plan, self.config))
 
     # -- inspection -----------------------------------------------------------------------------
@@ -791,32 +591,8 @@ class ReMem:
         return await asyncio.to_thread(self.inspect, memory_id, scope=scope)
 
 
-@dataclass(frozen=True)
-class _NewRows:
-    """What one ``add_many`` transaction inserted: the highest seq before and after it, and its new memories
-    (id, embedding, scope) in insertion order."""
-
-    before: int
-    after: int
-    rows: list[tuple[str, NDArray[np.float32], str]]
-
-
 def _in_scope(memory: Memory, scope: str | None) -> Memory:
     """``memory`` if it belongs to ``scope`` (None: any); another scope's memory is as good as absent."""
     if scope is not None and memory.scope != scope:
         raise UnknownMemoryError(memory.id)
     return memory
-
-
-def _cosine_to(qvec: NDArray[np.float32], vectors: Mapping[str, NDArray[np.float32]]) -> dict[str, float]:
-    """Cosine of ``qvec`` with each vector, in float32. Stored embeddings and queries are unit vectors
-    (``check_vectors``), so this is the inner product the flat index and pgvector's ``<=>`` give; dividing by
-    the norms keeps it a cosine for a vector that is not."""
-    if not vectors:
-        return {}
-    ids = list(vectors)
-    mat = np.stack([np.asarray(vectors[i], dtype=np.float32).reshape(-1) for i in ids])
-    q = np.asarray(qvec, dtype=np.float32).reshape(-1)
-    norms = np.linalg.norm(mat, axis=1) * float(np.linalg.norm(q))
-    sims = np.divide(mat @ q, norms, out=np.zeros(len(ids), dtype=np.float32), where=norms > 0)
-    return {mid: float(v) for mid, v in zip(ids, sims, strict=True)}

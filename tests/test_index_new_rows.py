@@ -1,6 +1,6 @@
 """``ReMem.add_many`` hands the rows it committed to the flat index itself instead of reading them back
-(``ReMem._index_new_rows``). The index must end exactly as reading the ledger would build it (same rows in
-seq order, vectors and scopes), and the shortcut must step aside whenever the index was behind the ledger
+(``Gather.ingest_new``). The index must end exactly as reading the ledger would build it (same rows in seq
+order, vectors and scopes), and the shortcut must step aside whenever the index was behind the ledger
 (another connection added rows) or the transaction's new seqs are not exactly its own inserts."""
 
 from __future__ import annotations
@@ -64,6 +64,6 @@ def test_the_index_equals_one_built_from_the_ledger(tmp_path: Path, monkeypatch:
     codes_mem = {c: g for g, c in mem._flat._codes.items()}  # type: ignore[union-attr]
     codes_fresh = {c: g for g, c in fresh._flat._codes.items()}  # type: ignore[union-attr]
     assert [codes_mem[c] for c in got[2]] == [codes_fresh[c] for c in want[2]]
-    assert mem._index_seq == fresh._index_seq == mem.store.max_seq()
+    assert mem._gather.seq == fresh._gather.seq == mem.store.max_seq()
     mem.close()
     fresh.close()

@@ -1,9 +1,10 @@
 """The body of a feedback transaction: credit -> staleness -> retention, in one ledger transaction.
 
-``ReMem.feedback`` validates the call and reads the search it refers to (gather), optionally replays the
-task leave-one-out (outside any lock: it calls the agent), then hands a :class:`FeedbackPlan` to
-:func:`apply_feedback` inside ``store.transact``. On PostgreSQL that body may be rerun after a
-serialization conflict, so it has no effect outside the transaction.
+``ReMem.feedback`` validates the call; :func:`plan_feedback` reads the search it refers to (gather) and
+optionally replays the task leave-one-out (outside any lock: it calls the agent), giving a
+:class:`FeedbackPlan` that ``ReMem.feedback`` hands to :func:`apply_feedback` inside ``store.transact``.
+On PostgreSQL that body may be rerun after a serialization conflict, so it has no effect outside the
+transaction.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from remem_agent._time import now as wall_now
 from remem_agent.config import RememConfig
-from remem_agent.errors import FeedbackConflictError
+from remem_agent.errors import FeedbackConflictError, UnknownSearchError, UserInputError
+from remem_agent.learning.credit import Replay, leave_one_out, values_used
 from remem_agent.ranking.features import snapshot_features
 from remem_agent.ranking.utility import HeuristicUtility, PriorCalibration, relevance_prior
+from remem_agent.store.base import Store
 from remem_agent.store.sql import LedgerTx
 from remem_agent.types import CreditRecord, Event, FeedbackReceipt, OutcomeSource, calibration_bin
 
@@ -144,3 +148,62 @@ def repeat_receipt(
         (),
         True,
     )
+
+
+def plan_feedback(
+    store: Store,
+    config: RememConfig,
+    search_id: str,
+    *,
+    success: bool,
+    used: list[str],
+    cited: list[str],
+    answer: Any,
+    replay: Replay | None,
+    weight: float,
+    source: OutcomeSource,
+    scope: str | None,
+    at: float | None,
+) -> tuple[FeedbackPlan, FeedbackReceipt | None]:
+    """Feedback's gather stage: the plan for a validated verdict on ``search_id`` and, when the search was
+    judged already, the receipt a repeat gets (:func:`repeat_receipt`; the plan is then not to be applied).
+
+    Raises ``UnknownSearchError`` for an unknown search or another scope's, and ``UserInputError`` for ids the
+    search did not serve. With ``answer``, served memories holding a value the answer committed to count as
+    used; with ``replay`` (and ``config.credit.loo`` on) the essential memories come from leave-one-out.
+    """
+    with store.read() as tx:
+        rec = tx.search(search_id)
+        if rec is None or (scope is not None and rec.scope != scope):
+            raise UnknownSearchError(search_id)
+        served = rec.served_ids
+        unknown = [i for i in used + cited if i not in served]
+        if unknown:
+            raise UserInputError(f"ids not served by search {search_id}: {unknown}")
+        if answer is not None:
+            texts = {m.id: m.original_text for m in tx.memories(served).values()}
+            used = used + sorted(values_used(texts, answer) - set(used))
+    essential: set[str] = set()
+    calls = 0
+    policy = config.credit
+    if replay is not None and success and policy.loo != "off":
+        essential, calls = leave_one_out(served, policy.replay_candidates(served, cited, used), replay)
+    plan = FeedbackPlan(
+        search_id=search_id,
+        task=rec.task,
+        served=tuple(served),
+        success=success,
+        cited=tuple(cited),
+        used=tuple(used),
+        essential=frozenset(essential),
+        weight=weight,
+        source=source,
+        at=at if at is not None else rec.now if rec.now is not None else wall_now(),
+        replay_calls=calls,
+        scope=rec.scope,
+        priors=exposure_priors(rec.served, config.relevance_static),
+    )
+    if rec.feedback is not None:
+        with store.read() as rtx:
+            return plan, repeat_receipt(rtx, search_id, rec.feedback, plan.payload(), success)
+    return plan, None
