@@ -144,3 +144,16 @@ def test_library_never_imports_the_harness() -> None:
         m for m, deps in graph.items() if m.startswith("remem_agent") and any(d.startswith("evals") for d in deps)
     )
     assert offenders == []
+
+
+def test_the_architecture_module_map_is_rendered_from_the_code() -> None:
+    """docs/ARCHITECTURE.md lists every module with its docstring's first sentence and the packages it imports,
+    exactly as ``python -m evals.analysis.architecture`` renders them: a new or moved module fails here."""
+    from evals.analysis.architecture import DOC, render, updated
+
+    text = DOC.read_text(encoding="utf-8")
+    assert updated(text, render()) == text, "run: python -m evals.analysis.architecture"
+    listed = render()
+    for path in sorted((ROOT / "remem_agent").rglob("*.py")):
+        if "__pycache__" not in path.parts:
+            assert f"| `{path.relative_to(ROOT / 'remem_agent').as_posix()}` |" in listed

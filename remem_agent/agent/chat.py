@@ -1,4 +1,4 @@
-"""Memory for a conversation the caller owns: ``MemoryAgent.chat`` and ``MemoryAgent.chat_stream``.
+"""Memory for a conversation the caller owns: ``MemoryAgent.chat``, and the turn state ``chat_stream`` shares.
 
 The caller keeps its system prompt, history, tools and sampling; per call the middleware
 
