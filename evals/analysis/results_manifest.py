@@ -29,7 +29,8 @@ def committed_results(root: Path = ROOT) -> list[str]:
 
 
 def _origin(path: Path) -> str:
-    """What a JSON result says produced it (its ``command``, else its ``benchmark`` name), or ""."""
+    """What a JSON result says produced it (its ``command`` or ``meta.command``, else its ``benchmark`` name), or
+    ""."""
     if path.suffix != ".json" or path.stat().st_size > 5_000_000:
         return ""
     try:
@@ -38,7 +39,8 @@ def _origin(path: Path) -> str:
         return ""
     if not isinstance(data, dict):
         return ""
-    command = data.get("command")
+    meta = data.get("meta")
+    command = data.get("command") or (meta.get("command") if isinstance(meta, dict) else None)
     if isinstance(command, str) and command:
         return f"`{command}`" if len(command) <= 160 else f"`{command[:157]}...`"
     bench = data.get("benchmark")
