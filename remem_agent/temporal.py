@@ -21,8 +21,9 @@ What is resolved (case-insensitive; the rules for ambiguous words are part of th
 - months: ``last/this/next month``, ``N months ago``, ``June 2020``, and a month name after a preposition
   or modifier (``in June``, ``since June``, ``early June``, ``last June``). Without a year a month is the
   anchor year's; ``last June`` is the latest June before the anchor's month, ``next June`` the first after;
-- years: ``last/this/next year``, ``N years ago``, and a year after a preposition (``in 2016``, ``since
-  2019``, ``back in 2016``, ``of 2022``): a bare number such as "2000 people" is not a year;
+- years: ``last/this/next year``, ``N years ago``, and a year from 1800 to 2199 after a preposition (``in
+  2016``, ``since 2019``, ``back in 2016``): a bare number such as "2000 people", or "a team of 2000", is not a
+  year;
 - dates: ``8 May 2023``, ``8th of May, 2023``, ``May 8, 2023``, ``May 8th``, ``2023-05-08`` (a date without
   a year is in the anchor's year; a date that does not exist, such as 30 February, is skipped).
 
@@ -70,6 +71,8 @@ _COUNT = r"(?:\d{1,3}|a couple of|couple of|" + "|".join(w for w in _COUNTS if "
 _UNIT = r"(?:day|week|weekend|month|year)s?"
 _ORD = r"(?:st|nd|rd|th)?"
 _YEAR = r"(?:1\d{3}|2\d{3})"
+# A year named by itself ("in 2016"): 1800-2199 only, so "in 1473 units" is no year
+_BARE_YEAR = r"(?:1[89]\d\d|2[01]\d\d)"
 _PREP = (
     r"(?:in|on|during|since|until|till|by|of|from|through|throughout|before|after|around|early|late|mid-?|"
     r"last|next|this|coming|the end of|the start of|the beginning of|the middle of)"
@@ -91,12 +94,14 @@ _GRAMMAR = (
     rf"|(?P<rel>(?P<rw>last|this|next|coming|past)\s+(?P<ru>week|weekend|month|year|(?P<rd>{_WEEKDAY})))"
     rf"|(?P<rmonth>(?P<rmw>last|next|this)\s+(?P<rmm>{_FULL_MONTH}))"
     rf"|(?P<pmonth>(?P<pp>{_PREP})\s+(?P<pm>{_FULL_MONTH})(?!\.?\s+\d{{1,2}}{_ORD}\b)(?:,?\s+(?P<py>{_YEAR}))?)"
-    rf"|(?P<pyear>(?:back\s+in|in|since|from|until|till|by|of|during|around|before|after|the year)\s+(?P<yy>{_YEAR}))"
+    rf"|(?P<pyear>(?:back\s+in|in|since|from|until|till|by|during|around|before|after|the year)\s+(?P<yy>{_BARE_YEAR}))"
     r")\b"
 )
-# The cheap test in front of the grammar: a text where no word starts with one of these (or a digit) names no time.
+# The cheap test in front of the grammar: a text where no word starts with one of these names no time. Numbers
+# count only as a year (1800-2199) or the start of an ISO date: every other number the grammar reads ("3 days
+# ago", "8 May") comes with one of the words.
 _KEYWORDS = (
-    r"\d|yesterday|today|tonight|tomorrow|morning|afternoon|evening|night|ago|week|month|year|"
+    r"(?:1[89]|2[01])\d\d\b|\d{4}-|day|yesterday|today|tonight|tomorrow|morning|afternoon|evening|night|ago|week|month|year|"
     + "|".join(_WEEKDAYS)
     + "|"
     + "|".join(m for m in _MONTHS if len(m) > 3 or m == "may")

@@ -102,6 +102,8 @@ def test_expression_table(text, anchor, expr, first, end, grain):
         "I have a second chance",
         "See you on Friday",  # a bare weekday: past or future depends on the tense, so it is not resolved
         "2000 people came",  # a number, not a year
+        "a team of 2000",  # "of" is no year's preposition: too often a count
+        "ship it in 1473 units",  # a bare year is 1800-2199
         "I did it recently, the other day, a few weeks ago",  # vague
         "30 February 2023",  # no such day
         "Nothing here at all",
