@@ -121,12 +121,15 @@ class RememConfig:
 
     @classmethod
     def similarity_only(cls, **overrides: Any) -> RememConfig:
-        """System A: cosine ranking only; no guard, no outcome features, no retention or outcome staleness.
+        """System A: cosine ranking only; no guard, no outcome features, no retention or outcome staleness, no
+        lift for the times or speakers a query names.
 
         Ingest-time supersession still applies (it is a property of the ledger, not of ranking).
         """
         base: dict[str, Any] = {
             "utility": "similarity",
+            "time_weight": 0.0,
+            "speaker_weight": 0.0,
             "guard_top": 0,
             "p_floor": 0.0,
             "selection": "greedy",

@@ -136,7 +136,10 @@ class Gather:
         scopes = self.readable_scopes(scope)
         mode = self.config.retrieval if query is not None else "dense"
         lex_limit = self.config.lexical_pool or want
-        context = QueryContext.of(query, time_anchor) if query is not None and mode != "dense" else None
+        # An as_of search leaves times out: its question's time is the as_of, and validity at that time (the
+        # eligibility test) decides, not when a memory was said (measured on the synthetic state_change family).
+        anchor = None if historical else time_anchor
+        context = QueryContext.of(query, anchor) if query is not None and mode != "dense" else None
         while True:
             ids: Sequence[str] = []
             sims: Sequence[float] | NDArray[np.float32] = []

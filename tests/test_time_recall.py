@@ -144,3 +144,16 @@ def test_which_questions_are_about_time(question: str, about_time: bool) -> None
 def test_names_time_needs_a_readable_expression() -> None:
     assert names_time("see you next Friday") and names_time("İstanbul, last week")
     assert not names_time("see you on Friday") and not names_time("") and not names_time("May I?")
+
+
+def test_an_as_of_search_is_not_lifted_by_the_time_it_names(tmp_path: Path) -> None:
+    """In an as_of search the question's time is the as_of: validity then decides, not when a memory was said."""
+    q = "Who went to the beach in June 2023?"
+    got = {}
+    for name, cfg in {"on": RememConfig(), "off": RememConfig(time_weight=0.0)}.items():
+        with ReMem(tmp_path / name, embedder="hash", config=cfg) as mem:
+            mem.add_many(TURNS)
+            got[name] = [h.text for h in mem.search(q, k=4, now=NOW, as_of=_t(2023, 10, 1)).items]
+            got[name + "_now"] = [h.text for h in mem.search(q, k=4, now=NOW).items]
+    assert got["on"] == got["off"]
+    assert got["on_now"] != got["off_now"]  # without as_of the same question is lifted

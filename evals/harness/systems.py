@@ -42,6 +42,8 @@ def _preset(name: str) -> RememConfig:
             retention=RetentionPolicy(enabled=False),
             staleness=StalenessPolicy(outcome_invalidation=False),
             static_prior="always",  # the reference's static score: the prior at full weight, no outcomes
+            time_weight=0.0,  # a flat vector store's ranking: no lift for the times or speakers a query names
+            speaker_weight=0.0,
         )
     if name == "default":
         return RememConfig()

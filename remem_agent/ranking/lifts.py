@@ -4,7 +4,8 @@ Similarity alone does not read "in May 2023" or "What did Caroline ..." as const
 
 - **time**: a query that names a time (resolved by :mod:`remem_agent.temporal` against the search's now, a
   question looking back) lifts each candidate said or valid from within that time, or whose text speaks of
-  it (its stored mentions), by ``RememConfig.time_weight``;
+  it (its stored mentions), by ``RememConfig.time_weight``. Not in an ``as_of`` search: there the question's
+  time is the ``as_of``, and what was valid then is already decided by eligibility;
 - **speaker**: a query that names a candidate's speaker (a word of the speaker's name, ignoring case, as a
   word of the query) lifts that candidate by ``RememConfig.speaker_weight``: a question about what Caroline
   did is mostly answered by what Caroline said.
