@@ -39,6 +39,7 @@ from evals.harness.jsonio import write_json
 from evals.perf.core import make_world
 from evals.perf.measure import latency_ms, loadavg, provenance
 from remem_agent import ReMem, RememConfig
+from remem_agent import gather as gather_module
 from remem_agent import memory as memory_module
 from remem_agent.index.flat import FlatIndex
 from remem_agent.store.sqlite import SQLiteStore
@@ -50,7 +51,7 @@ STAGES: tuple[tuple[Any, str, str], ...] = (
     (SQLiteTx, "memories", "rows"),
     (SQLiteTx, "stats", "stats"),
     (SQLiteTx, "attributes", "attributes"),
-    (memory_module, "fuse", "fuse"),
+    (gather_module, "fuse", "fuse"),
     (memory_module, "rank_and_select", "rank"),
     (SQLiteStore, "transact", "record"),
 )
