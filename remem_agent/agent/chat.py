@@ -373,6 +373,15 @@ class Conversations:
                 )  # fmt: skip
             raise
 
+    async def recall_stage(self, opts: ChatOptions, t0: float, root: Span) -> tuple[_Turn, bool]:
+        """One call's recall as the ``remem.recall`` child span of ``root`` (which then names the answer id)."""
+        with stage(self.telemetry, "remem.recall", root) as span:
+            turn, recalled = await self.begin_traced(opts, t0, span)
+            span.set("remem.recalled", recalled)
+            span.set("remem.served", len(turn.result.items))
+        root.set("remem.answer_id", turn.answer_id)
+        return turn, recalled
+
     def request(self, opts: ChatOptions, turn: _Turn) -> tuple[ChatRequest, str | None]:
         labels = list(turn.aliases)
         temporal = is_temporal_question(turn.query)
@@ -822,11 +831,7 @@ async def run_chat(conv: Conversations, opts: ChatOptions, retry: RetryPolicy) -
     root = root_span(conv.telemetry, opts.conversation_id, stream=False)
     try:
         t0 = time.perf_counter()
-        with stage(conv.telemetry, "remem.recall", root) as span:
-            turn, recalled = await conv.begin_traced(opts, t0, span)
-            span.set("remem.recalled", recalled)
-            span.set("remem.served", len(turn.result.items))
-        root.set("remem.answer_id", turn.answer_id)
+        turn, recalled = await conv.recall_stage(opts, t0, root)
         t_recall = time.perf_counter()
         req, block = conv.request(opts, turn)
         t_call = time.perf_counter()

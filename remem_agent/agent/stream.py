@@ -16,7 +16,7 @@ from typing import Any
 
 from remem_agent.adapters.base import ChatModel, ChatRequest, StreamAssembler, StreamChunk, open_stream
 from remem_agent.adapters.retry import RetryPolicy, call_with_retries
-from remem_agent.agent._spans import model_attributes, ms, record_response, root_span, stage
+from remem_agent.agent._spans import model_attributes, ms, record_response, root_span
 from remem_agent.agent.chat import ChatOptions, ChatReply, Conversations
 from remem_agent.agent.conversation import CitationStripper
 from remem_agent.agent.telemetry import Span
@@ -123,11 +123,7 @@ async def _stream_body(
     conv: Conversations, opts: ChatOptions, retry: RetryPolicy, stream: StreamState, root: Span
 ) -> AsyncGenerator[StreamChunk | None]:
     t0 = time.perf_counter()
-    with stage(conv.telemetry, "remem.recall", root) as span:
-        turn, recalled = await conv.begin_traced(opts, t0, span)
-        span.set("remem.recalled", recalled)
-        span.set("remem.served", len(turn.result.items))
-    root.set("remem.answer_id", turn.answer_id)
+    turn, recalled = await conv.recall_stage(opts, t0, root)
     t_recall = time.perf_counter()
     req, block = conv.request(opts, turn)
     stream.answer_id, stream.served, stream.abstained = turn.answer_id, turn.result.items, turn.result.abstained
