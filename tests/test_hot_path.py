@@ -337,7 +337,7 @@ async def test_a_new_turn_settles_the_last_answer_and_recalls_in_one_thread_hop(
     fast, slow = ReMem(tmp_path / "fast"), _LongWayReMem(tmp_path / "slow")
     hops, outcomes, names = await _converse(fast, tmp_path, monkeypatch, TURNS, stream)
     long_hops, long_outcomes, long_names = await _converse(slow, tmp_path, monkeypatch, TURNS, stream)
-    merged, persist = "Conversations._settle_and_search", "Conversations.persist.<locals>.work"
+    merged, persist = "Verdicts.settle_and_search", "Conversations.persist.<locals>.work"
     assert hops[0][-1] == persist and merged not in hops[0]  # the opening turn: recall, then its answer
     for later in hops[1:]:
         assert later == [merged, persist], later  # latest, claim, feedback, outcome line and recall: one hop

@@ -25,40 +25,36 @@ The caller keeps its system prompt, history, tools and sampling; per call the mi
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import hashlib
 import json
 import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 from remem_agent._time import Timestamp
 from remem_agent.adapters.base import (
     ChatModel,
     ChatRequest,
     ChatResponse,
-    FinishReason,
     Message,
     ToolCall,
-    ToolSpec,
     Usage,
 )
 from remem_agent.adapters.retry import RetryPolicy, call_with_retries
 from remem_agent.agent._spans import model_attributes, ms, record_response, record_search, root_span, stage
 from remem_agent.agent.call import Sampling
 from remem_agent.agent.capture import FactCapture
+from remem_agent.agent.chat_types import ChatOptions, ChatReply, TurnState
 from remem_agent.agent.conversation import (
     conversation_key,
     extract_citations,
     inject_memories,
     latest_user_index,
-    looks_like_correction,
     parse_messages,
     parse_tool_choice,
     parse_tools,
@@ -68,112 +64,24 @@ from remem_agent.agent.conversation import (
     transcript_digest,
 )
 from remem_agent.agent.outcomes import (
-    WEAK_SUCCESS_WEIGHT,
     BlockingAdd,
-    BlockingClaims,
     PendingStore,
     Thread,
     Waiting,
 )
-from remem_agent.agent.ports import AgentMemory, BlockingMemory
+from remem_agent.agent.ports import AgentMemory
 from remem_agent.agent.prompt import citation_aliases, is_temporal_question, render_memories
-from remem_agent.agent.telemetry import NoTelemetry, Span, Telemetry, memory_operation
+from remem_agent.agent.telemetry import NoTelemetry, Span, Telemetry
 from remem_agent.agent.trace import TraceWriter
+from remem_agent.agent.verdicts import AnswerContext, Verdicts
 from remem_agent.errors import ModelError, UserInputError
 from remem_agent.ingest import check_scope
 from remem_agent.learning.credit import carried_values_used
-from remem_agent.types import FeedbackReceipt, Hit, OutcomeSource, SearchResult
+from remem_agent.types import Hit
 
 log = logging.getLogger("remem_agent.agent")
 
 MAX_CONVERSATIONS = 10_000  # turn state kept for this many conversations (least recently used dropped)
-
-
-@dataclass(frozen=True, kw_only=True)
-class ChatReply:
-    """One model reply in a conversation, with what the memory did for it."""
-
-    text: str  # citations stripped when the agent was asked to (``raw`` keeps them)
-    raw: str
-    tool_calls: tuple[ToolCall, ...]
-    finish_reason: FinishReason
-    usage: Usage
-    answer_id: str  # the turn's answer: its own per new user turn; the same for an agent loop's later calls
-    conversation_id: str
-    scope: str
-    search_id: str | None
-    served: tuple[Hit, ...]
-    aliases: Mapping[str, str]
-    citations: tuple[str, ...]  # memory ids cited inline in this reply
-    used: tuple[str, ...]  # served memories whose values this reply (or its tool arguments) repeats
-    recalled: bool  # False when the call reused its turn's recall (an agent-loop continuation)
-    abstained: bool = False  # the abstain gate found nothing relevant: no memory block was injected
-
-
-@dataclass(frozen=True, kw_only=True)
-class Verdict:
-    """A judgement of the previous answer from the next user turn."""
-
-    success: bool | None  # None: no verdict (the judge was unsure)
-    source: OutcomeSource
-    weight: float
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"success": self.success, "source": self.source, "weight": self.weight, "reason": self.reason}
-
-
-JUDGE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "verdict": {"type": "string", "enum": ["helpful", "wrong", "unclear"]},
-        "reason": {"type": "string", "maxLength": 200},
-    },
-    "required": ["verdict", "reason"],
-    "additionalProperties": False,
-}
-
-JUDGE_PROMPT = """You rate an assistant's answer from the user's next message.
-Reply with ONE JSON object: {"verdict": "helpful" | "wrong" | "unclear", "reason": short text}.
-"wrong": the next message corrects the answer or says it was wrong or outdated. "helpful": the user
-accepts it or moves on. "unclear": you cannot tell."""
-
-
-@dataclass
-class _Turn:
-    """State of one user turn (one answer), kept while its agent loop may continue it."""
-
-    key: tuple[int, str]
-    answer_id: str
-    result: SearchResult
-    aliases: dict[str, str]
-    query: str
-    user_text: str  # all user turns so far: a value they contain is not evidence of memory use
-    question: str
-    started: float = field(default_factory=time.time)
-    cited: list[str] = field(default_factory=list)
-    used: list[str] = field(default_factory=list)
-    replies: list[str] = field(default_factory=list)
-    answered: bool = False  # a reply of this turn was delivered (so it waits for an outcome)
-
-
-@dataclass(frozen=True, kw_only=True)
-class ChatOptions:
-    """What one chat call asked for, validated."""
-
-    messages: tuple[Message, ...]
-    tools: tuple[ToolSpec, ...]
-    tool_choice: str | None
-    conversation_id: str  # the caller's, else a label derived from the opening (``conversation_key``)
-    threaded: bool  # the caller gave the conversation id: its latest answer is what a new turn follows
-    scope: str
-    task: str | None
-    k: int | None
-    now: Timestamp | None
-    token_budget: int | None
-    strip: bool
-    sampling: Sampling
-    extra: Mapping[str, Any]
 
 
 class Conversations:
@@ -195,18 +103,26 @@ class Conversations:
         capture: FactCapture | None = None,
     ) -> None:
         self.memory, self.model, self.pending = memory, model, pending
+        self.verdicts = Verdicts(
+            memory=memory,
+            pending=pending,
+            tracer=tracer,
+            run_id=run_id,
+            retry=retry,
+            telemetry=telemetry or NoTelemetry(),
+            answer_of=self._answer_context,
+            judge=judge,
+            capture=capture is not None,
+        )
         # the ledger's pending store adds in the caller's worker thread (see ``persist``); decided once
         self._add_blocking = pending.add_blocking if isinstance(pending, BlockingAdd) else None
-        # ... and reads and claims there too: a new turn then settles the previous answer and recalls in ONE
-        # worker-thread hop (``_settle_and_search``) when nothing async sits between those steps (no judge to
-        # ask, no fact capture to defer "moved on" to); the memory's side is checked per call (``_blocking``)
-        self._claims = pending if isinstance(pending, BlockingClaims) and pending.shared else None
+        # (its reads and claims too: a new turn may settle and recall in one hop, ``Verdicts.settle_and_search``)
         self.capture = capture
         self.telemetry: Telemetry = telemetry or NoTelemetry()
         self._tracer, self.run_id, self.retry = tracer, run_id, retry
         self.k, self.token_budget, self.judge = k, token_budget, judge
-        self._turns: OrderedDict[str, _Turn] = OrderedDict()  # by slot (scope, conversation, history): LRU
-        self._answers: dict[str, _Turn] = {}  # the same turns by answer id (what a judge reads)
+        self._turns: OrderedDict[str, TurnState] = OrderedDict()  # by slot (scope, conversation, history): LRU
+        self._answers: dict[str, TurnState] = {}  # the same turns by answer id (what a judge reads)
         self._locks: dict[str, asyncio.Lock] = {}
 
     # -- validation -----------------------------------------------------------------------------
@@ -254,8 +170,17 @@ class Conversations:
             extra=dict(extra or {}),
         )
 
+    def _answer_context(self, answer_id: str) -> AnswerContext | None:
+        """What a judge reads of an answer this process gave (None for another process's answer)."""
+        turn = self._answers.get(answer_id)
+        if turn is None:
+            return None
+        return AnswerContext(
+            question=turn.question, reply=turn.replies[-1] if turn.replies else "", started=turn.started
+        )
+
     # -- recall once per user turn ----------------------------------------------------------------
-    async def begin(self, opts: ChatOptions, parent: Span | None = None) -> tuple[_Turn, bool]:
+    async def begin(self, opts: ChatOptions, parent: Span | None = None) -> tuple[TurnState, bool]:
         """The turn this call belongs to; a new user turn first settles the answer it follows, then recalls."""
         ui = latest_user_index(opts.messages)
         user = opts.messages[ui].content
@@ -280,25 +205,25 @@ class Conversations:
                 "token_budget": self.token_budget if opts.token_budget is None else opts.token_budget,
                 "scope": opts.scope,
             }
-            blocking = self._blocking() if follows is not None else None
+            blocking = self.verdicts.blocking() if follows is not None else None
             label = f"{opts.scope}|{opts.conversation_id}"
             if blocking is not None and follows is not None:
-                with self._memory_span("search_memory", opts.scope, parent) as span:
+                with self.verdicts.memory_span("search_memory", opts.scope, parent) as span:
                     res, settled = await asyncio.to_thread(
-                        self._settle_and_search, blocking, follows, label, user, _turn_key(key), query, search
+                        self.verdicts.settle_and_search, blocking, follows, label, user, _turn_key(key), query, search
                     )
                     span.set("remem.settled", settled)
                     record_search(span, res)
             else:
                 if follows is not None:
-                    deferred = await self.settle_from_next_turn(
+                    deferred = await self.verdicts.settle_next_turn(
                         follows, label, user, defer_moved_on=self.capture is not None, turn=_turn_key(key),
                         parent=parent,
                     )  # fmt: skip
-                with self._memory_span("search_memory", opts.scope, parent) as span:
+                with self.verdicts.memory_span("search_memory", opts.scope, parent) as span:
                     res = await self.memory.asearch(query, **search)
                     record_search(span, res)
-            turn = _Turn(
+            turn = TurnState(
                 key=key,
                 answer_id=f"a_{uuid.uuid4().hex[:16]}",
                 result=res,
@@ -345,13 +270,7 @@ class Conversations:
         reply = Message("assistant", resp.text, resp.tool_calls)
         return ("after", f"{opts.scope}|{transcript_digest((*opts.messages, reply))}")
 
-    def _memory_span(
-        self, operation: str, scope: str | None, parent: Span | None
-    ) -> contextlib.AbstractContextManager[Span]:
-        name, attrs = memory_operation(operation, scope)
-        return stage(self.telemetry, name, parent, **attrs)
-
-    async def begin_traced(self, opts: ChatOptions, t0: float, parent: Span | None = None) -> tuple[_Turn, bool]:
+    async def begin_traced(self, opts: ChatOptions, t0: float, parent: Span | None = None) -> tuple[TurnState, bool]:
         """``begin``, but a failure of recall (a store error, say) still leaves the call's trace line."""
         try:
             return await self.begin(opts, parent)
@@ -373,7 +292,7 @@ class Conversations:
                 )  # fmt: skip
             raise
 
-    async def recall_stage(self, opts: ChatOptions, t0: float, root: Span) -> tuple[_Turn, bool]:
+    async def recall_stage(self, opts: ChatOptions, t0: float, root: Span) -> tuple[TurnState, bool]:
         """One call's recall as the ``remem.recall`` child span of ``root`` (which then names the answer id)."""
         with stage(self.telemetry, "remem.recall", root) as span:
             turn, recalled = await self.begin_traced(opts, t0, span)
@@ -382,7 +301,7 @@ class Conversations:
         root.set("remem.answer_id", turn.answer_id)
         return turn, recalled
 
-    def request(self, opts: ChatOptions, turn: _Turn) -> tuple[ChatRequest, str | None]:
+    def request(self, opts: ChatOptions, turn: TurnState) -> tuple[ChatRequest, str | None]:
         labels = list(turn.aliases)
         temporal = is_temporal_question(turn.query)
         block = render_memories(turn.result.items, labels, temporal=temporal) if turn.result.items else None
@@ -400,7 +319,7 @@ class Conversations:
 
     # -- after the reply --------------------------------------------------------------------------
     def reply_of(
-        self, opts: ChatOptions, turn: _Turn, resp: ChatResponse, *, recalled: bool
+        self, opts: ChatOptions, turn: TurnState, resp: ChatResponse, *, recalled: bool
     ) -> tuple[ChatReply, tuple[Waiting, Thread] | None]:
         """Citations and value use of one reply (the turn's state updated), and the waiting answer it leaves
         (None when nothing was served), for the caller to add to the pending outcomes (:meth:`persist`)."""
@@ -478,270 +397,11 @@ class Conversations:
             record["latency_ms"] = dict(latency())
             await tracer.write(record)
 
-    async def settle_from_next_turn(
-        self,
-        thread: Thread,
-        cid: str,
-        next_user: str,
-        *,
-        defer_moved_on: bool = False,
-        turn: str = "",
-        parent: Span | None = None,
-    ) -> Callable[[], Awaitable[None]] | None:
-        """The next user turn arrived: judge the answer it follows, ``thread``'s newest (unless a verdict came).
-
-        With ``defer_moved_on`` (fact capture is on) a "moved on" verdict is not given now but returned
-        as a callable for the capture worker to run once it has read this turn: a fact the user stated in
-        it may supersede what the answer used, which makes the answer a failure instead.
-        """
-        # whichever process gave it; none when it was judged already or belongs to this very turn (a retry)
-        latest = await self.pending.latest(thread)
-        if latest is None or latest.turn == turn:
-            return None
-        answer_id = latest.answer_id
-        own = self._answers.get(answer_id)  # what the judge reads, when this process gave the answer
-        correction = looks_like_correction(next_user)
-        heuristic = _heuristic(correction)
-        judged = await self._judge(own, next_user) if self.judge is not None and own is not None else None
-        verdict = judged if judged is not None and judged.success is not None else heuristic
-        judge = judged.to_dict() if judged else None
-
-        async def settle() -> None:
-            await self._settle(answer_id, own, cid, verdict, heuristic=heuristic.to_dict(), judge=judge, parent=parent)
-
-        if defer_moved_on and verdict is heuristic and not correction:
-            return settle
-        await settle()
-        return None
-
-    def _blocking(self) -> BlockingMemory | None:
-        """The memory, when a new turn may settle and recall in one hop (``_settle_and_search``): the pending store
-        is shared and claims blocking, no judge, no fact capture, and the memory's ``asearch``/``afeedback`` are
-        its own blocking ``search``/``feedback`` in a worker thread (none overridden on its class or the
-        instance: a subclass that changes ``asearch``, say, keeps its ``asearch``)."""
-        if self._claims is None or self.judge is not None or self.capture is not None:
-            return None
-        memory = self.memory
-        if not _blocking_class(type(memory)) or not _OVERRIDABLE.isdisjoint(getattr(memory, "__dict__", ())):
-            return None
-        return cast(BlockingMemory, memory)  # _blocking_class checked it (an isinstance here costs ~20 us)
-
-    def _settle_and_search(
-        self,
-        memory: BlockingMemory,
-        thread: Thread,
-        cid: str,
-        next_user: str,
-        turn: str,
-        query: str,
-        search: Mapping[str, Any],
-    ) -> tuple[SearchResult, str | None]:
-        """In a worker thread: what ``settle_from_next_turn`` then ``memory.asearch`` do, for a shared pending store
-        with no judge and no fact capture (the only case ``begin`` sends here), blocking, in the same order: the
-        conversation's newest waiting answer, its claim, its feedback (a refused one releases the claim and
-        raises, before any recall), its outcome line, then the recall of this turn. Returns the recall and the
-        answer it settled (None if none)."""
-        claims = self._claims
-        assert claims is not None and self.judge is None and self.capture is None
-        latest = claims.latest_blocking(thread)
-        settled = None
-        if latest is not None and latest.turn != turn:
-            own = self._answers.get(latest.answer_id)
-            verdict = _heuristic(looks_like_correction(next_user))
-            item = claims.take_blocking(latest.answer_id)
-            if item is not None:  # else already judged (explicit feedback, a correction by a new fact)
-                try:
-                    receipt = memory.feedback(
-                        item.search_id,
-                        success=verdict.success is True,
-                        used_ids=list(item.used_ids),
-                        cited_ids=list(item.cited_ids),
-                        answer=None,
-                        weight=verdict.weight,
-                        source=verdict.source,
-                    )
-                except BaseException:
-                    claims.release_blocking(item)
-                    raise
-                settled = item.answer_id
-                tracer = self._tracer()
-                if tracer is not None:
-                    tracer.write_sync(
-                        self.outcome_record(
-                            item,
-                            cid.split("|", 1)[-1],
-                            verdict,
-                            receipt,
-                            started=own.started if own is not None else None,
-                            heuristic=verdict.to_dict(),
-                            judge=None,
-                        )
-                    )
-        return memory.search(query, **search), settled
-
-    async def _settle(
-        self,
-        answer_id: str,
-        prev: _Turn | None,
-        cid: str,
-        verdict: Verdict,
-        *,
-        heuristic: Mapping[str, Any] | None,
-        judge: Mapping[str, Any] | None,
-        parent: Span | None = None,
-    ) -> None:
-        item = await self.pending.take(answer_id)
-        if item is None:  # already judged (explicit feedback, a correction by a new fact)
-            return
-        conversation = cid.split("|", 1)[-1]
-        await self.record_verdict(
-            item,
-            verdict,
-            used_ids=item.used_ids,
-            conversation=conversation,
-            started=prev.started if prev is not None else None,
-            heuristic=heuristic,
-            judge=judge,
-            parent=parent,
-        )
-
-    async def _judge(self, prev: _Turn, next_user: str) -> Verdict | None:
-        """Ask the judge model (schema-enforced); any failure of the judge leaves the heuristic's verdict."""
-        assert self.judge is not None
-        answer = prev.replies[-1] if prev.replies else ""
-        req = ChatRequest(
-            messages=(
-                Message("system", JUDGE_PROMPT),
-                Message("user", json.dumps({"question": prev.question, "answer": answer, "next_message": next_user})),
-            ),
-            json_schema=JUDGE_SCHEMA,
-            schema_name="verdict",
-            max_tokens=160,
-        )
-        try:
-            resp = await call_with_retries(lambda: self.judge.complete(req), self.retry)  # type: ignore[union-attr]
-            data = json.loads(resp.text)
-            verdict = data["verdict"]
-            reason = str(data.get("reason", ""))[:200]
-        except (ModelError, ValueError, KeyError, TypeError) as exc:
-            log.info("judge gave no usable verdict: %s", exc)
-            return None
-        if verdict not in ("helpful", "wrong"):
-            return Verdict(success=None, source="judge", weight=0.0, reason=reason or "unclear")
-        return Verdict(success=verdict == "helpful", source="judge", weight=1.0, reason=reason)
-
-    async def record_verdict(
-        self,
-        item: Waiting,
-        verdict: Verdict,
-        *,
-        used_ids: Sequence[str] = (),
-        answer: object | None = None,
-        conversation: str | None = None,
-        started: float | None = None,
-        heuristic: Mapping[str, Any] | None = None,
-        judge: Mapping[str, Any] | None = None,
-        parent: Span | None = None,
-    ) -> FeedbackReceipt:
-        """Learn a claimed answer's verdict, then trace it: the one path every outcome takes.
-
-        Explicit feedback, an inferred correction, "moved on" and a settled conversation turn all come
-        here, so they credit alike. If the ledger refuses the feedback, the claim is released (the answer
-        may be judged again) and the error propagates; nothing is traced for it.
-        """
-        assert verdict.success is not None
-        with self._memory_span("feedback", item.scope, parent) as span:
-            span.set("remem.answer_id", item.answer_id)
-            span.set("remem.outcome.success", verdict.success)
-            span.set("remem.outcome.source", verdict.source)
-            return await self._record_verdict(
-                item, verdict, used_ids=used_ids, answer=answer, conversation=conversation, started=started,
-                heuristic=heuristic, judge=judge,
-            )  # fmt: skip
-
-    async def _record_verdict(
-        self,
-        item: Waiting,
-        verdict: Verdict,
-        *,
-        used_ids: Sequence[str],
-        answer: object | None,
-        conversation: str | None,
-        started: float | None,
-        heuristic: Mapping[str, Any] | None,
-        judge: Mapping[str, Any] | None,
-    ) -> FeedbackReceipt:
-        assert verdict.success is not None
-        try:
-            receipt = await self.memory.afeedback(
-                item.search_id,
-                success=verdict.success,
-                used_ids=list(used_ids),
-                cited_ids=list(item.cited_ids),
-                answer=answer,
-                weight=verdict.weight,
-                source=verdict.source,
-            )
-        except BaseException:
-            await self.pending.release(item)
-            raise
-        await self.write_outcome(
-            item, conversation, verdict, receipt, started=started, heuristic=heuristic, judge=judge
-        )
-        return receipt
-
-    async def write_outcome(
-        self,
-        item: Waiting,
-        cid: str | None,
-        verdict: Verdict,
-        receipt: FeedbackReceipt,
-        *,
-        started: float | None,
-        heuristic: Mapping[str, Any] | None = None,
-        judge: Mapping[str, Any] | None = None,
-    ) -> None:
-        tracer = self._tracer()
-        if tracer is None:
-            return
-        await tracer.write(
-            self.outcome_record(item, cid, verdict, receipt, started=started, heuristic=heuristic, judge=judge)
-        )
-
-    def outcome_record(
-        self,
-        item: Waiting,
-        cid: str | None,
-        verdict: Verdict,
-        receipt: FeedbackReceipt,
-        *,
-        started: float | None,
-        heuristic: Mapping[str, Any] | None,
-        judge: Mapping[str, Any] | None,
-    ) -> dict[str, Any]:
-        """The trace line of one outcome."""
-        return {
-            "v": 2,
-            "kind": "outcome",
-            "ts": datetime.now(UTC).isoformat(),
-            "run": self.run_id,
-            "answer_id": item.answer_id,
-            "conversation_id": cid,
-            "search_id": item.search_id,
-            "outcome": {"success": verdict.success, "source": verdict.source, "weight": verdict.weight},
-            "reason": verdict.reason,
-            "heuristic": dict(heuristic) if heuristic is not None else None,
-            "judge": dict(judge) if judge is not None else None,
-            "credit": dict(receipt.credit),
-            "blame": dict(receipt.blame),
-            "after_s": round(time.time() - started, 3) if started is not None else None,
-        }
-
     # -- traces -----------------------------------------------------------------------------------
     def call_record(
         self,
         opts: ChatOptions,
-        turn: _Turn,
+        turn: TurnState,
         *,
         recalled: bool,
         block: str | None,
@@ -792,33 +452,6 @@ class Conversations:
             "error": error,
             "latency_ms": {},
         }
-
-
-def _heuristic(correction: bool) -> Verdict:
-    """The next user turn's verdict on the previous answer without a judge: a correction, or "moved on"."""
-    return Verdict(
-        success=not correction,
-        source="inferred",
-        weight=1.0 if correction else WEAK_SUCCESS_WEIGHT,
-        reason="the next user turn reads as a correction" if correction else "the user moved on",
-    )
-
-
-_OVERRIDABLE = frozenset({"search", "feedback", "asearch", "afeedback"})
-
-
-@functools.cache
-def _blocking_class(cls: type) -> bool:
-    """True when ``cls`` has blocking ``search``/``feedback`` and its ``asearch``/``afeedback`` come from the
-    class that defines those (``ReMem``'s: its blocking twin in a worker thread), not from an override."""
-
-    def owner(name: str) -> type | None:
-        return next((k for k in cls.__mro__ if name in vars(k)), None)
-
-    if not issubclass(cls, BlockingMemory):
-        return False
-    pairs = (("asearch", "search"), ("afeedback", "feedback"))
-    return all(owner(a) is not None and owner(a) is owner(s) for a, s in pairs)
 
 
 def _turn_key(key: tuple[int, str]) -> str:
@@ -887,7 +520,7 @@ class PreparedChat:
     aliases: Mapping[str, str]
     recalled: bool
     options: ChatOptions = field(repr=False)
-    turn: _Turn = field(repr=False)
+    turn: TurnState = field(repr=False)
     block: str | None = field(repr=False)
     started: float = field(repr=False)
 

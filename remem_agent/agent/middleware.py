@@ -30,15 +30,13 @@ from remem_agent.adapters.retry import RetryPolicy
 from remem_agent.agent.call import Enforced, Sampling, call_and_enforce
 from remem_agent.agent.capture import AsyncFactExtractor, FactCapture
 from remem_agent.agent.chat import (
-    ChatOptions,
-    ChatReply,
     Conversations,
     PreparedChat,
-    Verdict,
     finish_chat,
     prepare_chat,
     run_chat,
 )
+from remem_agent.agent.chat_types import ChatOptions, ChatReply
 from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, PendingOutcomes, PendingStore, Waiting
 from remem_agent.agent.ports import AgentMemory
 from remem_agent.agent.prompt import build_messages, check_answer_schema, citation_aliases, with_citations
@@ -46,6 +44,7 @@ from remem_agent.agent.scoring import Outcome, Scorer, exact_match
 from remem_agent.agent.stream import ChatStream, stream_chat
 from remem_agent.agent.telemetry import Telemetry, memory_operation
 from remem_agent.agent.trace import AttemptRecord, HasSecrets, TraceRecord, TraceWriter
+from remem_agent.agent.verdicts import Verdict
 from remem_agent.errors import ModelError, OutputValidationError, UnknownSearchError, UserInputError
 from remem_agent.ingest import check_scope, check_text
 from remem_agent.learning.credit import values_used
@@ -626,7 +625,7 @@ class MemoryAgent:
                 source=verdict.source,
             )
         used = sorted({*item.used_ids, *(used_ids or ())})
-        return await self._conversations.record_verdict(item, verdict, used_ids=used, answer=item.value)
+        return await self._conversations.verdicts.record(item, verdict, used_ids=used, answer=item.value)
 
     async def remember(
         self,
@@ -668,7 +667,7 @@ class MemoryAgent:
             log.debug("inferred failure of %s: corrected %s", item.answer_id, blamed)
             reason = f"a new fact ({new_id}) superseded served memories {blamed}"
             verdict = Verdict(success=False, source="inferred", weight=1.0, reason=reason)
-            await self._conversations.record_verdict(item, verdict, used_ids=blamed)
+            await self._conversations.verdicts.record(item, verdict, used_ids=blamed)
 
     async def _infer_moved_on(self, thread: tuple[str, str | None]) -> None:
         """A new ask in the same task with no correction since: the previous answer was a weak success."""
@@ -676,7 +675,7 @@ class MemoryAgent:
         if item is None:
             return
         verdict = Verdict(success=True, source="inferred", weight=WEAK_SUCCESS_WEIGHT, reason="the next ask moved on")
-        await self._conversations.record_verdict(item, verdict, answer=item.value)
+        await self._conversations.verdicts.record(item, verdict, answer=item.value)
 
 
 def _served_entry(h: Hit) -> dict[str, Any]:

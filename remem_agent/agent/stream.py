@@ -17,7 +17,8 @@ from typing import Any
 from remem_agent.adapters.base import ChatModel, ChatRequest, StreamAssembler, StreamChunk, open_stream
 from remem_agent.adapters.retry import RetryPolicy, call_with_retries
 from remem_agent.agent._spans import model_attributes, ms, record_response, root_span
-from remem_agent.agent.chat import ChatOptions, ChatReply, Conversations
+from remem_agent.agent.chat import Conversations
+from remem_agent.agent.chat_types import ChatOptions, ChatReply
 from remem_agent.agent.conversation import CitationStripper
 from remem_agent.agent.telemetry import Span
 from remem_agent.errors import ModelError

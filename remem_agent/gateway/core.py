@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 from remem_agent.adapters.base import ChatModel, StreamChunk
 from remem_agent.adapters.retry import RetryPolicy
 from remem_agent.agent import MemoryAgent
-from remem_agent.agent.chat import ChatReply
+from remem_agent.agent.chat_types import ChatReply
 from remem_agent.agent.stream import ChatStream
 from remem_agent.agent.telemetry import Telemetry
 from remem_agent.agent.trace import TraceWriter

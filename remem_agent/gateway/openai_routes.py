@@ -39,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from remem_agent.adapters.base import StreamChunk, Usage
-from remem_agent.agent.chat import ChatReply
+from remem_agent.agent.chat_types import ChatReply
 from remem_agent.agent.stream import ChatStream
 from remem_agent.errors import ModelError
 from remem_agent.gateway.auth import Caller, request_scope

@@ -30,7 +30,7 @@ from starlette.types import Receive, Scope, Send
 
 from remem_agent.adapters.base import StreamChunk
 from remem_agent.agent import MemoryAgent
-from remem_agent.agent.chat import ChatReply
+from remem_agent.agent.chat_types import ChatReply
 from remem_agent.agent.conversation import conversation_key, parse_messages
 from remem_agent.agent.outcomes import PendingStore
 from remem_agent.agent.stream import ChatStream
