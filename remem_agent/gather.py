@@ -138,8 +138,11 @@ class Gather:
         lex_limit = self.config.lexical_pool or want
         # An as_of search leaves times out: its question's time is the as_of, and validity at that time (the
         # eligibility test) decides, not when a memory was said (measured on the synthetic state_change family).
-        anchor = None if historical else time_anchor
-        context = QueryContext.of(query, anchor) if query is not None and mode != "dense" else None
+        # A weight of 0 (the flat-store baselines) skips reading the query for it at all.
+        cfg = self.config
+        anchor = None if historical or cfg.time_weight == 0 else time_anchor
+        lifted = query is not None and mode != "dense" and (anchor is not None or cfg.speaker_weight > 0)
+        context = QueryContext.of(query, anchor, words=cfg.speaker_weight > 0) if lifted and query is not None else None
         while True:
             ids: Sequence[str] = []
             sims: Sequence[float] | NDArray[np.float32] = []

@@ -35,9 +35,11 @@ class QueryContext:
     words: frozenset[str]
 
     @classmethod
-    def of(cls, query: str, now: float | None) -> QueryContext:
+    def of(cls, query: str, now: float | None, *, words: bool = True) -> QueryContext:
+        """``now`` None reads no times; ``words`` False no words (a lift whose weight is 0 needs neither)."""
         times = resolve(query, now, past=True) if now is not None else ()
-        return cls(times=times, words=frozenset(w.lower() for w in _WORD.findall(query)))
+        found = frozenset(w.lower() for w in _WORD.findall(query)) if words else frozenset()
+        return cls(times=times, words=found)
 
 
 def names_speaker(words: frozenset[str], speaker: str | None) -> bool:
