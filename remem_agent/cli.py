@@ -244,6 +244,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_reembed.add_argument("source", help="store folder or postgresql:// URL to copy from (not modified)")
     p_reembed.add_argument("target", help="new (or empty) folder or postgresql:// URL that becomes the moved store")
     p_reembed.add_argument("--embedder", choices=EMBEDDER_NAMES, required=True, help="the target's embedder")
+    p_reembed.add_argument(
+        "--turn-context",
+        type=float,
+        help="how far a conversation turn's vector leans toward the turn before it (default: the source's weight)",
+    )
 
     p_backup = sub.add_parser(
         "backup", help="online backup of a store folder into a new folder (SQLite backup API; for PostgreSQL: pg_dump)"
@@ -273,7 +278,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             from remem_agent.embedders.registry import make_embedder
             from remem_agent.store.copy import copy_store
 
-            report = copy_store(args.source, args.target, embedder=make_embedder(args.embedder))
+            report = copy_store(
+                args.source, args.target, embedder=make_embedder(args.embedder), turn_context=args.turn_context
+            )
             print(json.dumps(report, indent=2))
             return 0 if report["verify_ok"] else 1
         if args.cmd == "dashboard":

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from remem_agent.embedders.context import check_weight
 from remem_agent.errors import UserInputError
 from remem_agent.learning.credit import CreditPolicy
 from remem_agent.learning.retention import RetentionPolicy
@@ -82,6 +83,12 @@ class RememConfig:
     # (remem_agent/ranking/lifts.py). Chosen with time_weight on the same folds (results/locomo/loco_lifts.json):
     # 0.3 on two folds and 0.2 on the third, of 0, 0.1, 0.2, 0.3 and 0.5; time_weight 0.2 and 0.3 tie there.
     speaker_weight: float = 0.3
+    # How far a conversation turn's stored vector leans toward the turn before it in its session
+    # (remem_agent/embedders/context.py). A property of the store's vectors: a new store records it (None: the
+    # default, 0.7); an existing store keeps its own, and a different value given here is refused (``remem
+    # reembed --turn-context`` changes it). Chosen on the LoCoMo dev conversations by leave-one-conversation-out
+    # (evals/bench/locomo_loco.py, results/locomo/loco_context.json).
+    turn_context: float | None = None
     # The cold-start rule: "with_evidence" scales the static prior by the candidate's outcome evidence and
     # turns the p_floor on only for pools holding some; "always" applies both unconditionally (system B).
     static_prior: Literal["with_evidence", "always"] = "with_evidence"
@@ -116,6 +123,8 @@ class RememConfig:
             value = getattr(self, name)
             if not (isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 100):
                 raise UserInputError(f"{name} must be a number in [0, 100) (0: it plays no part in fusion)")
+        if self.turn_context is not None:
+            check_weight(self.turn_context)
         if self.lexical_pool is not None and self.lexical_pool < 1:
             raise UserInputError("lexical_pool must be at least 1 (or None)")
 

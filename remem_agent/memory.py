@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import json
 import logging
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,10 +22,10 @@ from remem_agent._time import Timestamp, to_epoch
 from remem_agent._time import now as wall_now
 from remem_agent.config import RememConfig
 from remem_agent.conversation import parse_conversation
+from remem_agent.embedders import context
 from remem_agent.embedders.base import Embedder, check_vectors
 from remem_agent.embedders.cache import QueryCache
-from remem_agent.embedders.compat import vectors_compatible
-from remem_agent.embedders.registry import embedder_for_store, make_embedder
+from remem_agent.embedders.registry import make_embedder
 from remem_agent.errors import LedgerIntegrityError, UnknownMemoryError, UserInputError
 from remem_agent.gather import Gather, NewRows
 from remem_agent.index.base import IndexBackend
@@ -49,13 +48,13 @@ from remem_agent.ingest import (
 )
 from remem_agent.learning.credit import Replay
 from remem_agent.learning.feedback import apply_feedback, plan_feedback
-from remem_agent.ranking.features import FEATURE_NAMES
 from remem_agent.ranking.gate import NULL_TEXTS, GateDecision, decide, null_threshold
 from remem_agent.ranking.pipeline import Candidates, Ranking, rank_and_select
 from remem_agent.ranking.utility import UtilityModel
 from remem_agent.store.base import Store, VectorSearch
 from remem_agent.store.factory import open_store
 from remem_agent.store.sql import LedgerTx
+from remem_agent.store_terms import agree
 from remem_agent.types import (
     DEFAULT_SCOPE,
     OUTCOME_SOURCES,
@@ -121,32 +120,15 @@ class ReMem:
         self.store: Store = open_store(path, synchronous=synchronous, **dict(store_options or {}))
         # A folder for SQLite; the URL without its password for PostgreSQL.
         self.path: Path | str = getattr(self.store, "folder", None) or self.store.location
-        if embedder is None:  # an existing store reopens with its own embedder; a new one gets new_store_embedder
-            try:
-                recorded = self.store.get_meta("embedder")
-                embedder = embedder_for_store(recorded) if recorded else make_embedder(new_store_embedder)
-            except BaseException:
-                self.store.close()
-                raise
-        self.embedder: Embedder = embedder
-        stored_name = self.store.set_meta_default("embedder", embedder.name)
-        stored_dim = int(self.store.set_meta_default("dim", str(embedder.dim)))
-        if not vectors_compatible(stored_name, stored_dim, embedder):  # same embedder, or one vector family
+        try:
+            terms = agree(self.store, embedder, self.config, path=self.path, new_store_embedder=new_store_embedder)
+        except BaseException:
             self.store.close()
-            raise UserInputError(
-                f"store {self.path} was built with embedder {stored_name!r} (dim {stored_dim}); "
-                f"got {embedder.name!r} (dim {embedder.dim}). Open it with the same embedder, or move it to another "
-                "with `remem reembed`."
-            )
-        self.dim = stored_dim
+            raise
+        self.embedder: Embedder = terms.embedder
+        self.dim = terms.dim
+        self.turn_context = terms.turn_context
         self._null_vectors: NDArray[np.float64] | None = None  # the abstain gate's null corpus, when first needed
-        self.store.set_meta_default("feature_names", json.dumps(FEATURE_NAMES))
-        mode = self.store.set_meta_default("supersession", self.config.staleness.mode)
-        if mode != self.config.staleness.mode:
-            self.store.close()
-            raise UserInputError(
-                f"store {self.path} uses supersession mode {mode!r}; got {self.config.staleness.mode!r}"
-            )
         self.store.bind_dimension(self.dim)
         # Candidate generation: the caller's backend, else the ledger's own vector index (pgvector),
         # else an exact in-process flat index built from the ledger and kept in sync by sequence number.
@@ -220,7 +202,10 @@ class ReMem:
             keys = state_keys(clean)
             tx.lock_attributes(attribute for _, _, attribute in keys)  # before any memory row is locked
             tx.prefetch_keys(keys)  # the batch's key reads in a few statements, not one per fact
-            for c, vec in zip(clean, vecs, strict=True):
+            turns = [context.turn_key(c.scope, c.role, c.speaker, c.session) for c in clean]
+            last = tx.last_turn_vectors({t for t in turns if t is not None}) if self.turn_context else {}
+            chained = context.chain_vectors(turns, vecs, self.turn_context, last)
+            for c, vec in zip(clean, chained, strict=True):
                 ids.append(insert_fact(tx, c, vec, warned, self.config.staleness))
             tx.drop_key_view()
             new_rows = NewRows(before, tx.max_seq(), tx.inserted)

@@ -1,7 +1,7 @@
 """SQL that turns a current SQLite ledger back into the schema an older remem-agent wrote.
 
 The upgrade tests undo the newest migrations with these statements on a raw connection, then reopen the store
-and check that the migrations bring it back with its rows intact. Every such test undoes migrations 11 to 7
+and check that the migrations bring it back with its rows intact. Every such test undoes migrations 12 to 7
 first (tests/test_key_index.py, test_lexical_store.py, test_scopes.py, test_gateway_responses.py), so their
 undoing exists once, here, as in tests/_pg_downgrades.py for PostgreSQL.
 """
@@ -22,7 +22,13 @@ _CREDITS_TRIGGER = (
     "OR NEW.credit IS NOT OLD.credit OR NEW.blame IS NOT OLD.blame "
     "BEGIN SELECT RAISE(ABORT, 'credits are append-only'); END"
 )
-SQLITE_11_TO_10 = [  # what migration 11 (the time mentions) added
+SQLITE_12_TO_11 = [  # what migration 12 (conversation turns' context vectors) added
+    "DROP INDEX memories_turns",
+    "DELETE FROM meta WHERE key = 'turn_context'",
+    "PRAGMA user_version = 11",
+]
+SQLITE_11_TO_10 = [  # migration 12 undone first, then what migration 11 (the time mentions) added
+    *SQLITE_12_TO_11,
     "DROP TABLE memory_times",
     "DELETE FROM meta WHERE key = 'time_resolver'",
     "PRAGMA user_version = 10",

@@ -7,7 +7,8 @@ Every configuration of the grid (the product of the listed ``RememConfig`` value
 ``run_locomo`` protocol through the whole search pipeline: per conversation one fresh store of its turns,
 each scored question searched cold (k 10, ``now`` an hour after the last turn), evidence recall@1/5/10. The
 fair lexical baseline (``bm25s`` with Snowball stemming and the ledger's stopword list, the strongest BM25 of
-``lexical_channel``) is scored on the same questions.
+``lexical_channel``) is scored on the same questions, twice: over the turns, and over each turn joined with the
+turn before it in its session (``bm25_context``: the context ``turn_context`` gives dense recall).
 
 Leave-one-conversation-out: for each conversation, the configuration with the best recall@5 over the other
 conversations (question-weighted; ties go to the grid's earlier configuration) is scored on the held-out
@@ -46,6 +47,17 @@ _MONTH_OR_YEAR = re.compile(
     re.IGNORECASE,
 )
 BM25 = "bm25"
+BM25_CONTEXT = "bm25_context"  # each turn indexed with the turn before it in its session (as dense recall sees it)
+BASELINES = (BM25, BM25_CONTEXT)
+
+
+def with_previous(turns: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each turn's text after the one before it in the same session: the context ``turn_context`` gives dense
+    recall, given to the lexical baseline too so that it is not the weaker for lacking it."""
+    return [
+        (f"{turns[i - 1]['text']}\n" if i and turns[i - 1]["session"] == t["session"] else "") + str(t["text"])
+        for i, t in enumerate(turns)
+    ]
 
 
 def configs(grid: Mapping[str, Sequence[Any]]) -> dict[str, RememConfig]:
@@ -82,9 +94,10 @@ def question_rows(
             }
             for q in questions
         ]
-        rank = bm25s_ranker([t["text"] for t in turns], sorted(lexical.STOPWORDS), k=kmax)
-        for r, q in zip(per_q, questions, strict=True):
-            r["recall"][BM25] = recall_at([{turns[int(i)]["dia"]} for i in rank(q["question"])], q["evidence"])
+        for base, texts in ((BM25, [str(t["text"]) for t in turns]), (BM25_CONTEXT, with_previous(turns))):
+            rank = bm25s_ranker(texts, sorted(lexical.STOPWORDS), k=kmax)
+            for r, q in zip(per_q, questions, strict=True):
+                r["recall"][base] = recall_at([{turns[int(i)]["dia"]} for i in rank(q["question"])], q["evidence"])
         for name, cfg in cfgs.items():
             with temp_store(cfg, emb, prefix="remem_loco_") as mem:
                 dias = store_turns(mem, turns)
@@ -129,7 +142,7 @@ def loco(rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> dict[str, A
                     sub: {
                         "n": len(part),
                         "chosen": {f"recall@{k}": _mean(part, chosen, k) for k in KS} if part else None,
-                        BM25: {f"recall@{k}": _mean(part, BM25, k) for k in KS} if part else None,
+                        **{b: {f"recall@{k}": _mean(part, b, k) for k in KS} if part else None for b in BASELINES},
                     }
                     for sub, part in subsets(test).items()
                 },
@@ -138,7 +151,9 @@ def loco(rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> dict[str, A
     summary: dict[str, Any] = {}
     for sub in subsets(rows):
         held = [(f["recall"][sub]["n"], f["recall"][sub]["chosen"]) for f in folds if f["recall"][sub]["n"]]
-        base = [(f["recall"][sub]["n"], f["recall"][sub][BM25]) for f in folds if f["recall"][sub]["n"]]
+        bases = {
+            b: [(f["recall"][sub]["n"], f["recall"][sub][b]) for f in folds if f["recall"][sub]["n"]] for b in BASELINES
+        }
         if not held:
             continue
         n = sum(w for w, _ in held)
@@ -147,7 +162,7 @@ def loco(rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> dict[str, A
             "recall@5": round(sum(w * v["recall@5"] for w, v in held) / n, 4),
             "recall@5_per_fold": [v["recall@5"] for _, v in held],
             "spread": [min(v["recall@5"] for _, v in held), max(v["recall@5"] for _, v in held)],
-            "bm25_recall@5": round(sum(w * v["recall@5"] for w, v in base) / n, 4),
+            **{f"{b}_recall@5": round(sum(w * v["recall@5"] for w, v in base) / n, 4) for b, base in bases.items()},
         }
     return {"folds": folds, "summary": summary, "choices": [f["chosen"] for f in folds]}
 
@@ -156,7 +171,7 @@ def per_config(rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> dict[
     """Every configuration on every conversation (and BM25): recall@5 per subset, for inspection."""
     convs = list(dict.fromkeys(r["sample_id"] for r in rows))
     out: dict[str, Any] = {}
-    for name in [*names, BM25]:
+    for name in [*names, *BASELINES]:
         out[name] = {
             sub: {c: _mean([r for r in part if r["sample_id"] == c], name) for c in convs} | {"all": _mean(part, name)}
             for sub, part in subsets(rows).items()

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
+from remem_agent.embedders import context
 from remem_agent.embedders.base import Embedder, check_vectors
 from remem_agent.errors import UserInputError
 from remem_agent.store.base import Store, is_postgres_url
@@ -112,7 +114,12 @@ JSON_COLUMNS = frozenset(
 
 
 def copy_store(
-    source: str | Path, target: str | Path, *, batch: int = 2000, embedder: Embedder | None = None
+    source: str | Path,
+    target: str | Path,
+    *,
+    batch: int = 2000,
+    embedder: Embedder | None = None,
+    turn_context: float | None = None,
 ) -> dict[str, Any]:
     """Copy ``source`` into the empty store ``target``; returns row counts and the target's verify result.
 
@@ -120,7 +127,13 @@ def copy_store(
     embedder and the target records it as the store's embedder; everything else (ids, texts, every event,
     search, credit and statistic) is copied as it is, so the history and every ``as_of`` answer are kept.
     The target's meta key ``reembedded_from`` names the embedder (and dimension) the source was built with.
+    Conversation turns' vectors lean on the turn before them (``embedders/context.py``) by ``turn_context``
+    (default: the source's weight), recomputed in ledger order; the target records the weight.
     """
+    if turn_context is not None:
+        turn_context = context.check_weight(turn_context)
+        if embedder is None:
+            raise UserInputError("turn_context changes vectors: it needs an embedder (remem reembed)")
     if not is_postgres_url(source):
         source = Path(source).expanduser()
     if not is_postgres_url(target):
@@ -135,7 +148,8 @@ def copy_store(
         dim = int(dim_text)
         vectors: _Reembed | None = None
         if embedder is not None:
-            vectors = _Reembed(embedder, src.get_meta("embedder") or "", dim)
+            weight = context.parse_weight(src.get_meta(context.META_KEY)) if turn_context is None else turn_context
+            vectors = _Reembed(embedder, src.get_meta("embedder") or "", dim, weight)
             dim = vectors.dim
         dst: Store = open_store(target)
         try:
@@ -211,13 +225,20 @@ def import_rows(tx: LedgerTx, table: str, rows: Sequence[Sequence[Any]]) -> None
 class _Reembed:
     """What ``remem reembed`` changes in the copied rows: each memory's vector, and the embedder meta keys."""
 
-    def __init__(self, embedder: Embedder, source_name: str, source_dim: int) -> None:
+    def __init__(self, embedder: Embedder, source_name: str, source_dim: int, turn_context: float = 0.0) -> None:
         self.embedder = embedder
         self.dim = int(embedder.dim)
         self.provenance = json.dumps({"embedder": source_name, "dim": source_dim})
+        self.turn_context = turn_context
+        self.last_turns: dict[context.TurnKey, NDArray[np.floating]] = {}  # across batches, in ledger order
 
     def meta(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-        new = {"embedder": self.embedder.name, "dim": str(self.dim), "reembedded_from": self.provenance}
+        new = {
+            "embedder": self.embedder.name,
+            "dim": str(self.dim),
+            "reembedded_from": self.provenance,
+            context.META_KEY: str(self.turn_context),
+        }
         kept = [r for r in rows if r[0] not in new]
         return kept + sorted(new.items())
 
@@ -226,6 +247,13 @@ class _Reembed:
         text_i, vec_i = cols.index("original_text"), cols.index("embedding")
         texts = [r[text_i] for r in rows]
         vecs = check_vectors(self.embedder.embed(texts), len(texts), self.dim, source=self.embedder.name)
+        if self.turn_context:
+            at = {name: cols.index(name) for name in ("scope", "role", "speaker", "session")}
+            keys = [context.turn_key(r[at["scope"]], r[at["role"]], r[at["speaker"]], r[at["session"]]) for r in rows]
+            vecs = context.chain_vectors(keys, vecs, self.turn_context, self.last_turns)
+            for key, vec in zip(keys, vecs, strict=True):
+                if key is not None:
+                    self.last_turns[key] = vec
         return [(*r[:vec_i], vecs[i], *r[vec_i + 1 :]) for i, r in enumerate(rows)]
 
 

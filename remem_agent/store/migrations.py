@@ -323,6 +323,20 @@ MIGRATIONS: list[tuple[int, str]] = [
         CREATE INDEX memory_times_lo ON memory_times (lo);
         """,
     ),
+    (
+        12,
+        """
+        -- A conversation turn's vector leans toward the turn before it in its scope and session
+        -- (remem_agent/embedders/context.py): an add reads that turn's vector through this index. A store
+        -- that already holds conversation turns built their vectors without context: it records turn_context 0
+        -- and keeps it until ``remem reembed --turn-context`` moves it. Any other store records the configured
+        -- weight when ReMem first opens it.
+        CREATE INDEX memories_turns ON memories (scope, session, seq) WHERE session IS NOT NULL;
+        INSERT INTO meta (key, value) SELECT 'turn_context', '0' WHERE EXISTS (
+            SELECT 1 FROM memories WHERE role = 'note' AND speaker IS NOT NULL AND session IS NOT NULL
+        );
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

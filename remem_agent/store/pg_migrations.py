@@ -338,6 +338,16 @@ MIGRATIONS: list[tuple[int, str]] = [
         CREATE INDEX memory_times_lo ON memory_times (lo);
         """,
     ),
+    (
+        12,
+        """
+        -- Conversation turns' context vectors: see the SQLite migration 12 (store/migrations.py).
+        CREATE INDEX memories_turns ON memories (scope, session, seq) WHERE session IS NOT NULL;
+        INSERT INTO meta (key, value) SELECT 'turn_context', '0' WHERE EXISTS (
+            SELECT 1 FROM memories WHERE role = 'note' AND speaker IS NOT NULL AND session IS NOT NULL
+        );
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

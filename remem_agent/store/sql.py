@@ -452,6 +452,19 @@ class LedgerTx(OutcomeQueries):
                 out[str(mid)] = self.load_vector(emb)
         return out
 
+    def last_turn_vectors(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], NDArray[np.float32]]:
+        """The stored vector of the latest conversation turn (a note with a speaker) of each (scope, session)."""
+        out: dict[tuple[str, str], NDArray[np.float32]] = {}
+        for scope, session in keys:
+            r = self.run(
+                "SELECT embedding FROM memories WHERE seq = (SELECT MAX(seq) FROM memories"
+                " WHERE scope = ? AND session = ? AND role = 'note' AND speaker IS NOT NULL)",
+                (scope, session),
+            ).fetchone()
+            if r is not None:
+                out[(scope, session)] = self.load_vector(r[0])
+        return out
+
     def embeddings_after(self, seq: int, dim: int) -> tuple[int, list[str], NDArray[np.float32]]:
         """Embeddings of memories inserted after ``seq``, for (re)building an in-process index."""
         rows = self.run("SELECT seq, id, embedding FROM memories WHERE seq > ? ORDER BY seq", (seq,)).fetchall()
