@@ -43,6 +43,7 @@ from remem_agent.ingest import MAX_INT, MAX_TEXT_CHARS
 from remem_agent.types import iso_time
 
 mcp_server = pytest.importorskip("remem_agent.integrations.mcp_server")
+mcp_tools = pytest.importorskip("remem_agent.integrations.mcp_tools")
 
 # The store is shared by the examples of one test on purpose (it grows as they run).
 PROPERTY = settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -198,7 +199,7 @@ def rendered(mem: ReMem, memory_ids: list[str]) -> None:
     """Whatever was accepted can be shown: ISO records, the prompt block, the MCP JSON answer."""
     for m in (mem.get(i) for i in memory_ids):
         json.dumps(m.to_dict("iso"))
-        json.dumps(mcp_server._memory_dict(m))
+        json.dumps(mcp_tools._memory_dict(m))
 
 
 @pytest.fixture()
@@ -264,7 +265,7 @@ def test_search(mem: ReMem) -> None:
         ok, res = refused_or_done(mem, lambda: mem.search(**args))
         if ok:
             render_memories(res.items)
-            json.dumps([mcp_server._memory_dict(h) for h in res.items])
+            json.dumps([mcp_tools._memory_dict(h) for h in res.items])
 
     prop()
 
@@ -309,7 +310,7 @@ def test_lookups(mem: ReMem) -> None:
     def prop(memory_id: Any, state: Any, role: Any, limit: Any, offset: Any) -> None:
         ok, info = refused_or_done(mem, lambda: mem.inspect(memory_id))
         if ok:
-            json.dumps(mcp_server._info_dict(info))
+            json.dumps(mcp_tools._info_dict(info))
         refused_or_done(mem, lambda: mem.get(memory_id))
         ok, rows = refused_or_done(mem, lambda: mem.list(state, role=role, limit=limit, offset=offset))
         if ok:

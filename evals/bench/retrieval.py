@@ -32,13 +32,14 @@ def parse_date(value: object) -> datetime | None:
 
 def library_systems() -> dict[str, System]:
     """``ReMem.search`` as a user gets it (the default RememConfig, no learning in a cold run) per retrieval
-    channel, and plain cosine (``RememConfig.similarity_only`` on the dense channel) for reference."""
+    channel, and plain cosine (``RememConfig.similarity_only`` on the dense channel, each turn's own vector:
+    ``turn_context`` 0) for reference."""
     base = RememConfig()
     configs = {
         "ReMem": base,
         "ReMem-dense": replace(base, retrieval="dense"),
         "ReMem-lexical": replace(base, retrieval="lexical"),
-        "cosine": RememConfig.similarity_only(retrieval="dense"),
+        "cosine": RememConfig.similarity_only(retrieval="dense", turn_context=0.0),
     }
     return {
         name: System(name=name, description=f"library config {name}", config=cfg, keys=False, as_of=False, learn=False)

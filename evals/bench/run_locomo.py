@@ -21,7 +21,8 @@ C's retrieval-history features do see the sample's earlier searches, as they wou
 
 Systems: those of evals/harness/systems.yaml, ``BM25``, and the library's own configurations
 (evals/bench/retrieval.py ``library_systems``): ``ReMem`` (the default RememConfig, hybrid retrieval),
-``ReMem-dense``, ``ReMem-lexical`` and ``cosine`` (``RememConfig.similarity_only`` on the dense channel).
+``ReMem-dense``, ``ReMem-lexical`` and ``cosine`` (``RememConfig.similarity_only`` on the dense channel, over
+each turn's own vector).
 The turns go in through ``ReMem.add_conversation`` (speaker and session kept as fields).
 
 ``--transfer SYSTEM`` adds the learning-transfer measurement: per sample two stores of SYSTEM;

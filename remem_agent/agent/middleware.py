@@ -18,8 +18,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -27,7 +26,8 @@ from typing import Any, Literal
 from remem_agent._time import Timestamp
 from remem_agent.adapters.base import ChatModel, ChatResponse, Message, ToolSpec
 from remem_agent.adapters.retry import RetryPolicy
-from remem_agent.agent.call import Enforced, Sampling, call_and_enforce
+from remem_agent.agent.ask import Answer, AskRequest, AskState, fallback_trace, run_ask, write
+from remem_agent.agent.call import Sampling
 from remem_agent.agent.capture import AsyncFactExtractor, FactCapture
 from remem_agent.agent.chat import (
     Conversations,
@@ -37,60 +37,21 @@ from remem_agent.agent.chat import (
     run_chat,
 )
 from remem_agent.agent.chat_types import ChatOptions, ChatReply
-from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, PendingOutcomes, PendingStore, Waiting
+from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, PendingOutcomes, PendingStore
 from remem_agent.agent.ports import AgentMemory
-from remem_agent.agent.prompt import build_messages, check_answer_schema, citation_aliases, with_citations
-from remem_agent.agent.scoring import Outcome, Scorer, exact_match
+from remem_agent.agent.prompt import check_answer_schema
+from remem_agent.agent.scoring import Scorer, exact_match
 from remem_agent.agent.stream import ChatStream, stream_chat
 from remem_agent.agent.telemetry import Telemetry, memory_operation
-from remem_agent.agent.trace import AttemptRecord, HasSecrets, TraceRecord, TraceWriter
+from remem_agent.agent.trace import HasSecrets, TraceWriter
 from remem_agent.agent.verdicts import Verdict
-from remem_agent.errors import ModelError, OutputValidationError, UnknownSearchError, UserInputError
+from remem_agent.errors import UnknownSearchError, UserInputError
 from remem_agent.ingest import check_scope, check_text
-from remem_agent.learning.credit import values_used
-from remem_agent.types import FeedbackReceipt, Hit, Role, SearchResult
+from remem_agent.types import FeedbackReceipt, Role
 
 log = logging.getLogger("remem_agent.agent")
 
 __all__ = ["WEAK_SUCCESS_WEIGHT", "Answer", "ChatReply", "ChatStream", "MemoryAgent", "default_trace_path"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Answer:
-    """The result of one ``ask``. ``value`` is the caller's schema fields; ``error`` is set on failure."""
-
-    answer_id: str
-    question: str
-    task: str | None
-    value: dict[str, Any] | None
-    citations: tuple[str, ...]
-    served: tuple[Hit, ...]
-    search_id: str
-    raw: str | None
-    attempts: int
-    outcome: Outcome | None = None
-    credit: Mapping[str, float] = field(default_factory=dict)
-    error: str | None = None
-    aliases: Mapping[str, str] = field(default_factory=dict)  # alias shown to the model -> memory id
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-@dataclass(kw_only=True)
-class _AskState:
-    """What an ask has done so far: enough for a trace line whichever stage fails."""
-
-    t0: float
-    answer_id: str
-    schema: Mapping[str, Any]
-    search_id: str | None = None
-    served: list[dict[str, Any]] = field(default_factory=list)
-    aliases: Mapping[str, str] = field(default_factory=dict)
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    attempts: list[AttemptRecord] = field(default_factory=list)
-    traced: bool = False
 
 
 def default_trace_path(memory: AgentMemory, run_id: str) -> Path | None:
@@ -373,217 +334,34 @@ class MemoryAgent:
         task_id: str | None = None,
         scope: str | None = None,
     ) -> Answer:
+        """Recall, answer in ``schema`` (default ``{"answer": string}``) with citations, score against ``truth``
+        (or wait for a verdict: :meth:`feedback`, the next ask, a correcting fact), learn and trace
+        (:mod:`.ask`)."""
         question = check_text(question, "question")
         scope = check_scope(scope)
         base_schema = check_answer_schema(schema)
-        async with self._sem:
-            st = _AskState(t0=time.perf_counter(), answer_id=f"a_{uuid.uuid4().hex[:16]}", schema=base_schema)
-            try:
-                return await self._ask(
-                    st, question, task, base_schema, truth, as_of, now, k, token_budget, task_id, scope
-                )
-            except Exception as exc:  # whatever raised, the ask leaves its trace line (then the error goes on)
-                if not st.traced:
-                    await self._write(st, self._fallback_trace(st, question, task, task_id, truth, exc))
-                raise
-
-    async def _ask(
-        self,
-        st: _AskState,
-        question: str,
-        task: str | None,
-        base_schema: dict[str, Any],
-        truth: Any,
-        as_of: Timestamp | None,
-        now: Timestamp | None,
-        k: int | None,
-        token_budget: int | None,
-        task_id: str | None,
-        scope: str,
-    ) -> Answer:
-        t0, answer_id = st.t0, st.answer_id
-        if self.infer_outcomes:
-            await self._infer_moved_on(("task", f"{scope}|{task}"))
-        # 1. recall
-        res: SearchResult = await self.memory.asearch(
-            question,
-            k=k or self.k,
+        req = AskRequest(
+            question=question,
             task=task,
+            schema=base_schema,
+            truth=truth,
             as_of=as_of,
             now=now,
-            token_budget=self.token_budget if token_budget is None else token_budget,
+            k=k,
+            token_budget=token_budget,
+            task_id=task_id,
             scope=scope,
         )
-        st.search_id, st.served = res.search_id, [_served_entry(h) for h in res.items]
-        t_recall = time.perf_counter()
-        # 2. prompt
-        aliases = citation_aliases(res.ids)  # "M1" -> first served id, ...
-        labels = list(aliases)
-        schema_ext = with_citations(base_schema, labels)
-        messages = build_messages(question, res.items, schema_ext, system_prompt=self.system_prompt, labels=labels)
-        attempts = st.attempts
-        st.aliases, st.schema, st.messages = aliases, schema_ext, [m.to_dict() for m in messages]
-
-        def trace_of(**rest: Any) -> TraceRecord:
-            return TraceRecord(
-                ts=datetime.now(UTC).isoformat(),
-                run=self.run_id,
-                answer_id=answer_id,
-                task_id=task_id,
-                task=task,
-                question=question,
-                system=self.system,
-                model={
-                    "adapter": self.model.adapter,
-                    "name": self.model.name,
-                    "params": self.sampling.to_dict(),
-                    "native_json_schema": self.model.capabilities.native_json_schema,
-                },
-                search_id=res.search_id,
-                served=[_served_entry(h) for h in res.items],
-                aliases=aliases,
-                schema=schema_ext,
-                messages=[m.to_dict() for m in messages],
-                attempts=attempts,
-                truth=truth,
-                **rest,
-            )
-
-        # 3-4. call + enforce, with bounded re-asks
-        try:
-            enforced = await call_and_enforce(
-                self.model,
-                messages,
-                schema_ext,
-                labels,
-                attempts=attempts,
-                retry=self.retry,
-                max_reasks=self.max_reasks,
-                sampling=self.sampling,
-            )
-        except ModelError as exc:
-            model_ms = sum(a.latency_ms for a in attempts)
-            await self._write(st, trace_of(error=f"model error: {exc}", latency_ms=_latencies(t0, t_recall, model_ms)))
-            raise
-        if not enforced.ok:
-            return await self._invalid(
-                st, enforced, trace_of, answer_id, question, task, res, aliases, len(attempts), t0, t_recall
-            )
-        assert enforced.checked is not None
-        # aliases -> memory ids (check_reply accepted only served aliases, each once)
-        cited_ids = tuple(aliases[c] for c in enforced.checked.citations)
-        value = enforced.checked.value or {}
-        # 5-6. score + learn
-        t_learn = time.perf_counter()
-        outcome: Outcome | None = None
-        receipt: FeedbackReceipt | None = None
-        if truth is not None:
-            outcome = Outcome.from_score(self.scorer(value, truth), threshold=self.success_threshold)
-            receipt = await self.memory.afeedback(
-                res.search_id, success=outcome.success, cited_ids=list(cited_ids), answer=value, source="truth"
-            )
-        else:
-            waiting = Waiting(
-                answer_id=answer_id,
-                search_id=res.search_id,
-                served_ids=tuple(res.ids),
-                cited_ids=cited_ids,
-                value=value,
-                used_ids=tuple(sorted(values_used({h.id: h.text for h in res.items}, value))),
-                scope=scope,
-            )
-            await self._pending.add(waiting, ("task", f"{scope}|{task}"))
-        learn_ms = (time.perf_counter() - t_learn) * 1000
-        # 7. trace
-        await self._write(
-            st,
-            trace_of(
-                answer=value,
-                citations=list(cited_ids),
-                outcome=outcome.to_dict() if outcome else None,
-                credit=dict(receipt.credit) if receipt else {},
-                blame=dict(receipt.blame) if receipt else {},
-                latency_ms=_latencies(t0, t_recall, enforced.model_ms, learn_ms),
-            ),
-        )
-        return Answer(
-            answer_id=answer_id,
-            question=question,
-            task=task,
-            value=value,
-            citations=cited_ids,
-            served=res.items,
-            search_id=res.search_id,
-            raw=enforced.last_raw,
-            attempts=len(attempts),
-            outcome=outcome,
-            credit=dict(receipt.credit) if receipt else {},
-            aliases=aliases,
-        )
-
-    async def _invalid(
-        self,
-        st: _AskState,
-        enforced: Enforced,
-        trace_of: Callable[..., TraceRecord],
-        answer_id: str,
-        question: str,
-        task: str | None,
-        res: SearchResult,
-        aliases: Mapping[str, str],
-        attempts: int,
-        t0: float,
-        t_recall: float,
-    ) -> Answer:
-        """No valid reply within the re-asks: trace it, then raise or return an ``Answer`` with ``error``."""
-        error = f"no valid answer after {attempts} attempt(s): {'; '.join(enforced.errors[-3:])}"
-        await self._write(st, trace_of(error=error, latency_ms=_latencies(t0, t_recall, enforced.model_ms)))
-        if self.on_invalid == "raise":
-            raise OutputValidationError(
-                error, attempts=attempts, last_raw=enforced.last_raw, errors=list(enforced.errors)
-            )
-        return Answer(
-            answer_id=answer_id,
-            question=question,
-            task=task,
-            value=None,
-            citations=(),
-            served=res.items,
-            search_id=res.search_id,
-            raw=enforced.last_raw,
-            attempts=attempts,
-            error=error,
-            aliases=aliases,
-        )
-
-    async def _write(self, st: _AskState, record: TraceRecord) -> None:
-        st.traced = True
-        if self.tracer is not None:
-            await self.tracer.write(record.to_dict())
-
-    def _fallback_trace(
-        self, st: _AskState, question: str, task: str | None, task_id: str | None, truth: Any, exc: Exception
-    ) -> TraceRecord:
-        """The trace line of an ask that failed outside the model call (the recall, the learning step, a bug)."""
-        return TraceRecord(
-            ts=datetime.now(UTC).isoformat(),
-            run=self.run_id,
-            answer_id=st.answer_id,
-            task_id=task_id,
-            task=task,
-            question=question,
-            system=self.system,
-            model={"adapter": self.model.adapter, "name": self.model.name, "params": self.sampling.to_dict()},
-            search_id=st.search_id,
-            served=st.served,
-            aliases=st.aliases,
-            schema=st.schema,
-            messages=st.messages,
-            attempts=st.attempts,
-            truth=truth,
-            error=f"{type(exc).__name__}: {exc}",
-            latency_ms={"total": round((time.perf_counter() - st.t0) * 1000, 3)},
-        )
+        async with self._sem:
+            st = AskState(t0=time.perf_counter(), answer_id=f"a_{uuid.uuid4().hex[:16]}", schema=req.schema)
+            try:
+                if self.infer_outcomes:
+                    await self._infer_moved_on(req.thread)
+                return await run_ask(self, st, req)
+            except Exception as exc:  # whatever raised, the ask leaves its trace line (then the error goes on)
+                if not st.traced:
+                    await write(self, st, fallback_trace(self, st, req, exc))
+                raise
 
     # -- outcomes that arrive later -------------------------------------------------------------
     async def feedback(
@@ -676,25 +454,3 @@ class MemoryAgent:
             return
         verdict = Verdict(success=True, source="inferred", weight=WEAK_SUCCESS_WEIGHT, reason="the next ask moved on")
         await self._conversations.verdicts.record(item, verdict, answer=item.value)
-
-
-def _served_entry(h: Hit) -> dict[str, Any]:
-    return {
-        "id": h.id,
-        "rank": h.rank,
-        "score": round(h.score, 6),
-        "similarity": round(h.similarity, 6),
-        "state": h.state.value,
-        "text": h.text,
-    }
-
-
-def _latencies(t0: float, t_recall: float, model_ms: float, learn_ms: float = 0.0) -> dict[str, float]:
-    total = (time.perf_counter() - t0) * 1000
-    return {
-        "recall": round((t_recall - t0) * 1000, 3),
-        "model": round(model_ms, 3),
-        "learn": round(learn_ms, 3),
-        "total": round(total, 3),
-        "overhead": round(total - model_ms, 3),
-    }

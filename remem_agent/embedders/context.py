@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 from remem_agent.errors import UserInputError
 
 META_KEY = "turn_context"
-DEFAULT_WEIGHT = 0.7  # chosen leave-one-conversation-out on LoCoMo dev (results/locomo/loco_context.json)
+DEFAULT_WEIGHT = 0.7  # chosen on LoCoMo dev conversations (RememConfig.turn_context says how)
 MAX_WEIGHT = 10.0
 
 TurnKey = tuple[str, str]  # (scope, session)
