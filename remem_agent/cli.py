@@ -172,10 +172,21 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``remem`` command line's parser: every subcommand and its options."""
     parser = argparse.ArgumentParser(prog="remem", description="remem-agent: memory that learns from outcomes")
     sub = parser.add_subparsers(dest="cmd", required=True)
+    _add_tool_parsers(sub)
+    _add_store_parsers(sub)
+    from remem_agent.viz.ledger_cli import add_ledger_parser
 
+    add_ledger_parser(sub)
+    _add_serve_parser(sub)
+    return parser
+
+
+def _add_tool_parsers(sub: Any) -> None:
+    """``demo`` and ``doctor``."""
     p_demo = sub.add_parser("demo", help="run the offline demo (supersession, as_of, learning from feedback)")
     p_demo.add_argument("--path", help="store folder (default: a temporary folder, removed afterwards)")
     p_demo.add_argument("--rounds", type=_positive_int, default=8, help="feedback rounds in the learning part (>= 1)")
@@ -213,6 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p_doctor.add_argument("--json", action="store_true", help="print the results as JSON")
 
+
+def _add_store_parsers(sub: Any) -> None:
+    """The commands that read or move a store: verify, stats, dashboard, migrate, reembed, backup."""
     p_verify = sub.add_parser("verify", help="check a store's ledger invariants")
     p_verify.add_argument("store")
 
@@ -256,72 +270,71 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_backup.add_argument("store", help="store folder to back up (may be in use by other processes)")
     p_backup.add_argument("dest", help="new (or empty) folder that becomes a complete copy of the store")
 
-    from remem_agent.viz.ledger_cli import add_ledger_parser
 
-    add_ledger_parser(sub)
-    _add_serve_parser(sub)
+def _run(args: argparse.Namespace) -> int:
+    """Carry out one parsed command (``RememError``s go up to ``main``)."""
+    if args.cmd == "serve":
+        return _serve(args)
+    if args.cmd == "demo":
+        from remem_agent.demo import run_demo
 
-    args = parser.parse_args(argv)
+        summary = run_demo(args.path, rounds=args.rounds, model=args.model, trace=args.trace, embedder=args.embedder)
+        return 0 if summary["verify_ok"] and not summary.get("model_failed") else 1
+    if args.cmd == "doctor":
+        return _doctor(args)
+    if args.cmd == "reembed":
+        from remem_agent.embedders.registry import make_embedder
+        from remem_agent.store.copy import copy_store
+
+        report = copy_store(
+            args.source, args.target, embedder=make_embedder(args.embedder), turn_context=args.turn_context
+        )
+        print(json.dumps(report, indent=2))
+        return 0 if report["verify_ok"] else 1
+    if args.cmd == "dashboard":
+        from remem_agent.viz.dashboard import write_dashboard
+
+        out = write_dashboard(args.store, args.output, title=args.title, max_rows=args.max_rows, scope=args.scope)
+        print(f"wrote {out}")
+        return 0
+    if args.cmd == "migrate":
+        from remem_agent.store.copy import copy_store
+
+        report = copy_store(args.source, args.target)
+        print(json.dumps(report, indent=2))
+        return 0 if report["verify_ok"] else 1
+    if args.cmd == "backup":
+        from remem_agent.store.backup import backup_store
+
+        report = backup_store(args.store, args.dest)
+        print(json.dumps(report, indent=2))
+        return 0 if report["verify_ok"] else 1
+    if args.cmd == "ledger":
+        from remem_agent.viz.ledger_cli import run_ledger
+
+        return run_ledger(args, _open_store)
+    store = _open_store(args.store)
     try:
-        if args.cmd == "serve":
-            return _serve(args)
-        if args.cmd == "demo":
-            from remem_agent.demo import run_demo
+        if args.cmd == "verify":
+            dim = store.get_meta("dim")
+            problems = store.verify(int(dim) if dim else None)
+            for p in problems:
+                print(f"problem: {p}")
+            print("ok" if not problems else f"{len(problems)} problem(s)")
+            return 0 if not problems else 1
+        print(json.dumps(_stats(store, args.scope), indent=2))
+        return 0
+    finally:
+        store.close()
 
-            summary = run_demo(
-                args.path, rounds=args.rounds, model=args.model, trace=args.trace, embedder=args.embedder
-            )
-            return 0 if summary["verify_ok"] and not summary.get("model_failed") else 1
-        if args.cmd == "doctor":
-            return _doctor(args)
-        if args.cmd == "reembed":
-            from remem_agent.embedders.registry import make_embedder
-            from remem_agent.store.copy import copy_store
 
-            report = copy_store(
-                args.source, args.target, embedder=make_embedder(args.embedder), turn_context=args.turn_context
-            )
-            print(json.dumps(report, indent=2))
-            return 0 if report["verify_ok"] else 1
-        if args.cmd == "dashboard":
-            from remem_agent.viz.dashboard import write_dashboard
-
-            out = write_dashboard(args.store, args.output, title=args.title, max_rows=args.max_rows, scope=args.scope)
-            print(f"wrote {out}")
-            return 0
-        if args.cmd == "migrate":
-            from remem_agent.store.copy import copy_store
-
-            report = copy_store(args.source, args.target)
-            print(json.dumps(report, indent=2))
-            return 0 if report["verify_ok"] else 1
-        if args.cmd == "backup":
-            from remem_agent.store.backup import backup_store
-
-            report = backup_store(args.store, args.dest)
-            print(json.dumps(report, indent=2))
-            return 0 if report["verify_ok"] else 1
-        if args.cmd == "ledger":
-            from remem_agent.viz.ledger_cli import run_ledger
-
-            return run_ledger(args, _open_store)
-        store = _open_store(args.store)
-        try:
-            if args.cmd == "verify":
-                dim = store.get_meta("dim")
-                problems = store.verify(int(dim) if dim else None)
-                for p in problems:
-                    print(f"problem: {p}")
-                print("ok" if not problems else f"{len(problems)} problem(s)")
-                return 0 if not problems else 1
-            print(json.dumps(_stats(store, args.scope), indent=2))
-            return 0
-        finally:
-            store.close()
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
     except RememError as exc:
         print(f"remem: error: {exc}", file=sys.stderr)
         return 2
-    return 0
 
 
 if __name__ == "__main__":

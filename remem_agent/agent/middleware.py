@@ -54,6 +54,30 @@ log = logging.getLogger("remem_agent.agent")
 __all__ = ["WEAK_SUCCESS_WEIGHT", "Answer", "ChatReply", "ChatStream", "MemoryAgent", "default_trace_path"]
 
 
+def make_tracer(
+    trace: str | Path | TraceWriter | Literal[False] | None,
+    memory: AgentMemory,
+    run_id: str,
+    *,
+    secrets_of: Sequence[object] = (),
+) -> TraceWriter | None:
+    """The trace writer ``MemoryAgent(trace=...)`` asks for (see its docstring), redacting the credentials of
+    ``secrets_of`` (the models) by value, whatever their shape."""
+    if trace is False:
+        return None
+    if isinstance(trace, TraceWriter):
+        tracer = trace
+    else:
+        path = Path(trace) if trace is not None else default_trace_path(memory, run_id)
+        if path is None:
+            return None
+        tracer = TraceWriter(path)
+    for m in secrets_of:
+        if isinstance(m, HasSecrets):
+            tracer.add_secrets(m.secrets)
+    return tracer
+
+
 def default_trace_path(memory: AgentMemory, run_id: str) -> Path | None:
     """Where traces go when the caller names no path: ``<store folder>/traces/<run_id>.jsonl``.
 
@@ -70,6 +94,22 @@ class MemoryAgent:
 
     >>> agent = MemoryAgent(ReMem("mem"), OpenAIChat("gpt-4o-mini"))
     >>> ans = await agent.ask("Where is our server?", task="ops", truth={"answer": "west-2"})
+
+    ``trace``: a path, a ``TraceWriter``, ``False`` (off) or ``None`` (:func:`default_trace_path`).
+
+    ``judge`` (off by default): a chat model that rates a conversation's previous answer from the
+    next user turn (schema-enforced); its verdict replaces the next-turn heuristic when it is sure.
+    ``temperature``, ``max_tokens``, ``seed``: the sampling every call uses unless it passes its own; None
+    sends none of that field, so the model's own default applies (the gateway passes exactly what its
+    client sent this way).
+    ``strip_citations``: remove inline ``[M1]`` labels from chat replies (``ChatReply.raw`` keeps them).
+    ``telemetry``: e.g. ``OpenTelemetrySpans()`` to send each chat turn as GenAI spans (default: none).
+    ``capture`` (off by default): an extractor (e.g. ``LLMFactExtractor(model)``) that turns each new
+    user turn of ``chat`` into memories in the background (:mod:`.capture`; at most ``capture_queue``
+    turns wait, more are dropped and counted). Close the agent (``aclose`` / ``async with``) to stop it.
+    ``pending``: where answers wait for their outcome; default this process's memory. Pass
+    ``remem_agent.shared_outcomes.LedgerPendingOutcomes(mem.store)`` when several processes serve one
+    store, so an answer given by one is settled by whichever sees its outcome (:mod:`.outcomes`).
     """
 
     def __init__(
@@ -100,22 +140,6 @@ class MemoryAgent:
         capture_queue: int = 64,
         pending: PendingStore | None = None,
     ) -> None:
-        """``trace``: a path, a ``TraceWriter``, ``False`` (off) or ``None`` (:func:`default_trace_path`).
-
-        ``judge`` (off by default): a chat model that rates a conversation's previous answer from the
-        next user turn (schema-enforced); its verdict replaces the next-turn heuristic when it is sure.
-        ``temperature``, ``max_tokens``, ``seed``: the sampling every call uses unless it passes its own; None
-        sends none of that field, so the model's own default applies (the gateway passes exactly what its
-        client sent this way).
-        ``strip_citations``: remove inline ``[M1]`` labels from chat replies (``ChatReply.raw`` keeps them).
-        ``telemetry``: e.g. ``OpenTelemetrySpans()`` to send each chat turn as GenAI spans (default: none).
-        ``capture`` (off by default): an extractor (e.g. ``LLMFactExtractor(model)``) that turns each new
-        user turn of ``chat`` into memories in the background (:mod:`.capture`; at most ``capture_queue``
-        turns wait, more are dropped and counted). Close the agent (``aclose`` / ``async with``) to stop it.
-        ``pending``: where answers wait for their outcome; default this process's memory. Pass
-        ``remem_agent.shared_outcomes.LedgerPendingOutcomes(mem.store)`` when several processes serve one
-        store, so an answer given by one is settled by whichever sees its outcome (:mod:`.outcomes`).
-        """
         if not isinstance(model, ChatModel):
             raise UserInputError("model must implement the ChatModel protocol (name, adapter, capabilities, complete)")
         if max_reasks < 0 or max_concurrency < 1:
@@ -134,20 +158,9 @@ class MemoryAgent:
         self.sampling = Sampling(temperature=temperature, max_tokens=max_tokens, seed=seed)
         self.system_prompt = system_prompt
         self.infer_outcomes = infer_outcomes
-        self.tracer: TraceWriter | None
-        if trace is False:
-            self.tracer = None
-        elif isinstance(trace, TraceWriter):
-            self.tracer = trace
-        else:
-            path = Path(trace) if trace is not None else default_trace_path(memory, self.run_id)
-            self.tracer = TraceWriter(path) if path is not None else None
         if judge is not None and not isinstance(judge, ChatModel):
             raise UserInputError("judge must implement the ChatModel protocol")
-        if self.tracer is not None:  # redact the models' own credentials by value, whatever their shape
-            for m in (model, judge):
-                if isinstance(m, HasSecrets):
-                    self.tracer.add_secrets(m.secrets)
+        self.tracer: TraceWriter | None = make_tracer(trace, memory, self.run_id, secrets_of=(model, judge))
         self.strip_citations = strip_citations
         self._sem = asyncio.Semaphore(max_concurrency)
         # Threads of waiting answers: ("task", task class) for ask; for chat the conversation id, or without one

@@ -81,9 +81,9 @@ def chain_vectors(
     ``keys[i]`` is memory i's chain (None: not a turn), ``vectors[i]`` its own embedding, ``before`` the stored
     vector of each chain's latest turn already in the store (the batch's own turns follow each other).
     """
-    out = np.array(vectors, dtype=np.float32, copy=True)
     if weight == 0 or not any(k is not None for k in keys):
-        return out
+        return np.asarray(vectors, dtype=np.float32)
+    out = np.array(vectors, dtype=np.float32, copy=True)
     last: dict[TurnKey, NDArray[np.floating]] = dict(before)
     for i, key in enumerate(keys):
         if key is None:
