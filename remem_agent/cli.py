@@ -114,6 +114,11 @@ def _add_serve_parser(sub: Any) -> None:
     p.add_argument("--max-stream-seconds", type=float, default=300.0)
     p.add_argument("--strip-citations", action="store_true", help="remove inline [M1] labels from replies")
     p.add_argument(
+        "--capture-corrections",
+        action="store_true",
+        help="store a user's correction (\"No, it's Lisbon\") as the fact replacing the one the wrong answer cited",
+    )
+    p.add_argument(
         "--abstain",
         action="store_true",
         help="inject no memory when the store holds nothing more similar to the request than unrelated text",
@@ -162,6 +167,7 @@ def _serve(args: argparse.Namespace) -> int:
         workers=args.workers,
         trace=args.trace,
         strip_citations=args.strip_citations,
+        capture_corrections=args.capture_corrections,
         abstain=args.abstain,
         response_retention_s=_retention(args.response_retention_days),
         otel=args.otel,

@@ -757,3 +757,24 @@ async def test_an_ollama_client_gives_feedback_by_its_conversation(
     assert both.status_code == 400
     bad = await client.post("/v1/feedback", json={"conversation": "no spaces", "success": True})
     assert bad.status_code == 400
+
+
+@pytest.mark.parametrize("capture", [True, False])
+async def test_capture_corrections_keeps_the_users_value_in_the_callers_scope(
+    mem: ReMem, tmp_path: Path, capture: bool
+) -> None:
+    model = FunctionChatModel(lambda req: "It is in west-2 [M1].", name=MODEL)
+    app = create_app(_config(None, tmp_path, capture_corrections=capture), memory=mem, model=model)
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
+    first = await client.post("/v1/chat/completions", json={"model": MODEL, "messages": USER})
+    said = first.json()["choices"][0]["message"]["content"]
+    turn2 = [*USER, {"role": "assistant", "content": said}, {"role": "user", "content": "No, it's eu-central-1."}]
+    second = await client.post("/v1/chat/completions", json={"model": MODEL, "messages": turn2})
+    assert second.status_code == 200
+    texts = [m.text for m in mem.list()]
+    kept = "server region: eu-central-1 (the user's correction of: Our server moved to west-2.)"
+    assert (kept in texts) is capture and len(texts) == 1 + capture
+    # the correction is kept before the turn's own recall: that recall serves it, and not the replaced fact
+    now = {m.text: m.id for m in mem.list(state="ACTIVE")}
+    assert second.json()["remem"]["served"] == [now[kept] if capture else now["Our server moved to west-2."]]
+    assert mem.verify().ok

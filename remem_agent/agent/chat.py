@@ -101,6 +101,7 @@ class Conversations:
         judge: ChatModel | None = None,
         telemetry: Telemetry | None = None,
         capture: FactCapture | None = None,
+        capture_corrections: bool = False,
     ) -> None:
         self.memory, self.model, self.pending = memory, model, pending
         self.verdicts = Verdicts(
@@ -113,6 +114,7 @@ class Conversations:
             answer_of=self._answer_context,
             judge=judge,
             capture=capture is not None,
+            capture_corrections=capture_corrections,
         )
         # the ledger's pending store adds in the caller's worker thread (see ``persist``); decided once
         self._add_blocking = pending.add_blocking if isinstance(pending, BlockingAdd) else None

@@ -383,6 +383,17 @@ def looks_like_correction(text: str) -> bool:
     return bool(_CORRECTION.match(_LEADING.sub("", folded)))
 
 
+_CORRECTION_ANY_CASE = re.compile(_CORRECTION.pattern, re.IGNORECASE)
+
+
+def correction_rest(text: str) -> str | None:
+    """What a correcting turn says after its opening words ("No, it's Lisbon" -> ", it's Lisbon"), in the
+    user's own case (NFKC-normalised); None when the turn does not open like a correction."""
+    plain = _LEADING.sub("", unicodedata.normalize("NFKC", text).translate(_PUNCTUATION))
+    m = _CORRECTION_ANY_CASE.match(plain)
+    return None if m is None else plain[m.end() :]
+
+
 def tool_arguments(calls: Sequence[ToolCall]) -> list[Any]:
     """Tool-call arguments as JSON values (text where they do not parse), for value-use credit."""
     out: list[Any] = []

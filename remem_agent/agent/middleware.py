@@ -110,6 +110,9 @@ class MemoryAgent:
     ``pending``: where answers wait for their outcome; default this process's memory. Pass
     ``remem_agent.shared_outcomes.LedgerPendingOutcomes(mem.store)`` when several processes serve one
     store, so an answer given by one is settled by whichever sees its outcome (:mod:`.outcomes`).
+    ``capture_corrections`` (off by default): a user turn that corrects the previous answer with a value ("No,
+    it's Lisbon") also stores that value as the fact replacing the one the answer cited, in the answer's scope
+    and only for a fact it relied on (:mod:`.corrections` says what it trusts).
     """
 
     def __init__(
@@ -139,6 +142,7 @@ class MemoryAgent:
         capture: AsyncFactExtractor | None = None,
         capture_queue: int = 64,
         pending: PendingStore | None = None,
+        capture_corrections: bool = False,
     ) -> None:
         if not isinstance(model, ChatModel):
             raise UserInputError("model must implement the ChatModel protocol (name, adapter, capabilities, complete)")
@@ -190,6 +194,7 @@ class MemoryAgent:
             judge=judge,
             telemetry=telemetry,
             capture=self.capture,
+            capture_corrections=capture_corrections,
         )
 
     async def aclose(self) -> None:

@@ -26,13 +26,14 @@ from typing import Any, cast
 
 from remem_agent.adapters.base import ChatModel, ChatRequest, Message
 from remem_agent.adapters.retry import RetryPolicy, call_with_retries
+from remem_agent.agent import corrections
 from remem_agent.agent._spans import stage
 from remem_agent.agent.conversation import looks_like_correction
 from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, BlockingClaims, PendingStore, Thread, Waiting
 from remem_agent.agent.ports import AgentMemory, BlockingMemory
 from remem_agent.agent.telemetry import Span, Telemetry, memory_operation
 from remem_agent.agent.trace import TraceWriter
-from remem_agent.errors import ModelError
+from remem_agent.errors import ModelError, RememError, UnknownMemoryError
 from remem_agent.types import FeedbackReceipt, OutcomeSource, SearchResult
 
 log = logging.getLogger("remem_agent.agent")
@@ -118,10 +119,11 @@ class Verdicts:
         answer_of: Callable[[str], AnswerContext | None],
         judge: ChatModel | None,
         capture: bool,
+        capture_corrections: bool = False,
     ) -> None:
         self.memory, self.pending, self._tracer, self.run_id = memory, pending, tracer, run_id
         self.retry, self.telemetry, self._answer_of = retry, telemetry, answer_of
-        self.judge, self._capture = judge, capture
+        self.judge, self._capture, self.capture_corrections = judge, capture, capture_corrections
         # the ledger's pending store reads and claims in the caller's worker thread: see settle_and_search
         self._claims = pending if isinstance(pending, BlockingClaims) and pending.shared else None
 
@@ -161,7 +163,9 @@ class Verdicts:
         judge = judged.to_dict() if judged else None
 
         async def settle() -> None:
-            await self._settle(answer_id, own, cid, verdict, heuristic=rule.to_dict(), judge=judge, parent=parent)
+            await self._settle(
+                answer_id, own, cid, verdict, heuristic=rule.to_dict(), judge=judge, parent=parent, next_user=next_user
+            )
 
         if defer_moved_on and verdict is rule and not correction:
             return settle
@@ -173,7 +177,7 @@ class Verdicts:
         store is shared and claims blocking, no judge, no fact capture, and the memory's ``asearch``/``afeedback``
         are its own blocking ``search``/``feedback`` in a worker thread (none overridden on its class or the
         instance: a subclass that changes ``asearch``, say, keeps its ``asearch``)."""
-        if self._claims is None or self.judge is not None or self._capture:
+        if self._claims is None or self.judge is not None or self._capture or self.capture_corrections:
             return None
         memory = self.memory
         if not _blocking_class(type(memory)) or not _OVERRIDABLE.isdisjoint(getattr(memory, "__dict__", ())):
@@ -243,6 +247,7 @@ class Verdicts:
         heuristic: Mapping[str, Any] | None,
         judge: Mapping[str, Any] | None,
         parent: Span | None = None,
+        next_user: str | None = None,
     ) -> None:
         item = await self.pending.take(answer_id)
         if item is None:  # already judged (explicit feedback, a correction by a new fact)
@@ -257,6 +262,34 @@ class Verdicts:
             judge=judge,
             parent=parent,
         )
+        if self.capture_corrections and next_user is not None and verdict.success is False:
+            await self.keep_correction(item, next_user, parent)
+
+    async def keep_correction(self, item: Waiting, turn: str, parent: Span | None = None) -> str | None:
+        """Store what the correcting ``turn`` says as the fact replacing the one ``item`` relied on
+        (:mod:`.corrections` says when); returns the new memory's id, or None when nothing was kept."""
+        relied = item.cited_ids or item.used_ids
+        memories = []
+        for mid in dict.fromkeys(relied):
+            try:
+                memories.append((await self.memory.ainspect(mid, scope=item.scope)).memory)
+            except UnknownMemoryError:  # not of this scope (a shared-scope fact): never replaced from here
+                continue
+        old = corrections.target(memories, item.scope)
+        fact = corrections.correction_fact(old, turn, item.answer_id) if old is not None else None
+        if old is None or fact is None:
+            return None
+        with self.memory_span("update_memory", item.scope, parent) as span:
+            try:
+                (new_id,) = await self.memory.aadd_many([fact], scope=item.scope)
+            except RememError as exc:  # the verdict stands; the correction is not kept
+                log.warning("correction of %s not kept: %s", item.answer_id, exc)
+                span.set("remem.correction.error", str(exc))
+                return None
+            span.set("gen_ai.memory.id", new_id)
+            span.set("remem.correction.replaces", old.id)
+        log.info("kept the user's correction of %s as %s (replaces %s)", item.answer_id, new_id, old.id)
+        return new_id
 
     async def _judge(self, own: AnswerContext, next_user: str) -> Verdict | None:
         """Ask the judge model (schema-enforced); any failure of the judge leaves the heuristic's verdict."""

@@ -66,6 +66,9 @@ class GatewayConfig:
     k: int = 5
     token_budget: int | None = None
     strip_citations: bool = False
+    # A user turn correcting the previous answer with a value ("No, it's Lisbon") is also stored as the fact that
+    # replaces the one the answer cited, in the caller's scope (remem_agent/agent/corrections.py).
+    capture_corrections: bool = False
     # The abstain gate (RememConfig(abstain="null")): a request for which the store holds nothing more similar
     # than unrelated text gets no memory block, and the reply says so (x-remem-abstained, remem.abstained).
     abstain: bool = False

@@ -112,6 +112,7 @@ class Gateway:
             max_tokens=512 if config.upstream is None else None,
             seed=None,
             strip_citations=config.strip_citations,
+            capture_corrections=config.capture_corrections,
             telemetry=telemetry if telemetry is not None else _telemetry(config),
             pending=self.pending,
         )
