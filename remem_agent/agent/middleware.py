@@ -148,17 +148,15 @@ class MemoryAgent:
             raise UserInputError("model must implement the ChatModel protocol (name, adapter, capabilities, complete)")
         if max_reasks < 0 or max_concurrency < 1:
             raise UserInputError("max_reasks must be >= 0 and max_concurrency >= 1")
-        self.memory = memory
-        self.model = model
-        self.k = k
-        self.token_budget = token_budget
-        self.max_reasks = max_reasks
-        self.retry = retry or RetryPolicy()
+        self.memory, self.model, self.k, self.token_budget = memory, model, k, token_budget
+        self.max_reasks, self.retry = max_reasks, retry or RetryPolicy()
         self.run_id = run_id or datetime.now(UTC).strftime("run-%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:6]
-        self.system = system
-        self.scorer = scorer
-        self.success_threshold = success_threshold
-        self.on_invalid = on_invalid
+        self.system, self.scorer, self.success_threshold, self.on_invalid = (
+            system,
+            scorer,
+            success_threshold,
+            on_invalid,
+        )
         self.sampling = Sampling(temperature=temperature, max_tokens=max_tokens, seed=seed)
         self.system_prompt = system_prompt
         self.infer_outcomes = infer_outcomes
