@@ -249,13 +249,7 @@ async def invalid(host: AskHost, st: AskState, req: AskRequest, rec: Recalled, e
 def trace(host: AskHost, st: AskState, req: AskRequest, rec: Recalled, **rest: Any) -> TraceRecord:
     """7. The ask's trace line: the request, what was served and shown, every attempt, then ``rest``."""
     return TraceRecord(
-        ts=datetime.now(UTC).isoformat(),
-        run=host.run_id,
-        answer_id=st.answer_id,
-        task_id=req.task_id,
-        task=req.task,
-        question=req.question,
-        system=host.system,
+        **_who(host, st, req),
         model={
             "adapter": host.model.adapter,
             "name": host.model.name,
@@ -273,16 +267,23 @@ def trace(host: AskHost, st: AskState, req: AskRequest, rec: Recalled, **rest: A
     )
 
 
+def _who(host: AskHost, st: AskState, req: AskRequest) -> dict[str, Any]:
+    """The fields every trace line of an ask opens with: when, which run and answer, what was asked."""
+    return {
+        "ts": datetime.now(UTC).isoformat(),
+        "run": host.run_id,
+        "answer_id": st.answer_id,
+        "task_id": req.task_id,
+        "task": req.task,
+        "question": req.question,
+        "system": host.system,
+    }
+
+
 def fallback_trace(host: AskHost, st: AskState, req: AskRequest, exc: Exception) -> TraceRecord:
     """The trace line of an ask that failed outside the model call (the recall, the learning step, a bug)."""
     return TraceRecord(
-        ts=datetime.now(UTC).isoformat(),
-        run=host.run_id,
-        answer_id=st.answer_id,
-        task_id=req.task_id,
-        task=req.task,
-        question=req.question,
-        system=host.system,
+        **_who(host, st, req),
         model={"adapter": host.model.adapter, "name": host.model.name, "params": host.sampling.to_dict()},
         search_id=st.search_id,
         served=st.served,
