@@ -1,0 +1,20 @@
+"""evals/analysis/call_path.py: the module crossings of one gateway chat request."""
+
+from __future__ import annotations
+
+import pytest
+
+from evals.analysis import call_path
+
+
+@pytest.mark.parametrize("protocol", ["openai", "ollama"])
+def test_a_chat_request_is_followed_from_the_route_through_the_memory_to_the_model(protocol: str) -> None:
+    report = call_path.measure(protocol)
+    edges = {(c["from"], c["to"]) for c in report["crossings"]}
+    modules = set(report["modules"])
+    route = "remem_agent.gateway.openai_routes" if protocol == "openai" else "remem_agent.gateway.ollama_routes"
+    # the route, the agent's chat stage, the recall in a worker thread, the model call: all seen
+    assert {route, "remem_agent.agent.chat", "remem_agent.memory", "remem_agent.adapters.fakes"} <= modules
+    assert any(b == "remem_agent.memory" for _, b in edges)  # entered from another module
+    assert report["distinct_crossings"] == len(edges) and all(a != b for a, b in edges)
+    assert report["distinct_modules"] == len(modules)
