@@ -65,7 +65,7 @@ def new_id(prefix: str) -> str:
     return sys.intern(f"{prefix}_{time.time_ns() // 1_000_000:012x}{os.urandom(6).hex()}")  # uuid4().hex[:12], cheaper
 
 
-# Documented maxima of the boundary checks (README "Errors"). Integers are bounded by what every
+# Documented maxima of the boundary checks (docs/concepts.md "Errors"). Integers are bounded by what every
 # backend column holds (PostgreSQL ``integer``); texts by what a memory, a prompt and a ledger row can hold.
 MAX_INT = 2**31 - 1
 MAX_TEXT_CHARS = 1_000_000
@@ -289,7 +289,7 @@ def validate_facts(items: object, *, scope: str | None = None) -> list[CleanFact
 
 
 def same_claim(tx: LedgerTx, c: CleanFact, claims: list[Memory] | None = None) -> Memory | None:
-    """The stored memory that ``c`` replays exactly, if any (README "Supersession", re-adding a fact).
+    """The stored memory that ``c`` replays exactly, if any (docs/concepts.md "Supersession", re-adding a fact).
 
     Same claim = same entity+attribute (both given), same role, same normalised text and the same
     ``valid_from`` as an explicitly passed timestamp, in any state (a superseded fact included).

@@ -1,6 +1,6 @@
 """Re-adding a fact that is already in the ledger: a replay is not a new claim.
 
-The rule (README "Supersession", docs/ARCHITECTURE.md "Decisions"): a fact with entity+attribute and an
+The rule (docs/concepts.md "Supersession", docs/ARCHITECTURE.md "Decisions"): a fact with entity+attribute and an
 *explicit* timestamp whose role, key, normalised text and timestamp equal a stored memory's is that
 memory, in any state: its id is returned, nothing is written, nothing is superseded. Restating the
 *current* fact (any timestamp) still logs a ``reconfirm``. Without a timestamp a fact is stated "now",

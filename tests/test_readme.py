@@ -1,14 +1,15 @@
-"""The README runs as written: every ```python block executes, and the docs point only at the project.
+"""The README and the docs run as written: every ```python block executes, and the docs point only at the project.
 
-How the blocks are run (the rule the README is written to):
+How the blocks are run (the rule README.md and every page of docs/ are written to):
 
-* Every ```python block of README.md runs, except one whose fence is directly preceded by a line
-  ``<!-- not-run: REASON -->`` (an HTML comment, invisible on GitHub). The reason is required, and such
-  exemptions are kept rare (at most ``MAX_EXEMPT``): a block that needs a network service, an API key or a
-  server is rewritten to run offline with the shipped local pieces whenever that is possible.
-* Blocks are grouped by section: the nearest ``#``/``##``/``###`` heading above them. The blocks of one
-  section are concatenated in README order and run as one program, so a block may build on an earlier
-  block of the *same* section. Sections never share state.
+* Every ```python block of README.md and of each ``docs/*.md`` page runs, except one whose fence is
+  directly preceded by a line ``<!-- not-run: REASON -->`` (an HTML comment, invisible on GitHub). The
+  reason is required, and such exemptions are kept rare (at most ``MAX_EXEMPT`` over all the files): a
+  block that needs a network service, an API key or a server is rewritten to run offline with the shipped
+  local pieces whenever that is possible.
+* Blocks are grouped by section: the nearest ``#``/``##``/``###`` heading above them in the same file. The
+  blocks of one section are concatenated in file order and run as one program, so a block may build on an
+  earlier block of the *same* section. Sections never share state.
 * Each section runs in a fresh interpreter whose working directory is a fresh, empty temporary folder,
   offline (``HF_HUB_OFFLINE=1``) and with any OpenAI/Ollama settings removed from the environment, so a
   block that silently needs a key or a server fails here. Blocks must not touch ``~``: the test cannot
@@ -36,6 +37,7 @@ from remem_agent.types import SERVABLE_STATES
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]  # the files whose Python blocks run
 MAX_EXEMPT = 2
 NOT_RUN = re.compile(r"^<!--\s*not-run:\s*(?P<reason>.*?)\s*-->\s*$")
 
@@ -57,16 +59,17 @@ class Block:
     section: str
     code: str
     exempt: str | None  # the not-run reason, if any
+    file: str = "README.md"
 
 
 @dataclass
 class Section:
-    title: str
+    title: str  # the heading; "docs/page.md: heading" for a page of docs/
     blocks: list[Block] = field(default_factory=list)
 
     @property
     def code(self) -> str:
-        return "\n\n".join(f"# README.md line {b.line}\n{b.code}" for b in self.blocks)
+        return "\n\n".join(f"# {b.file} line {b.line}\n{b.code}" for b in self.blocks)
 
 
 def python_blocks(text: str) -> list[Block]:
@@ -91,11 +94,23 @@ def python_blocks(text: str) -> list[Block]:
     return blocks
 
 
+def doc_blocks() -> list[Block]:
+    """The Python blocks of README.md and of every page of docs/, each with its file."""
+    out: list[Block] = []
+    for doc in DOCS:
+        name = doc.relative_to(ROOT).as_posix()
+        for b in python_blocks(doc.read_text(encoding="utf-8")):
+            b.file = name
+            out.append(b)
+    return out
+
+
 def runnable_sections() -> list[Section]:
     sections: dict[str, Section] = {}
-    for b in python_blocks(README.read_text(encoding="utf-8")):
+    for b in doc_blocks():
         if b.exempt is None:
-            sections.setdefault(b.section, Section(b.section)).blocks.append(b)
+            title = b.section if b.file == "README.md" else f"{b.file}: {b.section}"
+            sections.setdefault(title, Section(title)).blocks.append(b)
     return list(sections.values())
 
 
@@ -152,13 +167,14 @@ def test_block_extraction_follows_the_rule() -> None:
 
 
 def test_exemptions_are_rare_and_give_a_reason() -> None:
-    blocks = python_blocks(README.read_text(encoding="utf-8"))
+    blocks = doc_blocks()
     exempt = [b for b in blocks if b.exempt is not None]
-    assert len(blocks) >= 5 and len(exempt) <= MAX_EXEMPT, [(b.line, b.exempt) for b in exempt]
+    assert len(blocks) >= 5 and len(exempt) <= MAX_EXEMPT, [(b.file, b.line, b.exempt) for b in exempt]
     assert all(b.exempt for b in exempt), "a not-run comment needs a reason"
+    assert {b.file for b in blocks} >= {"README.md", "docs/concepts.md", "docs/middleware.md", "docs/gateway.md"}
     for b in blocks:
         if b.exempt is None:
-            assert "~" not in b.code, f"README.md line {b.line}: a runnable block must not write under ~"
+            assert "~" not in b.code, f"{b.file} line {b.line}: a runnable block must not write under ~"
 
 
 # -- every runnable section runs ------------------------------------------------------------------------
@@ -168,7 +184,7 @@ def test_exemptions_are_rare_and_give_a_reason() -> None:
 def test_readme_section_runs(section: Section, tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
-    proc = run_code(section.code, work, f"README.md [{section.title}]")
+    proc = run_code(section.code, work, f"[{section.title}]")
     assert proc.returncode == 0, f"{section.title}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
 
 

@@ -1,4 +1,4 @@
-"""Every ``python -m evals.X`` command in README.md names a module that exists and whose ``--help`` works."""
+"""Every ``python -m evals.X`` command in README.md and docs/ names a module that exists and whose ``--help`` works."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ COMMAND = re.compile(r"python -m (evals(?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
 
 
 def readme_modules() -> list[str]:
-    return sorted(set(COMMAND.findall((ROOT / "README.md").read_text(encoding="utf-8"))))
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return sorted({m for doc in docs for m in COMMAND.findall(doc.read_text(encoding="utf-8"))})
 
 
 def _source(module: str) -> Path | None:
