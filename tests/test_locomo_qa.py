@@ -141,6 +141,21 @@ def test_a_rerun_resumes_and_another_configuration_is_refused(tmp_path):
     assert fresh.rows == {}
 
 
+def test_the_remem_log_is_not_resumed_under_other_search_defaults(tmp_path, monkeypatch):
+    from remem_agent import RememConfig
+
+    base = {"budget": 40}
+    assert locomo_qa.arm_config(base, "bm25") == {"budget": 40, "arm": "bm25"}  # the baselines do not depend on it
+    remem = locomo_qa.arm_config(base, "remem")
+    assert remem["search"] == locomo_qa.search_fingerprint() != locomo_qa.search_fingerprint(RememConfig(k=6))
+    locomo_qa.RunLog(tmp_path, "remem", remem, fresh=False)
+    monkeypatch.setattr(locomo_qa.context, "DEFAULT_WEIGHT", 0.5)  # a new store's turn context changed
+    changed = locomo_qa.arm_config(base, "remem")
+    assert changed["search"] != remem["search"]
+    with pytest.raises(SystemExit, match="another configuration"):
+        locomo_qa.RunLog(tmp_path, "remem", changed, fresh=False)
+
+
 def test_summary_pairs_the_arms_and_holds_no_conversation_text(tmp_path, monkeypatch):
     monkeypatch.setattr(locomo_qa, "make_reader", lambda name, threads, n_ctx: _reader())
     out = tmp_path / "out"

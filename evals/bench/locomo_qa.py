@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import hashlib
 import json
 import sys
@@ -62,6 +63,7 @@ from evals.harness.stats import estimate, paired
 from remem_agent import RememConfig
 from remem_agent.adapters.base import ChatModel, ChatRequest, Message
 from remem_agent.agent.prompt import is_temporal_question, render_memories, spoken_time
+from remem_agent.embedders import context
 from remem_agent.errors import ModelError
 from remem_agent.memory import ReMem
 from remem_agent.store import lexical
@@ -329,6 +331,20 @@ def config_hash(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def search_fingerprint(config: RememConfig | None = None) -> str:
+    """What the remem arm's retrieval depends on beyond the run's own settings: every ``RememConfig`` field and the
+    turn context a new store gets. Part of that arm's log configuration, so that a log written under other search
+    defaults is not resumed as if it were this run's."""
+    cfg = config or RememConfig()
+    fields = {"config": dataclasses.asdict(cfg), "turn_context_default": context.DEFAULT_WEIGHT}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def arm_config(config: Mapping[str, Any], arm: str) -> dict[str, Any]:
+    """An arm's log configuration: the run's, its name, and for the remem arm the search fingerprint."""
+    return {**config, "arm": arm, **({"search": search_fingerprint()} if arm == "remem" else {})}
+
+
 # ------------------------------------------------------------------------------------------ summary
 def _mean(rows: Sequence[Mapping[str, Any]], key: str) -> float | None:
     vals = [float(r[key]) for r in rows if r.get(key) is not None]
@@ -529,7 +545,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "data": Path(args.data).name,
     }
     folder = Path(args.work) / model.name
-    logs = {arm: RunLog(folder, arm, {**config, "arm": arm}, fresh=args.fresh) for arm in arms}
+    logs = {arm: RunLog(folder, arm, arm_config(config, arm), fresh=args.fresh) for arm in arms}
     judge = None
     if args.judge_model:
         from remem_agent.adapters.openai_chat import OpenAIChat
