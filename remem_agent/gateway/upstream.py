@@ -246,53 +246,63 @@ def build_router(config: GatewayConfig, local: ChatModel | None = None) -> Model
     base = config.upstream.rstrip("/")
     client = http_client(config)
     if config.upstream_kind == "openai":
-        from remem_agent._extras import require
+        return _openai_router(config, base, client)
+    return _ollama_router(config, base, client)
 
-        openai = require("openai", "openai", feature="remem serve --upstream-kind openai")
-        from remem_agent.gateway.openai_http import OpenAIUpstream, UpstreamSession
 
-        key = os.environ.get(config.upstream_api_key_env) or "sk-no-key"
-        sdk = openai.AsyncOpenAI(
-            api_key=key, base_url=base, timeout=config.upstream_timeout_s, max_retries=0, http_client=client
-        )
-        session = UpstreamSession(
-            base, key, timeout_s=config.upstream_timeout_s, max_connections=config.limits.max_concurrency * 2
-        )
+def _openai_router(config: GatewayConfig, base: str, client: httpx.AsyncClient) -> ModelRouter:
+    """An OpenAI-compatible upstream: the SDK for chat, models and embeddings, a raw session for streaming."""
+    from remem_agent._extras import require
 
-        async def discover_openai() -> list[str]:
-            try:
-                page = await sdk.models.list()
-            except openai.APIError as exc:  # the SDK's errors as the library's, at the boundary
-                raise ModelError(f"listing the upstream's models failed: {type(exc).__name__}") from exc
-            return [m.id for m in page.data]
+    openai = require("openai", "openai", feature="remem serve --upstream-kind openai")
+    from remem_agent.gateway.openai_http import OpenAIUpstream, UpstreamSession
 
-        async def embed_openai(model: str, texts: list[str]) -> tuple[list[list[float]], int | None]:
-            try:
-                resp = await sdk.embeddings.create(model=model, input=texts)
-            except openai.APIStatusError as exc:  # the SDK's errors as the library's, at the boundary
-                raise ModelError(f"the upstream refused the embedding: HTTP {exc.status_code}",
-                                 status=exc.status_code, body=str(exc.body)[:300]) from exc  # fmt: skip
-            except openai.APIError as exc:
-                raise ModelError(f"embedding upstream failed: {type(exc).__name__}") from exc
-            vectors = [list(d.embedding) for d in sorted(resp.data, key=lambda d: d.index)]
-            return vectors, resp.usage.prompt_tokens if resp.usage is not None else None
+    key = os.environ.get(config.upstream_api_key_env) or "sk-no-key"
+    sdk = openai.AsyncOpenAI(
+        api_key=key, base_url=base, timeout=config.upstream_timeout_s, max_retries=0, http_client=client
+    )
+    session = UpstreamSession(
+        base, key, timeout_s=config.upstream_timeout_s, max_connections=config.limits.max_concurrency * 2
+    )
 
-        async def close_openai() -> None:
-            await session.aclose()
-            await sdk.close()
-            await client.aclose()
+    async def discover_openai() -> list[str]:
+        try:
+            page = await sdk.models.list()
+        except openai.APIError as exc:  # the SDK's errors as the library's, at the boundary
+            raise ModelError(f"listing the upstream's models failed: {type(exc).__name__}") from exc
+        return [m.id for m in page.data]
 
-        return ModelRouter(
-            kind="openai",
-            factory=lambda name: OpenAIUpstream(name, client=sdk, session=session),
-            default=config.models[0] if config.models else "default",
-            names=config.models,
-            discover=discover_openai,
-            capabilities=Capabilities(native_json_schema=True, json_mode=True, tools=True, streaming=True),
-            close=close_openai,
-            secrets=(key,) if key != "sk-no-key" else (),
-            embed=embed_openai,
-        )
+    async def embed_openai(model: str, texts: list[str]) -> tuple[list[list[float]], int | None]:
+        try:
+            resp = await sdk.embeddings.create(model=model, input=texts)
+        except openai.APIStatusError as exc:  # the SDK's errors as the library's, at the boundary
+            raise ModelError(f"the upstream refused the embedding: HTTP {exc.status_code}",
+                             status=exc.status_code, body=str(exc.body)[:300]) from exc  # fmt: skip
+        except openai.APIError as exc:
+            raise ModelError(f"embedding upstream failed: {type(exc).__name__}") from exc
+        vectors = [list(d.embedding) for d in sorted(resp.data, key=lambda d: d.index)]
+        return vectors, resp.usage.prompt_tokens if resp.usage is not None else None
+
+    async def close_openai() -> None:
+        await session.aclose()
+        await sdk.close()
+        await client.aclose()
+
+    return ModelRouter(
+        kind="openai",
+        factory=lambda name: OpenAIUpstream(name, client=sdk, session=session),
+        default=config.models[0] if config.models else "default",
+        names=config.models,
+        discover=discover_openai,
+        capabilities=Capabilities(native_json_schema=True, json_mode=True, tools=True, streaming=True),
+        close=close_openai,
+        secrets=(key,) if key != "sk-no-key" else (),
+        embed=embed_openai,
+    )
+
+
+def _ollama_router(config: GatewayConfig, base: str, client: httpx.AsyncClient) -> ModelRouter:
+    """An Ollama upstream: the ``ollama`` SDK for chat and embeddings, ``/api/tags`` for the model list."""
     from remem_agent._extras import require
 
     ollama = require("ollama", "ollama", feature="remem serve --upstream-kind ollama")
