@@ -15,7 +15,6 @@ MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80
 LONG_FUNCTIONS = {  # (module, qualified name) -> lines when the limit came in
     ("ingest.py", "insert_fact"): 115,
-    ("gateway/responses_routes.py", "_events"): 115,
     ("ranking/features.py", "build_features"): 110,
     ("ranking/pipeline.py", "rank_and_select"): 106,
     ("gather.py", "Gather.candidates"): 101,

@@ -427,50 +427,42 @@ class _Calls:
     output_index: dict[int, int] = field(default_factory=dict)
 
 
-async def _events(
-    gw: Gateway,
-    parsed: ResponsesCall,
-    chat: ChatStream,
-    first: StreamChunk | None,
-    meta: Meta,
-    created: float,
-    end: StreamEnd,
-    request: Request,
-) -> AsyncIterator[bytes]:
-    seq = 0
+class _ResponseEvents:
+    """The server-sent events of one streamed response: numbered events, items added as they start, closed at
+    the end (the message first seen first, then each function call, in output order)."""
 
-    def event(kind: str, **fields: Any) -> bytes:
-        nonlocal seq
-        data = {"type": kind, "sequence_number": seq, **fields}
-        seq += 1
+    def __init__(self, answer: str) -> None:
+        self.seq = 0
+        self.answer = answer
+        self.rid = new_response_id(answer)
+        self.msg_id = f"msg_{answer}"
+        self.text_parts: list[str] = []
+        self.message_index: int | None = None
+        self.calls = _Calls()
+        self.next_index = 0
+
+    def event(self, kind: str, **fields: Any) -> bytes:
+        data = {"type": kind, "sequence_number": self.seq, **fields}
+        self.seq += 1
         return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
-    answer = meta.answer_id
-    rid = new_response_id(answer)
-    msg_id = f"msg_{answer}"
-    text_parts: list[str] = []
-    message_index: int | None = None
-    calls = _Calls()
-    next_index = 0
-    usage: Usage | None = None
-    finish: str | None = None
-
-    def piece(c: StreamChunk) -> bytes:
-        nonlocal message_index, next_index
+    def piece(self, c: StreamChunk) -> bytes:
+        """The events of one chunk: its text delta (opening the message item first) and tool-call deltas."""
+        answer, msg_id, calls, event = self.answer, self.msg_id, self.calls, self.event
         out = b""
         if c.text:
-            if message_index is None:
-                message_index, next_index = next_index, next_index + 1
-                out += event("response.output_item.added", output_index=message_index,
+            if self.message_index is None:
+                self.message_index, self.next_index = self.next_index, self.next_index + 1
+                out += event("response.output_item.added", output_index=self.message_index,
                              item=_message_item(answer, "", "in_progress"))  # fmt: skip
-                out += event("response.content_part.added", item_id=msg_id, output_index=message_index,
+                out += event("response.content_part.added", item_id=msg_id, output_index=self.message_index,
                              content_index=0, part={"type": "output_text", "text": "", "annotations": []})  # fmt: skip
-            text_parts.append(c.text)
-            out += event("response.output_text.delta", item_id=msg_id, output_index=message_index, content_index=0,
-                         delta=c.text, logprobs=[])  # fmt: skip
+            self.text_parts.append(c.text)
+            out += event("response.output_text.delta", item_id=msg_id, output_index=self.message_index,
+                         content_index=0, delta=c.text, logprobs=[])  # fmt: skip
         for d in c.tool_calls:
             if d.index not in calls.output_index:
-                calls.output_index[d.index], next_index = next_index, next_index + 1
+                calls.output_index[d.index], self.next_index = self.next_index, self.next_index + 1
                 calls.ids[d.index], calls.names[d.index], calls.arguments[d.index] = d.id or "", d.name or "", ""
                 item = _call_item(answer, d.index, calls.ids[d.index], calls.names[d.index], "", "in_progress")
                 out += event("response.output_item.added", output_index=calls.output_index[d.index], item=item)
@@ -483,18 +475,21 @@ async def _events(
                              output_index=calls.output_index[d.index], delta=d.arguments)  # fmt: skip
         return out
 
-    def closing(reply: ChatReply | None) -> tuple[bytes, list[dict[str, Any]]]:
+    def closing(self) -> tuple[bytes, list[dict[str, Any]]]:
+        """The events that close every open item, and the response's output items in output order."""
+        answer, msg_id, calls, event = self.answer, self.msg_id, self.calls, self.event
         out = b""
         items: list[tuple[int, dict[str, Any]]] = []
-        text = "".join(text_parts)
-        if message_index is not None:
+        text = "".join(self.text_parts)
+        if self.message_index is not None:
+            at = self.message_index
             done = _message_item(answer, text, "completed")
-            out += event("response.output_text.done", item_id=msg_id, output_index=message_index, content_index=0,
+            out += event("response.output_text.done", item_id=msg_id, output_index=at, content_index=0,
                          text=text, logprobs=[])  # fmt: skip
-            out += event("response.content_part.done", item_id=msg_id, output_index=message_index, content_index=0,
+            out += event("response.content_part.done", item_id=msg_id, output_index=at, content_index=0,
                          part=done["content"][0])  # fmt: skip
-            out += event("response.output_item.done", output_index=message_index, item=done)
-            items.append((message_index, done))
+            out += event("response.output_item.done", output_index=at, item=done)
+            items.append((at, done))
         for i, at in calls.output_index.items():
             item = _call_item(answer, i, calls.ids[i], calls.names[i], calls.arguments[i], "completed")
             out += event("response.function_call_arguments.done", item_id=item["id"], output_index=at,
@@ -505,23 +500,38 @@ async def _events(
             items.append((0, _message_item(answer, "", "completed")))
         return out, [item for _, item in sorted(items, key=lambda x: x[0])]
 
+
+async def _events(
+    gw: Gateway,
+    parsed: ResponsesCall,
+    chat: ChatStream,
+    first: StreamChunk | None,
+    meta: Meta,
+    created: float,
+    end: StreamEnd,
+    request: Request,
+) -> AsyncIterator[bytes]:
+    ev = _ResponseEvents(meta.answer_id)
+    rid = ev.rid
+    usage: Usage | None = None
+    finish: str | None = None
     try:
         start = response_object(
             parsed, meta, rid=rid, created=created, status="in_progress", output=[], usage=None, finish=None
         )
-        head = event("response.created", response=start) + event("response.in_progress", response=start)
+        head = ev.event("response.created", response=start) + ev.event("response.in_progress", response=start)
         if first is not None:
             usage, finish = first.usage or usage, first.finish_reason or finish
-            head += piece(first)
+            head += ev.piece(first)
         yield head
         call = parsed.call
         async for c in gw.service.chunks(chat, None, call):
             usage, finish = c.usage or usage, c.finish_reason or finish
-            frame = piece(c)
+            frame = ev.piece(c)
             if frame:
                 yield frame
         reply = chat.reply
-        tail, output = closing(reply)
+        tail, output = ev.closing()
         done_meta = gw.service.meta(call, meta.conversation_id, reply) if reply is not None else meta
         if reply is not None:
             await _store(gw, parsed, rid, reply.text, reply.tool_calls, created)
@@ -535,10 +545,10 @@ async def _events(
             usage=usage or Usage(),
             finish=finish,
         )
-        yield tail + event("response.completed", response=final)
+        yield tail + ev.event("response.completed", response=final)
     except (ModelError, TimeoutError) as exc:
         err = stream_error(exc)
         request.state.error = err.code
-        yield event("error", code=err.code, message=err.message, param=None)
+        yield ev.event("error", code=err.code, message=err.message, param=None)
     finally:
         await end()
