@@ -51,7 +51,7 @@ class RememConfig:
     contribution_other_weight: float = 0.5
     # The store's calibration of the relevance prior from outcomes (ranking/utility.py PriorCalibration): the
     # strength, in exposures, of each bin's starting value; 0 uses the uncalibrated prior. Chosen on dev seeds
-    # (evals/bench/tune_contribution.py, results/tuning/contribution_dev.json).
+    # (evals/bench/tune_contribution.py, results/benchmark/tuning/contribution_dev.json).
     contribution_calibration: float = 5.0
     # What each served memory costs under a token budget, in utility: the knapsack maximises the sum of
     # (p - item_cost), so a memory is worth serving only if it is likely enough to be used.

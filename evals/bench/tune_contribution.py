@@ -11,7 +11,7 @@ Usage::
 
     python -m evals.bench.tune_contribution [--seeds 200-205] [--grid '{"item_cost": [0, 0.1]}']
 
-Writes ``results/tuning/contribution_dev.json``.
+Writes ``results/benchmark/tuning/contribution_dev.json``.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grid", default=json.dumps(DEFAULT_GRID))
     ap.add_argument("--families", default=",".join(ALL_FAMILIES))
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", default="results/tuning/contribution_dev.json")
+    ap.add_argument("--out", default="results/benchmark/tuning/contribution_dev.json")
     args = ap.parse_args(argv)
     seeds = parse_seeds(args.seeds)
     if any(s < 100 for s in seeds):
