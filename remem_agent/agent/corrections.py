@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from remem_agent.agent.conversation import correction_rest, looks_like_correction
+from remem_agent.agent.conversation import correction_rest
 from remem_agent.ingest import MemoryInput
 from remem_agent.types import Memory, State
 
@@ -43,16 +43,14 @@ _EDGES = re.compile(r"^[\s,.;:!?\-–—]+|[\s.!;,\"'“”«»)\]]+$")
 def correction_value(turn: str) -> str | None:
     """The value a correcting turn states after its opening, or None when it states none."""
     rest = correction_rest(turn)
-    for _ in range(3):  # "No, that's wrong, it's Lisbon": one opening after another
-        if rest is None:
-            return None
-        rest = _EDGES.sub("", rest)
-        if looks_like_correction(rest):
-            rest = correction_rest(rest)
-            continue
-        break
     if rest is None:
         return None
+    for _ in range(3):  # "No, that's wrong, it's Lisbon": one opening after another
+        rest = _EDGES.sub("", rest)
+        again = correction_rest(rest)
+        if again is None:
+            break
+        rest = again
     value = _EDGES.sub("", _FILLER.sub("", rest))
     if not value or len(value) > MAX_VALUE_CHARS or not any(ch.isalnum() for ch in value):
         return None

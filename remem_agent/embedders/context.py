@@ -19,7 +19,7 @@ Only decisions here; the store reads and writes the vectors (``memory.ReMem.add_
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import MutableMapping, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -74,17 +74,17 @@ def chain_vectors(
     keys: Sequence[TurnKey | None],
     vectors: NDArray[np.floating],
     weight: float,
-    before: Mapping[TurnKey, NDArray[np.floating]],
+    last: MutableMapping[TurnKey, NDArray[np.floating]],
 ) -> NDArray[np.float32]:
     """The stored vectors of memories inserted in this order (see the module docstring).
 
-    ``keys[i]`` is memory i's chain (None: not a turn), ``vectors[i]`` its own embedding, ``before`` the stored
-    vector of each chain's latest turn already in the store (the batch's own turns follow each other).
+    ``keys[i]`` is memory i's chain (None: not a turn), ``vectors[i]`` its own embedding, ``last`` the stored
+    vector of each chain's latest turn already in the store (the batch's own turns follow each other). ``last``
+    is updated with the batch's turns, so that a caller going through the ledger in batches passes it on.
     """
     if weight == 0 or not any(k is not None for k in keys):
         return np.asarray(vectors, dtype=np.float32)
     out = np.array(vectors, dtype=np.float32, copy=True)
-    last: dict[TurnKey, NDArray[np.floating]] = dict(before)
     for i, key in enumerate(keys):
         if key is None:
             continue

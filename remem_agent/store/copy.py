@@ -251,9 +251,6 @@ class _Reembed:
             at = {name: cols.index(name) for name in ("scope", "role", "speaker", "session")}
             keys = [context.turn_key(r[at["scope"]], r[at["role"]], r[at["speaker"]], r[at["session"]]) for r in rows]
             vecs = context.chain_vectors(keys, vecs, self.turn_context, self.last_turns)
-            for key, vec in zip(keys, vecs, strict=True):
-                if key is not None:
-                    self.last_turns[key] = vec
         return [(*r[:vec_i], vecs[i], *r[vec_i + 1 :]) for i, r in enumerate(rows)]
 
 
