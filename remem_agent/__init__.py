@@ -22,6 +22,7 @@ from importlib.metadata import version as _dist_version
 from typing import Any
 
 from remem_agent.errors import (
+    AnswerExpiredError,
     EmbeddingError,
     FeedbackConflictError,
     InvalidTransition,
@@ -95,6 +96,7 @@ logging.getLogger("remem_agent").addHandler(logging.NullHandler())
 
 __all__ = [
     "Answer",
+    "AnswerExpiredError",
     "Capabilities",
     "ChatModel",
     "ChatRequest",

@@ -1,4 +1,5 @@
-"""The ``remem`` command line: demo, doctor, verify, stats, dashboard, ledger, migrate, reembed, backup and serve.
+"""The ``remem`` command line: demo, doctor, verify, stats, prune, dashboard, ledger, migrate, reembed, backup
+and serve.
 
 STORE is a store folder (SQLite) or a ``postgresql://`` URL everywhere.
 """
@@ -10,6 +11,7 @@ import dataclasses
 import json
 import math
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +19,7 @@ from remem_agent.embedders.registry import EMBEDDER_NAMES
 from remem_agent.errors import RememError, UserInputError
 from remem_agent.ingest import check_scope
 from remem_agent.store.factory import open_store
+from remem_agent.store.pruning import GrowthLimits
 from remem_agent.types import ROLES, State, StoreStats
 
 
@@ -58,8 +61,41 @@ def _stats(store: Any, scope: str | None = None) -> dict[str, Any]:
         embedder=store.get_meta("embedder") or "",
         dim=int(dim) if dim else 0,
         schema_version=store.schema_version,
+        kept=c["kept"],
+        disk_bytes=store.disk_bytes(),
     )
-    return dataclasses.asdict(stats)
+    out = dataclasses.asdict(stats)
+    folder = getattr(store, "folder", None)  # a SQLite store's folder holds its default trace folder
+    if folder is not None:
+        traces = [f for f in (folder / "traces").glob("*") if f.is_file()]
+        out["traces"] = {"files": len(traces), "bytes": sum(f.stat().st_size for f in traces)}
+    return out
+
+
+def _positive(value: str, unit: str) -> float:
+    """A positive, finite number (of ``unit``) for an argparse type."""
+    try:
+        n = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not math.isfinite(n) or n <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of {unit}, got {value}")
+    return n
+
+
+def _days(value: str) -> float:
+    """argparse type: a positive number of days, as seconds."""
+    return _positive(value, "days") * 86_400.0
+
+
+def _days_or_off(value: str) -> float | None:
+    """argparse type: a number of days as seconds; 0 is None (no limit)."""
+    return None if value.strip() in ("0", "0.0") else _days(value)
+
+
+def _mb_or_off(value: str) -> int | None:
+    """argparse type: a number of MiB as bytes; 0 is None (no limit)."""
+    return None if value.strip() in ("0", "0.0") else max(1, int(_positive(value, "MiB") * 2**20))
 
 
 def _port(value: str) -> int:
@@ -130,6 +166,25 @@ def _add_serve_parser(sub: Any) -> None:
         help="how long a stored response of POST /v1/responses can be continued by previous_response_id "
         "(0: responses are not stored)",
     )
+    p.add_argument(
+        "--answer-ttl-days",
+        type=_days_or_off,
+        default=7 * 86_400.0,
+        help="an answer with no verdict after this long expires, with no outcome (default 7; 0: never)",
+    )
+    p.add_argument(
+        "--retention-days",
+        type=_days_or_off,
+        default=30 * 86_400.0,
+        help="unjudged searches and settled answers older than this are pruned, learning kept (default 30; 0: never)",
+    )
+    p.add_argument("--trace-max-mb", type=_mb_or_off, default=64 * 2**20, help="archive the trace file at this size")
+    p.add_argument(
+        "--trace-keep-mb", type=_mb_or_off, default=1024 * 2**20, help="trace archives take at most this much in all"
+    )
+    p.add_argument(
+        "--trace-keep-days", type=_days_or_off, default=30 * 86_400.0, help="trace archives older than this are deleted"
+    )
     p.add_argument("--otel", action="store_true", help="OpenTelemetry spans per chat turn (extra otel)")
     p.add_argument(
         "--embedder",
@@ -170,6 +225,11 @@ def _serve(args: argparse.Namespace) -> int:
         capture_corrections=args.capture_corrections,
         abstain=args.abstain,
         response_retention_s=_retention(args.response_retention_days),
+        answer_ttl_s=args.answer_ttl_days,
+        retention_s=args.retention_days,
+        trace_max_bytes=args.trace_max_mb,
+        trace_keep_bytes=args.trace_keep_mb,
+        trace_keep_days=None if args.trace_keep_days is None else args.trace_keep_days / 86_400.0,
         otel=args.otel,
         embedder=args.embedder,
         limits=limits,
@@ -232,13 +292,26 @@ def _add_tool_parsers(sub: Any) -> None:
 
 
 def _add_store_parsers(sub: Any) -> None:
-    """The commands that read or move a store: verify, stats, dashboard, migrate, reembed, backup."""
+    """The commands that read, trim or move a store: verify, stats, prune, dashboard, migrate, reembed, backup."""
     p_verify = sub.add_parser("verify", help="check a store's ledger invariants")
     p_verify.add_argument("store")
 
     p_stats = sub.add_parser("stats", help="counts of a store")
     p_stats.add_argument("store")
     p_stats.add_argument("--scope", help="count only this scope's memories and searches (default: the whole store)")
+
+    p_prune = sub.add_parser(
+        "prune", help="expire answers that waited too long and delete old unjudged searches (learning is kept)"
+    )
+    p_prune.add_argument("store")
+    p_prune.add_argument(
+        "--answer-ttl-days", type=_days, required=True, help="an answer with no verdict after this long expires"
+    )
+    p_prune.add_argument(
+        "--retention-days",
+        type=_days,
+        help="delete unjudged searches and settled or expired answers older than this (default: keep them)",
+    )
 
     p_dash = sub.add_parser("dashboard", help="write a self-contained HTML dashboard of a store (read only)")
     p_dash.add_argument("store")
@@ -328,6 +401,10 @@ def _run(args: argparse.Namespace) -> int:
                 print(f"problem: {p}")
             print("ok" if not problems else f"{len(problems)} problem(s)")
             return 0 if not problems else 1
+        if args.cmd == "prune":
+            limits = GrowthLimits(answer_ttl_s=args.answer_ttl_days, retention_s=args.retention_days)
+            print(json.dumps(dataclasses.asdict(store.prune(limits, now=time.time())), indent=2))
+            return 0
         print(json.dumps(_stats(store, args.scope), indent=2))
         return 0
     finally:

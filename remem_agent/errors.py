@@ -7,6 +7,7 @@ one base class. The tree::
     ├── UserInputError (also ValueError)        bad arguments; nothing was written
     │   ├── UnknownMemoryError (also KeyError)  a memory id that is not in the ledger
     │   ├── UnknownSearchError (also KeyError)  a search_id or answer_id that was never issued
+    │   │   └── AnswerExpiredError              an answer whose verdict came after its TTL
     │   ├── FeedbackConflictError               a second, *different* feedback for one search
     │   └── EmbeddingError                      NaN/inf vectors, wrong dimension, wrong shape
     ├── InvalidTransition                       a lifecycle move the state machine forbids
@@ -77,6 +78,23 @@ class UnknownSearchError(UserInputError, KeyError):
 def _unknown_search(search_id: str, field: str, detail: str | None) -> UnknownSearchError:
     """Unpickles an UnknownSearchError (its keyword-only arguments do not fit ``__reduce__``'s args tuple)."""
     return UnknownSearchError(search_id, field=field, detail=detail)
+
+
+class AnswerExpiredError(UnknownSearchError):
+    """Feedback for an answer that waited longer than its store's answer TTL: it expired with no outcome
+    (never a failure), and no verdict is recorded for it any more. Nothing was written."""
+
+    def __init__(self, answer_id: str, *, field: str = "answer_id", detail: str | None = None) -> None:
+        super().__init__(answer_id, field=field, detail=detail or "it expired without a verdict")
+        self.args = (f"expired {field}: {answer_id!r} ({self.detail})",)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_answer_expired, (self.search_id, self.field, self.detail))
+
+
+def _answer_expired(answer_id: str, field: str, detail: str | None) -> AnswerExpiredError:
+    """Unpickles an AnswerExpiredError."""
+    return AnswerExpiredError(answer_id, field=field, detail=detail)
 
 
 class FeedbackConflictError(UserInputError):
@@ -225,6 +243,7 @@ def _rebuild(cls: type[Exception], args: tuple[Any, ...], kwargs: dict[str, Any]
 
 
 __all__ = [
+    "AnswerExpiredError",
     "EmbeddingError",
     "FeedbackConflictError",
     "InvalidTransition",

@@ -53,6 +53,7 @@ from remem_agent.ranking.pipeline import Candidates, Ranking, rank_and_select
 from remem_agent.ranking.utility import UtilityModel
 from remem_agent.store.base import Store, VectorSearch
 from remem_agent.store.factory import open_store
+from remem_agent.store.pruning import GrowthLimits, PruneReport
 from remem_agent.store.sql import LedgerTx
 from remem_agent.store_terms import agree
 from remem_agent.types import (
@@ -477,7 +478,20 @@ class ReMem:
             embedder=self.embedder.name,
             dim=self.dim,
             schema_version=self.store.schema_version,
+            kept=c["kept"],
+            disk_bytes=self.store.disk_bytes(),
         )
+
+    def prune(
+        self, *, answer_ttl_s: float | None = None, retention_s: float | None = None, now: Timestamp | None = None
+    ) -> PruneReport:
+        """Expire waiting answers older than ``answer_ttl_s`` and delete unjudged searches (and settled or
+        expired answers) older than ``retention_s``, keeping every learned statistic
+        (:mod:`remem_agent.store.pruning`). Judged searches, memories and events are never pruned."""
+        limits = GrowthLimits(answer_ttl_s=answer_ttl_s, retention_s=retention_s)
+        at = to_epoch(now, name="now", default=wall_now())
+        assert at is not None
+        return self.store.prune(limits, now=at)
 
     def verify(self, *, raise_on_error: bool = False) -> VerifyReport:
         """Check the ledger's invariants (see remem_agent/store/verify.py)."""

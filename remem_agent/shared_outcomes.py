@@ -5,8 +5,8 @@ agent depends on the protocol only and imports nothing of ``store/``.
 
 Every method is one short transaction of :mod:`remem_agent.store.pending` run in a worker thread, so a claim
 made by one process is seen by every other at once, and of two racing claims exactly one wins. Answers live
-as long as the ledger (a restart keeps them); see that module for what a crash between a claim and its
-feedback loses.
+as long as the ledger (a restart keeps them) or, with ``ttl_s``, until they expire (:mod:`remem_agent.store.
+pruning`); see that module for what a crash between a claim and its feedback loses.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from remem_agent.agent.outcomes import Thread, Waiting
 from remem_agent.store import pending
 from remem_agent.store.base import Store
 from remem_agent.store.pending import PendingRecord
+from remem_agent.store.pruning import GrowthLimits
 from remem_agent.store.sql import LedgerTx
 
 T = TypeVar("T")
@@ -48,9 +49,15 @@ class LedgerPendingOutcomes:
 
     shared = True
 
-    def __init__(self, store: Store, *, claimant: str = "remem") -> None:
+    def __init__(self, store: Store, *, claimant: str = "remem", ttl_s: float | None = None) -> None:
+        if ttl_s is not None:
+            GrowthLimits(answer_ttl_s=ttl_s)  # the same check as the sweep's (a positive, finite number)
         self._store = store
         self._claimant = claimant  # who claimed, kept in the row (e.g. "gateway-<pid>") for the audit
+        self.ttl_s = ttl_s  # an answer older than this has expired: nothing claims it (store/pruning.py)
+
+    def _fresh_after(self) -> float | None:
+        return None if self.ttl_s is None else time.time() - self.ttl_s
 
     async def _write(self, fn: Callable[[LedgerTx], T]) -> T:
         return await asyncio.to_thread(self._store.transact, fn)
@@ -87,7 +94,9 @@ class LedgerPendingOutcomes:
     def take_blocking(self, answer_id: str, *, scope: str | None = None) -> Waiting | None:
         """``take`` itself, for a caller already in a worker thread."""
         rec = self._store.transact(
-            lambda tx: pending.claim(tx, answer_id, scope=scope, by=self._claimant, at=time.time())
+            lambda tx: pending.claim(
+                tx, answer_id, scope=scope, by=self._claimant, at=time.time(), fresh_after=self._fresh_after()
+            )
         )
         return _waiting(rec) if rec is not None else None
 
@@ -100,7 +109,9 @@ class LedgerPendingOutcomes:
 
     async def take_latest(self, thread: Thread) -> Waiting | None:
         key = thread_key(thread)
-        rec = await self._write(lambda tx: pending.claim_latest(tx, key, by=self._claimant, at=time.time()))
+        rec = await self._write(
+            lambda tx: pending.claim_latest(tx, key, by=self._claimant, at=time.time(), fresh_after=self._fresh_after())
+        )
         return _waiting(rec) if rec is not None else None
 
     async def latest(self, thread: Thread) -> Waiting | None:
@@ -110,7 +121,7 @@ class LedgerPendingOutcomes:
         """``latest`` itself, for a caller already in a worker thread."""
         key = thread_key(thread)
         with self._store.read() as tx:
-            rec = pending.latest(tx, key)
+            rec = pending.latest(tx, key, fresh_after=self._fresh_after())
         return _waiting(rec) if rec is not None else None
 
     async def take_relying_on(self, memory_ids: Collection[str]) -> list[tuple[Waiting, list[str]]]:
@@ -121,7 +132,7 @@ class LedgerPendingOutcomes:
 
         def claim_all(tx: LedgerTx) -> list[tuple[PendingRecord, list[str]]]:
             out = []
-            for rec in pending.waiting(tx):
+            for rec in pending.waiting(tx, fresh_after=self._fresh_after()):
                 hit = sorted(wanted & (set(rec.cited_ids) | set(rec.used_ids)))
                 if hit:
                     got = pending.claim(tx, rec.answer_id, scope=None, by=self._claimant, at=time.time())
@@ -137,3 +148,7 @@ class LedgerPendingOutcomes:
     async def judged(self, answer_id: str, *, scope: str | None = None) -> Waiting | None:
         rec = await self._read(lambda tx: pending.judged(tx, answer_id, scope=scope))
         return _waiting(rec) if rec is not None else None
+
+    async def expired(self, answer_id: str, *, scope: str | None = None) -> bool:
+        fresh_after = self._fresh_after()
+        return await self._read(lambda tx: pending.expired(tx, answer_id, scope=scope, fresh_after=fresh_after))

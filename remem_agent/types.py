@@ -361,3 +361,7 @@ class StoreStats:
     embedder: str
     dim: int
     schema_version: int
+    # What the ledger keeps of its traffic (store/pruning.py: judged and unjudged searches; answers waiting,
+    # settled and expired; stored responses) and the bytes the ledger takes on disk (None: not known).
+    kept: Mapping[str, int] = field(default_factory=dict)
+    disk_bytes: int | None = field(default=None, compare=False)  # changes with every write: not compared

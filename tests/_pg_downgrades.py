@@ -4,10 +4,10 @@ The upgrade tests build a store with this version, undo the newest migrations wi
 with ``search_path`` set to the ledger's schema), then reopen it and check that the migrations bring it back
 with its rows intact (``downgrade`` runs them; one step, the version-9 hashes of credit rows, is Python). The
 statements exist once, here, because two tests start from the same undoing of
-migrations 12 to 5: tests/test_lexical_store.py (a version-4 store gains the lexical index) and
+migrations 13 to 5: tests/test_lexical_store.py (a version-4 store gains the lexical index) and
 tests/test_postgres_store.py (a version-2 store upgrades through every later migration); tests/test_key_index.py
-undoes migrations 12 to 7, tests/test_gateway_responses.py migrations 12 to 8, tests/test_lexical_parity.py
-migrations 12 to 9. A change to those migrations is
+undoes migrations 13 to 7, tests/test_gateway_responses.py migrations 13 to 8, tests/test_lexical_parity.py
+migrations 13 to 9. A change to those migrations is
 then one edit here.
 """
 
@@ -19,7 +19,14 @@ from typing import Any
 from remem_agent.store import hashing
 
 REHASH_CREDITS_V9 = "-- credit rows hashed as version 9 wrote them"  # done in Python by downgrade()
-DOWNGRADE_12_TO_11 = [  # what migration 12 (conversation turns' context vectors) added
+DOWNGRADE_13_TO_12 = [  # what migration 13 (bounded growth: the retrieval counts of pruned searches) added
+    "DROP TABLE retrieval_base",
+    "DROP INDEX searches_unjudged_at",
+    "DROP INDEX pending_outcomes_created",
+    "DELETE FROM schema_migrations WHERE version = 13",
+]
+DOWNGRADE_12_TO_11 = [  # migration 13 undone first, then what migration 12 (turns' context vectors) added
+    *DOWNGRADE_13_TO_12,
     "DROP INDEX memories_turns",
     "DELETE FROM meta WHERE key = 'turn_context'",
     "DELETE FROM schema_migrations WHERE version = 12",

@@ -1,7 +1,7 @@
 """SQL that turns a current SQLite ledger back into the schema an older remem-agent wrote.
 
 The upgrade tests undo the newest migrations with these statements on a raw connection, then reopen the store
-and check that the migrations bring it back with its rows intact. Every such test undoes migrations 12 to 7
+and check that the migrations bring it back with its rows intact. Every such test undoes migrations 13 to 7
 first (tests/test_key_index.py, test_lexical_store.py, test_scopes.py, test_gateway_responses.py), so their
 undoing exists once, here, as in tests/_pg_downgrades.py for PostgreSQL.
 """
@@ -22,7 +22,14 @@ _CREDITS_TRIGGER = (
     "OR NEW.credit IS NOT OLD.credit OR NEW.blame IS NOT OLD.blame "
     "BEGIN SELECT RAISE(ABORT, 'credits are append-only'); END"
 )
-SQLITE_12_TO_11 = [  # what migration 12 (conversation turns' context vectors) added
+SQLITE_13_TO_12 = [  # what migration 13 (bounded growth: the retrieval counts of pruned searches) added
+    "DROP TABLE retrieval_base",
+    "DROP INDEX searches_unjudged_at",
+    "DROP INDEX pending_outcomes_created",
+    "PRAGMA user_version = 12",
+]
+SQLITE_12_TO_11 = [  # migration 13 undone first, then what migration 12 (conversation turns' context vectors) added
+    *SQLITE_13_TO_12,
     "DROP INDEX memories_turns",
     "DELETE FROM meta WHERE key = 'turn_context'",
     "PRAGMA user_version = 11",

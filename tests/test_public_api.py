@@ -46,6 +46,7 @@ EXPECTED_ROOT = {
     "UserInputError",
     "UnknownMemoryError",
     "UnknownSearchError",
+    "AnswerExpiredError",
     "FeedbackConflictError",
     "EmbeddingError",
     "InvalidTransition",

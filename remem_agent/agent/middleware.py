@@ -45,7 +45,7 @@ from remem_agent.agent.stream import ChatStream, stream_chat
 from remem_agent.agent.telemetry import Telemetry, memory_operation
 from remem_agent.agent.trace import HasSecrets, TraceWriter
 from remem_agent.agent.verdicts import Verdict
-from remem_agent.errors import UnknownSearchError, UserInputError
+from remem_agent.errors import AnswerExpiredError, UnknownSearchError, UserInputError
 from remem_agent.ingest import check_scope, check_text
 from remem_agent.types import FeedbackReceipt, Role
 
@@ -394,7 +394,8 @@ class MemoryAgent:
         ``reason`` is kept in the trace's outcome line. An answer gets one verdict: repeating the same call
         returns the first receipt with ``repeated=True`` and counts nothing twice; a different verdict (another
         ``success`` or ``used_ids``, or one after the verdict was inferred) raises ``FeedbackConflictError``.
-        An answer id never given, or given in another scope than ``scope``, raises ``UnknownSearchError``.
+        An answer id never given, or given in another scope than ``scope``, raises ``UnknownSearchError``; one
+        that waited past its pending store's TTL raises ``AnswerExpiredError`` (a subclass).
         """
         if not isinstance(success, bool):
             raise UserInputError("success must be True or False")
@@ -408,6 +409,8 @@ class MemoryAgent:
         if item is None:  # judged already: the same verdict again is idempotent, another one a conflict
             judged = await self._pending.judged(answer_id, scope=scope)
             if judged is None:
+                if await self._pending.expired(answer_id, scope=scope):
+                    raise AnswerExpiredError(answer_id)
                 raise UnknownSearchError(answer_id, field="answer_id")
             return await self.memory.afeedback(
                 judged.search_id,

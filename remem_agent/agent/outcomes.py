@@ -21,10 +21,14 @@ PostgreSQL store learn as one).
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections import OrderedDict
 from collections.abc import Collection, Hashable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar, runtime_checkable
+
+from remem_agent.errors import UserInputError
 
 WEAK_SUCCESS_WEIGHT = 0.3  # an inferred "moved on without correcting" success counts this much
 MAX_PENDING = 10_000  # oldest waiting answers are forgotten beyond this (their outcome never arrives)
@@ -80,6 +84,11 @@ class PendingStore(Protocol):
         A repeated verdict is checked against the recorded one through it."""
         ...
 
+    async def expired(self, answer_id: str, *, scope: str | None = None) -> bool:
+        """Whether this store holds the answer (of ``scope``, when given) and it expired without a verdict
+        (older than the store's TTL): no verdict can claim it any more."""
+        ...
+
 
 @runtime_checkable
 class BlockingAdd(Protocol):
@@ -104,24 +113,38 @@ class BlockingClaims(Protocol):
 
 
 class PendingOutcomes(Generic[K]):
-    """Waiting answers, oldest first, and the latest one per thread key (a task, or a conversation)."""
+    """Waiting answers, oldest first, and the latest one per thread key (a task, or a conversation).
+
+    With ``ttl_s`` an answer expires that many seconds after it was given: nothing claims it any more."""
 
     shared = False  # one process's memory
 
-    def __init__(self, max_pending: int = MAX_PENDING) -> None:
+    def __init__(self, max_pending: int = MAX_PENDING, *, ttl_s: float | None = None) -> None:
+        if ttl_s is not None and (
+            isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float) or not math.isfinite(ttl_s) or ttl_s <= 0
+        ):
+            raise UserInputError(f"ttl_s must be a positive number of seconds or None, got {ttl_s!r}")
         self._waiting: OrderedDict[str, Waiting] = OrderedDict()
+        self._given: dict[str, float] = {}  # answer id -> when it was added (time.monotonic)
         self._claimed: set[str] = set()
         self._latest: dict[K, str] = {}
         self._max = max_pending
+        self._ttl = ttl_s
         self._lock = asyncio.Lock()
 
     async def add(self, item: Waiting, thread: K) -> None:
         async with self._lock:
             self._waiting[item.answer_id] = item
+            self._given[item.answer_id] = time.monotonic()
             self._latest[thread] = item.answer_id
             while len(self._waiting) > self._max:
                 old, _ = self._waiting.popitem(last=False)
                 self._claimed.discard(old)
+                self._given.pop(old, None)
+
+    def _stale(self, answer_id: str) -> bool:
+        """Past the TTL (an expired answer is never claimed)."""
+        return self._ttl is not None and time.monotonic() - self._given.get(answer_id, math.inf) > self._ttl
 
     async def take(self, answer_id: str, *, scope: str | None = None) -> Waiting | None:
         """Claim one answer for an explicit verdict; None if unknown, already judged, or of another ``scope``."""
@@ -145,7 +168,7 @@ class PendingOutcomes(Generic[K]):
     async def latest(self, thread: K) -> Waiting | None:
         async with self._lock:
             answer_id = self._latest.get(thread)
-            if answer_id is None or answer_id in self._claimed:
+            if answer_id is None or answer_id in self._claimed or self._stale(answer_id):
                 return None
             return self._waiting.get(answer_id)
 
@@ -158,6 +181,12 @@ class PendingOutcomes(Generic[K]):
         if item is None or answer_id not in self._claimed or (scope is not None and item.scope != scope):
             return None
         return item
+
+    async def expired(self, answer_id: str, *, scope: str | None = None) -> bool:
+        item = self._waiting.get(answer_id)
+        if item is None or answer_id in self._claimed or (scope is not None and item.scope != scope):
+            return False
+        return self._stale(answer_id)
 
     async def take_relying_on(self, memory_ids: Collection[str]) -> list[tuple[Waiting, list[str]]]:
         """Claim every waiting answer that cited or used one of ``memory_ids``, with those ids.
@@ -176,7 +205,7 @@ class PendingOutcomes(Generic[K]):
 
     def _claim(self, answer_id: str) -> Waiting | None:
         item = self._waiting.get(answer_id)
-        if item is None or answer_id in self._claimed:
+        if item is None or answer_id in self._claimed or self._stale(answer_id):
             return None
         self._claimed.add(answer_id)
         return item

@@ -37,6 +37,7 @@ import json
 import os
 import re
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from jsonschema import Draft202012Validator
 
+from remem_agent.agent import trace_rotation
+from remem_agent.agent.trace_rotation import TraceRotation
 from remem_agent.errors import UserInputError
 
 TRACE_VERSION = 1
@@ -396,13 +399,28 @@ def _json_escaped(secret: str) -> str:
 
 
 class TraceWriter:
-    """Appends trace lines to a JSONL file; safe for concurrent asks (one lock, one write per line)."""
+    """Appends trace lines to a JSONL file; safe for concurrent asks (one lock, one write per line).
 
-    def __init__(self, path: str | Path, *, secrets: tuple[str, ...] = ()) -> None:
+    With ``rotation`` the file is archived by size and age and old archives are trimmed
+    (:mod:`.trace_rotation`); without it the file grows as long as the writer writes."""
+
+    def __init__(
+        self, path: str | Path, *, secrets: tuple[str, ...] = (), rotation: TraceRotation | None = None
+    ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._secrets = secrets
+        self.rotation = rotation
+        self._size, self._started = self._live_file()
+
+    def _live_file(self) -> tuple[int, float]:
+        """The live file's size and when it was started (its creation, or now for a new one)."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return 0, time.time()
+        return st.st_size, min(st.st_mtime, time.time())
 
     def add_secrets(self, secrets: Sequence[str]) -> None:
         """Also redact these values (a model's API key, say) from every later line."""
@@ -428,6 +446,7 @@ class TraceWriter:
 
     def write_sync(self, record: Mapping[str, Any]) -> None:
         data = (self.line(record) + "\n").encode("utf-8")
+        archived: Path | None = None
         with self._lock:  # one append per line (O_APPEND), no buffered file object per write
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
             try:
@@ -436,6 +455,28 @@ class TraceWriter:
                     view = view[os.write(fd, view) :]
             finally:
                 os.close(fd)
+            self._size += len(data)
+            if self.rotation is not None and self._due(self.rotation):
+                archived = self._rotate_locked()
+        if archived is not None and self.rotation is not None:  # compressed and trimmed outside the lock
+            trace_rotation.compress(archived)
+            trace_rotation.trim(self.path.parent, self.rotation)
+
+    def _due(self, rotation: TraceRotation) -> bool:
+        if rotation.max_bytes is not None and self._size >= rotation.max_bytes:
+            return True
+        return rotation.max_age_s is not None and time.time() - self._started >= rotation.max_age_s
+
+    def _rotate_locked(self) -> Path | None:
+        """Move the live file aside (the next line starts a new one); the archive's path, None if gone."""
+        now = time.time()
+        target = trace_rotation.archive_name(self.path, now)
+        self._size, self._started = 0, now
+        try:
+            os.replace(self.path, target)
+        except FileNotFoundError:  # removed by someone else: the next line starts a new file anyway
+            return None
+        return target
 
     async def write(self, record: Mapping[str, Any]) -> None:
         await asyncio.to_thread(self.write_sync, record)

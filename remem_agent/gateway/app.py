@@ -173,6 +173,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        gw.start_sweeps()
         yield
         await gw.aclose()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -19,7 +20,9 @@ from typing import Any, Literal
 
 import yaml
 
+from remem_agent.agent.trace_rotation import TraceRotation
 from remem_agent.errors import UserInputError
+from remem_agent.store.pruning import GrowthLimits
 
 UpstreamKind = Literal["openai", "ollama"]
 ENV_CONFIG = "REMEM_GATEWAY_CONFIG"
@@ -77,7 +80,40 @@ class GatewayConfig:
     retry_max_wait_s: float = 10.0
     # Responses protocol: how long a stored response can be continued (previous_response_id); 0: never stored
     response_retention_s: float = 30 * 86_400.0
+    # Bounded growth (remem_agent/store/pruning.py): an answer with no verdict after answer_ttl_s expires (no
+    # outcome); unjudged searches and settled or expired answers older than retention_s are deleted, learning
+    # kept. Each worker sweeps every sweep_interval_s. None: never (the store then grows with every request).
+    answer_ttl_s: float | None = 7 * 86_400.0
+    retention_s: float | None = 30 * 86_400.0
+    sweep_interval_s: float = 3_600.0
+    # Trace files (remem_agent/agent/trace_rotation.py): archived at trace_max_bytes or trace_max_age_s, and
+    # archives trimmed to trace_keep_bytes in all and trace_keep_days of age. None: no limit of that kind.
+    trace_max_bytes: int | None = 64 * 1024 * 1024
+    trace_max_age_s: float | None = 86_400.0
+    trace_keep_bytes: int | None = 1024 * 1024 * 1024
+    trace_keep_days: float | None = 30.0
     limits: Limits = field(default_factory=Limits)
+
+    def __post_init__(self) -> None:
+        try:
+            GrowthLimits(answer_ttl_s=self.answer_ttl_s, retention_s=self.retention_s)
+            self.trace_rotation()
+        except UserInputError as exc:
+            raise GatewayConfigError(str(exc)) from exc
+        s = self.sweep_interval_s
+        if isinstance(s, bool) or not isinstance(s, int | float) or not math.isfinite(s) or s <= 0:
+            raise GatewayConfigError(f"sweep_interval_s must be a positive number of seconds, got {s!r}")
+
+    def growth_limits(self) -> GrowthLimits:
+        return GrowthLimits(answer_ttl_s=self.answer_ttl_s, retention_s=self.retention_s)
+
+    def trace_rotation(self) -> TraceRotation:
+        return TraceRotation(
+            max_bytes=self.trace_max_bytes,
+            max_age_s=self.trace_max_age_s,
+            keep_bytes=self.trace_keep_bytes,
+            keep_days=self.trace_keep_days,
+        )
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))

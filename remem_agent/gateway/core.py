@@ -7,8 +7,11 @@ that turns any exception into the protocol's error shape (:func:`~.protocol.erro
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
@@ -27,7 +30,7 @@ from remem_agent.agent.trace import TraceWriter
 from remem_agent.config import RememConfig
 from remem_agent.embedders.base import Embedder
 from remem_agent.embedders.registry import canonical_name, default_embedder_name, make_embedder
-from remem_agent.errors import UserInputError
+from remem_agent.errors import StoreError, UserInputError
 from remem_agent.gateway.auth import ApiKeys, Caller
 from remem_agent.gateway.config import GatewayConfig, GatewayConfigError, load_api_keys
 from remem_agent.gateway.limits import Gate, read_body
@@ -37,6 +40,7 @@ from remem_agent.gateway.service import ChatCall, ChatService, ClosingStreamingR
 from remem_agent.gateway.upstream import ModelRouter, build_router
 from remem_agent.memory import ReMem
 from remem_agent.shared_outcomes import LedgerPendingOutcomes
+from remem_agent.store.pruning import GrowthLimits, PruneReport
 
 SSE_HEADERS: Mapping[str, str] = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # a proxy must not buffer
 log = logging.getLogger("remem_agent.gateway")
@@ -92,7 +96,9 @@ class Gateway:
         self.secrets = tuple(s for s in (upstream_key, *self.keys.secrets()) if s)
         # Waiting answers live in the ledger: the next turn of a conversation, or its feedback, may reach
         # another worker or another gateway on the same store, which must be able to settle it (once).
-        self.pending = LedgerPendingOutcomes(self.memory.store, claimant=f"gateway-{os.getpid()}")
+        self.pending = LedgerPendingOutcomes(
+            self.memory.store, claimant=f"gateway-{os.getpid()}", ttl_s=config.answer_ttl_s
+        )
         self.agent = MemoryAgent(
             self.memory,
             self.router,
@@ -121,6 +127,7 @@ class Gateway:
         self.metrics.gauge("remem_gateway_in_flight", "Requests holding a concurrency slot.", lambda: self.gate.active)
         self.metrics.gauge("remem_gateway_queued", "Requests waiting for a slot.", lambda: self.gate.waiting)
         self.service = ChatService(self.agent, self.router, self.metrics, config.limits, self.pending)
+        self._sweeper: asyncio.Task[None] | None = None
 
     def _trace(self) -> TraceWriter | Literal[False]:
         cfg = self.config.trace
@@ -134,7 +141,7 @@ class Gateway:
             path = folder / "traces" / f"gateway-{os.getpid()}.jsonl"
         else:
             path = Path(cfg)
-        return TraceWriter(path, secrets=self.secrets)
+        return TraceWriter(path, secrets=self.secrets, rotation=self.config.trace_rotation())
 
     @property
     def trace_path(self) -> Path | None:
@@ -233,7 +240,40 @@ class Gateway:
 
         return run
 
+    def start_sweeps(self) -> None:
+        """Sweep the store now and then (expire answers, prune old unjudged traffic; store/pruning.py)."""
+        limits = self.config.growth_limits()
+        if self._sweeper is None and (limits.answer_ttl_s is not None or limits.retention_s is not None):
+            self._sweeper = asyncio.create_task(self._sweep_forever(limits), name="remem-sweep")
+
+    async def _sweep_forever(self, limits: GrowthLimits) -> None:
+        interval = self.config.sweep_interval_s
+        await asyncio.sleep(min(60.0, interval) * random.random())  # workers started together sweep apart
+        while True:
+            await self.sweep(limits)
+            await asyncio.sleep(interval * (0.9 + 0.2 * random.random()))
+
+    async def sweep(self, limits: GrowthLimits | None = None) -> PruneReport | None:
+        """One sweep in a worker thread; a store error is logged and counted (the next sweep tries again)."""
+        try:
+            report = await asyncio.to_thread(
+                self.memory.store.prune, limits or self.config.growth_limits(), now=time.time()
+            )
+        except StoreError as exc:
+            log.warning("sweep failed, retried at the next one: %s", exc)
+            self.metrics.inc("remem_gateway_sweeps_total", outcome="failed")
+            return None
+        self.metrics.inc("remem_gateway_sweeps_total", outcome="ok")
+        if report.expired_answers or report.pruned_searches or report.pruned_answers or report.pruned_responses:
+            log.info("sweep: %s", report)
+        return report
+
     async def aclose(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
         await self.router.aclose()
         if self._owns_memory:
             self.memory.close()

@@ -114,4 +114,5 @@ def gateway_metrics() -> Metrics:
     m.counter("remem_gateway_upstream_errors_total", "Failed upstream calls by kind (status class or transport).")
     m.counter("remem_gateway_memories_served_total", "Memories served into prompts.")
     m.counter("remem_gateway_rejected_total", "Requests refused before any work, by reason.")
+    m.counter("remem_gateway_sweeps_total", "Store sweeps (answer expiry and pruning) by outcome.")
     return m

@@ -21,6 +21,7 @@ from jsonschema.exceptions import SchemaError
 from starlette.responses import JSONResponse
 
 from remem_agent.errors import (
+    AnswerExpiredError,
     FeedbackConflictError,
     ModelError,
     RememError,
@@ -82,6 +83,8 @@ def error_of(exc: BaseException) -> ApiError:
         )
     if isinstance(exc, ModelError):
         return upstream_error(exc)
+    if isinstance(exc, AnswerExpiredError):
+        return ApiError(410, _first_line(exc), code="answer_expired")
     if isinstance(exc, UnknownMemoryError | UnknownSearchError):
         return ApiError(404, _first_line(exc), code="not_found")
     if isinstance(exc, FeedbackConflictError):

@@ -18,6 +18,8 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
+from remem_agent.store import pruning
+from remem_agent.store.pruning import GrowthLimits, PruneReport
 from remem_agent.store.sql import LedgerTx
 
 log = logging.getLogger("remem_agent.store")
@@ -96,6 +98,12 @@ class Store(Protocol):
 
     def verify(self, dim: int | None = None) -> list[str]: ...
 
+    def prune(self, limits: GrowthLimits, *, now: float) -> PruneReport: ...
+
+    def disk_bytes(self) -> int:
+        """The bytes the ledger takes on disk (its files, or its tables and indexes)."""
+        ...
+
 
 class StoreCommon:
     """Store methods that are the same for every backend (they only use ``read``/``write``)."""
@@ -131,7 +139,11 @@ class StoreCommon:
 
     def counts(self, scope: str | None = None) -> dict[str, Any]:
         with self.read() as tx:
-            return tx.counts(scope)
+            return {**tx.counts(scope), "kept": pruning.kept(tx, scope)}
+
+    def prune(self, limits: GrowthLimits, *, now: float) -> PruneReport:
+        """Expire waiting answers and prune old unjudged traffic (:mod:`remem_agent.store.pruning`)."""
+        return pruning.prune(self.write, limits, now=now)
 
     def verify(self, dim: int | None = None) -> list[str]:
         """Check the ledger's invariants; return human-readable violations (empty = healthy)."""

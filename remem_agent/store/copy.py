@@ -1,9 +1,9 @@
 """``remem migrate``: copy a store with its full history into another backend (or folder).
 
 The copy is row for row: memories with their sequence numbers, every event, search, credit row,
-statistic and learned attribute, and the meta keys (embedder, dimension, supersession mode). Nothing
-is recomputed, so the target's ``verify()`` checks the same history the source recorded. The
-target must be empty; the source is only read (one consistent snapshot).
+statistic and learned attribute, the retrieval counts of pruned searches, and the meta keys (embedder,
+dimension, supersession mode). Nothing is recomputed, so the target's ``verify()`` checks the same history
+the source recorded. The target must be empty; the source is only read (one consistent snapshot).
 """
 
 from __future__ import annotations
@@ -101,6 +101,7 @@ TABLES: dict[str, tuple[str, ...]] = {
     "attributes": ("attribute", "changes", "confirmations", "counter", "single_valued", "decided_at", "hash"),
     "prior_calibration": ("scope", "bin", "uses", "exposures"),
     "memory_times": ("memory_id", "lo", "hi", "grain", "expr"),
+    "retrieval_base": ("memory_id", "task", "retrieved"),
 }
 JSON_COLUMNS = frozenset(
     {
@@ -184,6 +185,7 @@ def export_rows(tx: LedgerTx, table: str, batch: int = 2000) -> Iterator[list[tu
         "attributes": "attribute",
         "prior_calibration": "scope, bin",
         "memory_times": "memory_id, lo, hi",
+        "retrieval_base": "memory_id, task",
     }
     cur = tx.run(f"SELECT {', '.join(cols)} FROM {table} ORDER BY {order.get(table, 'seq')}")
     json_idx = [i for i, c in enumerate(cols) if (table, c) in JSON_COLUMNS]

@@ -337,6 +337,23 @@ MIGRATIONS: list[tuple[int, str]] = [
         );
         """,
     ),
+    (
+        13,
+        """
+        -- Bounded growth (remem_agent/store/pruning.py): searches that never got a verdict are pruned once
+        -- older than the retention window, and settled or expired waiting answers with them. What a pruned
+        -- search fed is kept here: how often it served each memory, per task class, so that stats.retrieved
+        -- still equals what the searches served (verify() adds these counts). The two indexes find what is old.
+        CREATE TABLE retrieval_base (
+            memory_id TEXT NOT NULL REFERENCES memories (id),
+            task      TEXT NOT NULL,
+            retrieved INTEGER NOT NULL CHECK (retrieved > 0),
+            PRIMARY KEY (memory_id, task)
+        ) WITHOUT ROWID;
+        CREATE INDEX searches_unjudged_at ON searches (at) WHERE feedback IS NULL;
+        CREATE INDEX pending_outcomes_created ON pending_outcomes (created_at);
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

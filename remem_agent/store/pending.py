@@ -21,9 +21,13 @@ The rules, in SQL both backends run alike:
   answer can be judged again.
 
 What a crash loses: a claim and its feedback are two transactions, so a process that dies between them
-leaves the answer claimed and uncredited (never credited twice). Rows are never deleted; corrections by a
+leaves the answer claimed and uncredited (never credited twice). Corrections by a
 new fact look at the newest :data:`WAITING_LIMIT` unclaimed rows, as the in-process store keeps at most
 that many. ``remem migrate`` does not copy this table: a migrated store starts with no waiting answers.
+
+Expiry and pruning (:mod:`remem_agent.store.pruning`): with an answer TTL, the claims below take only answers
+created within it (``fresh_after``), a sweep marks older unclaimed rows ``claimed_by = 'expired'``, and rows
+past the retention window are deleted; an explicit feedback for an expired answer is told so (:func:`expired`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from remem_agent.store.sql import LedgerTx
 from remem_agent.store.sql_rows import from_json
 
 WAITING_LIMIT = 10_000  # unclaimed rows a correction by a new fact looks through (the newest)
+EXPIRED_BY = "expired"  # claimed_by of an answer that expired without a verdict (store/pruning.py)
 
 _COLS = "answer_id, scope, thread, turn, search_id, served_ids, cited_ids, used_ids, value, created_at"
 
@@ -93,10 +98,16 @@ def put(tx: LedgerTx, rec: PendingRecord) -> None:
     )
 
 
-def claim(tx: LedgerTx, answer_id: str, *, scope: str | None, by: str, at: float) -> PendingRecord | None:
-    """Claim one waiting answer (of ``scope``, when given); None if unknown, claimed, or of another scope."""
+def claim(
+    tx: LedgerTx, answer_id: str, *, scope: str | None, by: str, at: float, fresh_after: float | None = None
+) -> PendingRecord | None:
+    """Claim one waiting answer (of ``scope``, when given; created at or after ``fresh_after``, when given:
+    an older one has expired); None if unknown, claimed, expired, or of another scope."""
     where = "answer_id = ? AND claimed_at IS NULL" + (" AND scope = ?" if scope is not None else "")
     args: tuple[Any, ...] = (at, by, answer_id) + ((scope,) if scope is not None else ())
+    if fresh_after is not None:
+        where += " AND created_at >= ?"
+        args += (fresh_after,)
     r = tx.run(
         f"UPDATE pending_outcomes SET claimed_at = ?, claimed_by = ? WHERE {where} RETURNING {_COLS}", args
     ).fetchone()
@@ -104,29 +115,51 @@ def claim(tx: LedgerTx, answer_id: str, *, scope: str | None, by: str, at: float
 
 
 def judged(tx: LedgerTx, answer_id: str, *, scope: str | None) -> PendingRecord | None:
-    """The answer (of ``scope``, when given) if a verdict already claimed it; None if waiting or unknown."""
-    where = "answer_id = ? AND claimed_at IS NOT NULL" + (" AND scope = ?" if scope is not None else "")
-    args: tuple[Any, ...] = (answer_id,) + ((scope,) if scope is not None else ())
+    """The answer (of ``scope``, when given) if a verdict already claimed it; None if waiting, expired or
+    unknown."""
+    where = "answer_id = ? AND claimed_at IS NOT NULL AND claimed_by <> ?" + (
+        " AND scope = ?" if scope is not None else ""
+    )
+    args: tuple[Any, ...] = (answer_id, EXPIRED_BY) + ((scope,) if scope is not None else ())
     r = tx.run(f"SELECT {_COLS} FROM pending_outcomes WHERE {where}", args).fetchone()
     return _record(r) if r is not None else None
 
 
-def latest(tx: LedgerTx, thread: str) -> PendingRecord | None:
-    """The thread's newest answer if it is still waiting; None otherwise."""
+def latest(tx: LedgerTx, thread: str, *, fresh_after: float | None = None) -> PendingRecord | None:
+    """The thread's newest answer if it is still waiting (and not expired: created at or after
+    ``fresh_after``, when given); None otherwise."""
     r = tx.run(
         f"SELECT {_COLS}, claimed_at FROM pending_outcomes WHERE thread = ? ORDER BY seq DESC LIMIT 1", (thread,)
     ).fetchone()
-    return _record(r) if r is not None and r[-1] is None else None
+    if r is None or r[-1] is not None or (fresh_after is not None and float(r[9]) < fresh_after):
+        return None
+    return _record(r)
 
 
-def claim_latest(tx: LedgerTx, thread: str, *, by: str, at: float) -> PendingRecord | None:
-    """Claim the thread's newest answer if it is still waiting."""
+def claim_latest(
+    tx: LedgerTx, thread: str, *, by: str, at: float, fresh_after: float | None = None
+) -> PendingRecord | None:
+    """Claim the thread's newest answer if it is still waiting (and not expired, as in :func:`latest`)."""
+    fresh = "" if fresh_after is None else " AND created_at >= ?"
     r = tx.run(
-        "UPDATE pending_outcomes SET claimed_at = ?, claimed_by = ? WHERE claimed_at IS NULL AND seq = "
+        f"UPDATE pending_outcomes SET claimed_at = ?, claimed_by = ? WHERE claimed_at IS NULL{fresh} AND seq = "
         f"(SELECT MAX(seq) FROM pending_outcomes WHERE thread = ?) RETURNING {_COLS}",
-        (at, by, thread),
+        (at, by, *(() if fresh_after is None else (fresh_after,)), thread),
     ).fetchone()
     return _record(r) if r is not None else None
+
+
+def expired(tx: LedgerTx, answer_id: str, *, scope: str | None, fresh_after: float | None) -> bool:
+    """Whether the ledger holds this answer (of ``scope``, when given) and it expired without a verdict: a
+    sweep marked it, or it is unclaimed and older than ``fresh_after``."""
+    r = tx.run(
+        "SELECT claimed_at, claimed_by, created_at, scope FROM pending_outcomes WHERE answer_id = ?", (answer_id,)
+    ).fetchone()
+    if r is None or (scope is not None and r[3] != scope):
+        return False
+    if r[0] is not None:
+        return bool(r[1] == EXPIRED_BY)
+    return fresh_after is not None and float(r[2]) < fresh_after
 
 
 def release(tx: LedgerTx, answer_id: str) -> None:
@@ -134,9 +167,14 @@ def release(tx: LedgerTx, answer_id: str) -> None:
     tx.run("UPDATE pending_outcomes SET claimed_at = NULL, claimed_by = NULL WHERE answer_id = ?", (answer_id,))
 
 
-def _waiting_where(scope: str | None, thread_prefix: str | None) -> tuple[str, tuple[Any, ...]]:
+def _waiting_where(
+    scope: str | None, thread_prefix: str | None, fresh_after: float | None = None
+) -> tuple[str, tuple[Any, ...]]:
     where = "claimed_at IS NULL"
     args: list[Any] = []
+    if fresh_after is not None:
+        where += " AND created_at >= ?"
+        args.append(fresh_after)
     if scope is not None:
         where += " AND scope = ?"
         args.append(scope)
@@ -147,11 +185,16 @@ def _waiting_where(scope: str | None, thread_prefix: str | None) -> tuple[str, t
 
 
 def waiting(
-    tx: LedgerTx, *, limit: int = WAITING_LIMIT, scope: str | None = None, thread_prefix: str | None = None
+    tx: LedgerTx,
+    *,
+    limit: int = WAITING_LIMIT,
+    scope: str | None = None,
+    thread_prefix: str | None = None,
+    fresh_after: float | None = None,
 ) -> list[PendingRecord]:
     """The newest ``limit`` unclaimed answers (of ``scope``, of threads starting with ``thread_prefix``,
-    when given), newest first."""
-    where, args = _waiting_where(scope, thread_prefix)
+    created at or after ``fresh_after``, when given), newest first."""
+    where, args = _waiting_where(scope, thread_prefix, fresh_after)
     rows = tx.run(
         f"SELECT {_COLS} FROM pending_outcomes WHERE {where} ORDER BY seq DESC LIMIT ?", (*args, limit)
     ).fetchall()

@@ -348,6 +348,20 @@ MIGRATIONS: list[tuple[int, str]] = [
         );
         """,
     ),
+    (
+        13,
+        """
+        -- Bounded growth: see the SQLite migration 13 (store/migrations.py).
+        CREATE TABLE retrieval_base (
+            memory_id text NOT NULL REFERENCES memories (id),
+            task      text NOT NULL,
+            retrieved bigint NOT NULL CHECK (retrieved > 0),
+            PRIMARY KEY (memory_id, task)
+        );
+        CREATE INDEX searches_unjudged_at ON searches (at) WHERE feedback IS NULL;
+        CREATE INDEX pending_outcomes_created ON pending_outcomes (created_at);
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -338,6 +338,15 @@ class PostgresStore(StoreCommon):
         conn.execute(f"SET hnsw.ef_search = {int(self.ef_search)}")
         _register_vector(conn)
 
+    def disk_bytes(self) -> int:
+        """Every table of the ledger's schema with its indexes and TOAST data."""
+        rows = self._statement(
+            "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind IN ('r', 'm', 'p')",
+            (self.schema,),
+        )
+        return int(rows[0][0])
+
     def _statement(self, sql: str, params: Any = None) -> list[Any]:
         """One read statement outside an explicit transaction (a single statement sees one snapshot):
         one round trip instead of BEGIN/statement/COMMIT, for the per-search hot path."""

@@ -69,6 +69,7 @@ TABLES = (
     "responses",
     "prior_calibration",
     "memory_times",
+    "retrieval_base",
 )
 TRIGGERS = (
     "events_append_only_u",
@@ -438,6 +439,11 @@ class SQLiteStore(StoreCommon):
     def max_seq(self) -> int:
         with self._lock:  # no transaction needed: one statement, called before every search
             return int(self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM memories").fetchone()[0])
+
+    def disk_bytes(self) -> int:
+        """The ledger file with its write-ahead log and shared-memory index."""
+        files = (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm"))
+        return sum(f.stat().st_size for f in files if f.is_file())
 
 
 def _split_sql(script: str) -> list[str]:

@@ -40,7 +40,7 @@ import numpy as np
 
 from remem_agent.errors import InvalidTransition
 from remem_agent.learning.lifecycle import LifecycleEvent, next_state
-from remem_agent.store import hashing, pending, times
+from remem_agent.store import hashing, pending, pruning, times
 from remem_agent.store.sql import LedgerTx
 from remem_agent.store.sql_rows import from_json
 from remem_agent.types import ALL_TASKS, State, calibration_bin
@@ -214,8 +214,8 @@ def _check_stats(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
     for (scope, b), want in sorted(want_cal.items())[:_LIMIT]:
         problems.append(f"credits of scope {scope} in prior bin {b} ({want[1]}) have no calibration row")
 
-    # 6b. retrieval counters == how often the searches served each memory
-    served_counts: dict[tuple[str, str], int] = defaultdict(int)
+    # 6b. retrieval counters == how often the searches served each memory, the pruned ones included
+    served_counts: dict[tuple[str, str], int] = defaultdict(int, pruning.retrieval_base(tx))
     for task, served in c("SELECT task, served FROM searches"):
         for item in from_json(served):
             mid = item["id"]
