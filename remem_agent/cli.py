@@ -178,6 +178,12 @@ def _add_serve_parser(sub: Any) -> None:
         default=30 * 86_400.0,
         help="unjudged searches and settled answers older than this are pruned, learning kept (default 30; 0: never)",
     )
+    p.add_argument(
+        "--sweep-minutes",
+        type=lambda v: _positive(v, "minutes") * 60.0,
+        default=60.0 * 60.0,
+        help="how often each worker expires answers and prunes (default 60)",
+    )
     p.add_argument("--trace-max-mb", type=_mb_or_off, default=64 * 2**20, help="archive the trace file at this size")
     p.add_argument(
         "--trace-keep-mb", type=_mb_or_off, default=1024 * 2**20, help="trace archives take at most this much in all"
@@ -227,6 +233,7 @@ def _serve(args: argparse.Namespace) -> int:
         response_retention_s=_retention(args.response_retention_days),
         answer_ttl_s=args.answer_ttl_days,
         retention_s=args.retention_days,
+        sweep_interval_s=args.sweep_minutes,
         trace_max_bytes=args.trace_max_mb,
         trace_keep_bytes=args.trace_keep_mb,
         trace_keep_days=None if args.trace_keep_days is None else args.trace_keep_days / 86_400.0,

@@ -174,6 +174,32 @@ def test_summary_pairs_the_arms_and_holds_no_conversation_text(tmp_path, monkeyp
     assert "| remem |" in (out / "summary.md").read_text()
 
 
+def test_carried_arms_stand_beside_a_later_run_and_pair_with_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(locomo_qa, "make_reader", lambda name, threads, n_ctx: _reader())
+    argv = ["--data", str(LOCOMO), "--embedder", "hash", "--budget", "40"]
+    first = tmp_path / "first"
+    assert locomo_qa.main([*argv, "--arms", "none,bm25,full", "--work", str(tmp_path / "w1"), "--out", str(first)]) == 0
+    later = tmp_path / "later"
+    carry = ["--carry", str(first / "summary.json")]
+    assert locomo_qa.main([*argv, "--arms", "remem", "--work", str(tmp_path / "w2"), "--out", str(later), *carry]) == 0
+    both = json.loads((later / "summary.json").read_text())
+    alone = json.loads((first / "summary.json").read_text())
+    assert list(both["arms"]) == ["none", "bm25", "full", "remem"]
+    assert both["arms"]["full"] == alone["arms"]["full"]  # carried as it was measured
+    assert both["meta"]["carried"]["arms"] == ["bm25", "full", "none"]
+    # the paired differences use the carried per-question F1: the same as one run of every arm gives
+    together = tmp_path / "together"
+    assert locomo_qa.main([*argv, "--work", str(tmp_path / "w3"), "--out", str(together)]) == 0
+    one_run = json.loads((together / "summary.json").read_text())
+    for pair in ("remem-bm25", "remem-none", "full-remem"):
+        assert both["pairs"][pair] == one_run["pairs"][pair], pair
+    # an earlier run with another budget is not carried
+    with pytest.raises(SystemExit, match="differs"):
+        locomo_qa.main(
+            [*argv[:-1], "41", "--arms", "remem", "--work", str(tmp_path / "w4"), "--out", str(later), *carry]
+        )
+
+
 def test_unknown_arm_is_refused(tmp_path):
     with pytest.raises(SystemExit):
         locomo_qa.main(["--data", str(LOCOMO), "--arms", "remem,oracle", "--work", str(tmp_path)])

@@ -396,8 +396,16 @@ def pair_summary(by_arm: Mapping[str, Rows], a: str, b: str) -> dict[str, Any]:
     return out
 
 
-def summarise(by_arm: Mapping[str, Rows], meta: Mapping[str, Any]) -> dict[str, Any]:
-    arms = {arm: arm_summary(list(rows.values())) for arm, rows in by_arm.items()}
+def summarise(
+    by_arm: Mapping[str, Rows],
+    meta: Mapping[str, Any],
+    carried: tuple[Mapping[str, dict[str, Any]], Mapping[str, Rows]] | None = None,
+) -> dict[str, Any]:
+    """Per-arm summaries, paired differences and per-question F1; ``carried`` arms (``carried_arms``) come with
+    their earlier summaries and take part in the pairs and the per-question table."""
+    arms = dict(carried[0]) if carried else {}
+    arms.update({arm: arm_summary(list(rows.values())) for arm, rows in by_arm.items()})
+    by_arm = {**(carried[1] if carried else {}), **by_arm}
     pairs = {f"{a}-{b}": pair_summary(by_arm, a, b) for a, b in PAIRS if a in by_arm and b in by_arm}
     keys = sorted({k for rows in by_arm.values() for k in rows})
     per_question = [
@@ -409,6 +417,39 @@ def summarise(by_arm: Mapping[str, Rows], meta: Mapping[str, Any]) -> dict[str, 
         for s, i in keys
     ]
     return {"meta": dict(meta), "arms": arms, "pairs": pairs, "questions": per_question}
+
+
+CARRY_KEYS = ("prompt_version", "model", "embedder", "budget", "k", "max_tokens", "data")
+
+
+def carried_arms(
+    previous: Mapping[str, Any],
+    config: Mapping[str, Any],
+    skip: Sequence[str],
+    categories: Mapping[tuple[str, int], int],
+) -> tuple[dict[str, dict[str, Any]], dict[str, Rows]]:
+    """The arms of an earlier summary that this run does not answer again: their summaries, and per-question rows
+    (F1 and category) for the paired differences. Refused unless the earlier run read the same data with the
+    same model, prompt, embedder and budget (``CARRY_KEYS``) and scored no question this run does not know."""
+    meta = previous.get("meta") or {}
+    differ = [key for key in CARRY_KEYS if meta.get(key) != config.get(key)]
+    if differ:
+        raise SystemExit(f"--carry: the earlier summary differs from this run in {differ}; rerun those arms instead")
+    summaries: dict[str, dict[str, Any]] = {}
+    rows: dict[str, dict[tuple[str, int], dict[str, Any]]] = {}
+    for arm, arm_summary_ in (previous.get("arms") or {}).items():
+        if arm in skip:
+            continue
+        summaries[arm] = dict(arm_summary_)
+        rows[arm] = {}
+    for q in previous.get("questions") or []:
+        key = (str(q["sample_id"]), int(q["qa_index"]))
+        if key not in categories:
+            raise SystemExit(f"--carry: the earlier summary scored {key}, which this data does not hold")
+        for arm, f1 in (q.get("f1") or {}).items():
+            if arm in rows and f1 is not None:
+                rows[arm][key] = {"f1": float(f1), "category": categories[key]}
+    return summaries, dict(rows)
 
 
 def markdown(summary: Mapping[str, Any]) -> str:
@@ -523,6 +564,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default="results/locomo_qa")
     ap.add_argument("--fresh", action="store_true")
     ap.add_argument("--summarise-only", action="store_true", help="write the summary from the logs, answer nothing")
+    ap.add_argument(
+        "--carry",
+        metavar="SUMMARY",
+        help="an earlier summary.json of the same data, model, prompt and budget: its arms that this run does not "
+        "answer are reported beside this run's (their aggregates and per-question F1, for the paired differences)",
+    )
     args = ap.parse_args(argv)
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     if bad := [a for a in arms if a not in ARMS]:
@@ -570,7 +617,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     command = command_line("evals.bench.locomo_qa", argv if argv is not None else sys.argv[1:])
     meta = {**config, "command": command, "arms": arms, "limit": args.limit, "full_limit": args.full_limit}
-    summary = summarise({arm: logs[arm].rows for arm in arms}, meta)
+    carried = None
+    if args.carry:
+        categories = {
+            (q.sample_id, q.index): q.category
+            for sample in samples
+            for q in questions_of(sample, sample_turns(dict(sample))[0])
+        }
+        previous = json.loads(Path(args.carry).read_text(encoding="utf-8"))
+        carried = carried_arms(previous, config, arms, categories)
+        meta["carried"] = {"arms": sorted(carried[0]), "command": (previous.get("meta") or {}).get("command")}
+    summary = summarise({arm: logs[arm].rows for arm in arms}, meta, carried)
     out = Path(args.out)
     write_json(out / "summary.json", summary)
     (out / "summary.md").write_text(markdown(summary), encoding="utf-8")
