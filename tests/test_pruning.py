@@ -337,3 +337,26 @@ def test_serve_flags_reach_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
     (config,) = seen
     assert config.answer_ttl_s == 2 * DAY and config.retention_s is None
     assert config.trace_max_bytes == 2**20 and config.trace_keep_days is None and config.trace_keep_bytes == 2**30
+
+
+def test_two_sweeps_at_once_count_every_pruned_search_once(
+    store_location: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(pruning, "BATCH", 7)  # several batches, so that the two sweeps interleave
+    t0 = time.time() + 60
+    monkeypatch.setattr("remem_agent.memory.wall_now", lambda: t0)
+    loc = store_location("s")
+    with ReMem(loc, embedder="hash") as a, ReMem(loc, embedder="hash") as b:
+        a.add_many(NOTES)
+        for n in range(40):
+            a.search(f"deploy region {n}", k=2, task="ops")
+        before = _retrieved(a)
+        with ThreadPoolExecutor(2) as pool:
+            reports = list(pool.map(lambda m: m.prune(answer_ttl_s=DAY, retention_s=DAY, now=t0 + 2 * DAY), (a, b)))
+        assert sum(r.pruned_searches for r in reports) == 40
+        assert a.stats().searches == 0 and _retrieved(a) == before
+        with a.store.read() as tx:
+            assert sum(n for (_, t), n in pruning.retrieval_base(tx).items() if t == ALL_TASKS) == 80
+        assert a.verify().ok, a.verify().problems

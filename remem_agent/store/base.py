@@ -143,7 +143,7 @@ class StoreCommon:
 
     def prune(self, limits: GrowthLimits, *, now: float) -> PruneReport:
         """Expire waiting answers and prune old unjudged traffic (:mod:`remem_agent.store.pruning`)."""
-        return pruning.prune(self.write, limits, now=now)
+        return pruning.prune(self.transact, limits, now=now)
 
     def verify(self, dim: int | None = None) -> list[str]:
         """Check the ledger's invariants; return human-readable violations (empty = healthy)."""

@@ -29,8 +29,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from remem_agent.errors import UserInputError
 from remem_agent.store.pending import EXPIRED_BY
@@ -38,12 +38,17 @@ from remem_agent.store.sql import LedgerTx
 from remem_agent.store.sql_rows import from_json
 from remem_agent.types import ALL_TASKS
 
+T = TypeVar("T")
 DAY_S = 86_400.0
 DEFAULT_ANSWER_TTL_S = 7 * DAY_S  # the gateway's default: a verdict comes within a week or never
 DEFAULT_RETENTION_S = 30 * DAY_S  # the gateway's default: unjudged traffic is kept a month
 BATCH = 2_000  # searches per pruning transaction (a sweep never holds the writer lock for long)
 
-TxFactory = Callable[[], AbstractContextManager[LedgerTx]]  # a store's ``write``
+
+class Transact(Protocol):
+    """A store's ``transact``: run a function in one write transaction (retried on a lost conflict)."""
+
+    def __call__(self, fn: Callable[[LedgerTx], T], /) -> T: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,17 +91,27 @@ def expire_answers(tx: LedgerTx, *, before: float, at: float) -> int:
     return int(cur.rowcount or 0)
 
 
-def prune_searches(tx: LedgerTx, *, before: float, limit: int = BATCH) -> tuple[int, int]:
-    """Delete up to ``limit`` unjudged searches older than ``before`` (keeping their retrieval counts), and
-    the waiting answers that point at them; (searches, answers) deleted."""
-    rows = tx.run(
-        "SELECT search_id, task, served FROM searches WHERE feedback IS NULL AND at < ? ORDER BY at LIMIT ?",
-        (before, limit),
+def prune_searches(tx: LedgerTx, *, before: float, limit: int = BATCH) -> tuple[int, int, bool]:
+    """Delete up to ``limit`` unjudged searches older than ``before`` and the waiting answers that point at
+    them, adding what each deleted search served to ``retrieval_base``; (searches, answers, more may be left).
+
+    Only the rows the ``DELETE ... RETURNING`` really removed are counted: a search another sweep deleted
+    first, or that got its verdict meanwhile (``feedback IS NULL`` is checked again on the row), adds nothing."""
+    ids = [
+        str(r[0])
+        for r in tx.run(
+            "SELECT search_id FROM searches WHERE feedback IS NULL AND at < ? ORDER BY at LIMIT ?", (before, limit)
+        ).fetchall()
+    ]
+    if not ids:
+        return 0, 0, False
+    marks = ",".join("?" * len(ids))
+    answers = int(tx.run(f"DELETE FROM pending_outcomes WHERE search_id IN ({marks})", ids).rowcount or 0)
+    gone = tx.run(
+        f"DELETE FROM searches WHERE search_id IN ({marks}) AND feedback IS NULL RETURNING task, served", ids
     ).fetchall()
-    if not rows:
-        return 0, 0
     counts: Counter[tuple[str, str]] = Counter()
-    for _, task, served in rows:
+    for task, served in gone:
         for item in from_json(served):
             counts[(str(item["id"]), ALL_TASKS)] += 1
             if task not in (None, ALL_TASKS):
@@ -107,40 +122,32 @@ def prune_searches(tx: LedgerTx, *, before: float, limit: int = BATCH) -> tuple[
             "DO UPDATE SET retrieved = retrieval_base.retrieved + excluded.retrieved",
             [(mid, task, n) for (mid, task), n in sorted(counts.items())],
         )
-    ids = [(str(r[0]),) for r in rows]
-    answers = 0
-    for (sid,) in ids:  # waiting answers first: none may point at a search that is gone
-        answers += int(tx.run("DELETE FROM pending_outcomes WHERE search_id = ?", (sid,)).rowcount or 0)
-    tx.update_many("DELETE FROM searches WHERE search_id = ? AND feedback IS NULL", ids)
-    return len(ids), answers
+    return len(gone), answers, len(ids) == limit
 
 
-def prune(tx_factory: TxFactory, limits: GrowthLimits, *, now: float) -> PruneReport:
-    """The whole sweep at time ``now``: expire, then prune in batches of :data:`BATCH` searches (each batch
-    one write transaction from ``tx_factory``), then the settled answers and cleared responses."""
+def prune(transact: Transact, limits: GrowthLimits, *, now: float) -> PruneReport:
+    """The whole sweep at time ``now``: expire, then prune in batches of :data:`BATCH` searches, then the settled
+    answers and cleared responses; each step one write transaction of ``transact`` (a store's, which retries a
+    transaction that lost a conflict with another writer or another sweep)."""
     expired = 0
     if limits.answer_ttl_s is not None:
-        with tx_factory() as tx:
-            expired = expire_answers(tx, before=now - limits.answer_ttl_s, at=now)
+        ttl = limits.answer_ttl_s
+        expired = transact(lambda tx: expire_answers(tx, before=now - ttl, at=now))
     searches = answers = responses = 0
     if limits.retention_s is not None:
         before = now - limits.retention_s
-        while True:
-            with tx_factory() as tx:
-                n, a = prune_searches(tx, before=before)
+        more = True
+        while more:
+            n, a, more = transact(lambda tx: prune_searches(tx, before=before))
             searches, answers = searches + n, answers + a
-            if n < BATCH:
-                break
-        with tx_factory() as tx:
-            answers += int(
-                tx.run(
-                    "DELETE FROM pending_outcomes WHERE claimed_at IS NOT NULL AND created_at < ?", (before,)
-                ).rowcount
-                or 0
-            )
-            responses = int(
-                tx.run("DELETE FROM responses WHERE items IS NULL AND created_at < ?", (before,)).rowcount or 0
-            )
+
+        def rest(tx: LedgerTx) -> tuple[int, int]:
+            settled = tx.run("DELETE FROM pending_outcomes WHERE claimed_at IS NOT NULL AND created_at < ?", (before,))
+            cleared = tx.run("DELETE FROM responses WHERE items IS NULL AND created_at < ?", (before,))
+            return int(settled.rowcount or 0), int(cleared.rowcount or 0)
+
+        settled, responses = transact(rest)
+        answers += settled
     return PruneReport(
         expired_answers=expired, pruned_searches=searches, pruned_answers=answers, pruned_responses=responses
     )
