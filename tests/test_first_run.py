@@ -158,7 +158,11 @@ def test_cli_stats_has_the_shape_of_remem_stats(tmp_path: Path, capsys: pytest.C
         "embedder",
         "dim",
         "schema_version",
+        "kept",
+        "disk_bytes",
+        "traces",
     ]
+    assert got["kept"] == expected.kept and got["disk_bytes"] > 0 and got["traces"] == {"files": 0, "bytes": 0}
     assert got["dim"] == expected.dim and isinstance(got["dim"], int)
     assert got["by_state"] == dict(expected.by_state) and list(got["by_state"]) == [s.value for s in State]
     assert got["by_state"]["LOW_VALUE"] == 0  # zero counts are kept

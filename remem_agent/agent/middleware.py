@@ -109,7 +109,9 @@ class MemoryAgent:
     turns wait, more are dropped and counted). Close the agent (``aclose`` / ``async with``) to stop it.
     ``pending``: where answers wait for their outcome; default this process's memory. Pass
     ``remem_agent.shared_outcomes.LedgerPendingOutcomes(mem.store)`` when several processes serve one
-    store, so an answer given by one is settled by whichever sees its outcome (:mod:`.outcomes`).
+    store, so an answer given by one is settled by whichever sees its outcome (:mod:`.outcomes`). Either takes
+    ``ttl_s``: an answer with no verdict after that long expires (no outcome; feedback raises
+    ``AnswerExpiredError``).
     ``capture_corrections`` (off by default): a user turn that corrects the previous answer with a value ("No,
     it's Lisbon") also stores that value as the fact replacing the one the answer cited, in the answer's scope
     and only for a fact it relied on (:mod:`.corrections` says what it trusts).
