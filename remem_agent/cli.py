@@ -18,6 +18,7 @@ from typing import Any
 from remem_agent.embedders.registry import EMBEDDER_NAMES
 from remem_agent.errors import RememError, UserInputError
 from remem_agent.ingest import check_scope
+from remem_agent.store.base import Store
 from remem_agent.store.factory import open_store
 from remem_agent.store.pruning import GrowthLimits
 from remem_agent.types import ROLES, State, StoreStats
@@ -299,7 +300,8 @@ def _add_tool_parsers(sub: Any) -> None:
 
 
 def _add_store_parsers(sub: Any) -> None:
-    """The commands that read, trim or move a store: verify, stats, prune, dashboard, migrate, reembed, backup."""
+    """The commands that read, trim or move a store: verify, stats, prune, erase, dashboard, migrate, reembed,
+    backup."""
     p_verify = sub.add_parser("verify", help="check a store's ledger invariants")
     p_verify.add_argument("store")
 
@@ -319,6 +321,27 @@ def _add_store_parsers(sub: Any) -> None:
         type=_days,
         help="delete unjudged searches and settled or expired answers older than this (default: keep them)",
     )
+
+    p_erase = sub.add_parser(
+        "erase",
+        help="erase memories for good: their text, vectors, index entries, waiting answers and trace lines",
+        description="Erase memories by id, by a filter, or a whole scope (--whole-scope --scope S). Rows and events "
+        "stay, redacted, so the ledger still verifies; the store's files are rewritten afterwards (--no-scrub "
+        "skips that). Prints what was done as JSON.",
+    )
+    p_erase.add_argument("store")
+    p_erase.add_argument("ids", nargs="*", help="memory ids to erase")
+    p_erase.add_argument("--scope", help="only this scope's memories (with --whole-scope: the scope to erase)")
+    p_erase.add_argument("--whole-scope", action="store_true", help="erase every memory and query of --scope")
+    for name in ("entity", "attribute", "speaker", "session"):
+        p_erase.add_argument(f"--{name}", help=f"erase the memories with this {name}")
+    p_erase.add_argument("--role", choices=ROLES, help="erase the memories of this role")
+    p_erase.add_argument("--contains", help="erase the memories whose text contains this (a leaked secret, say)")
+    p_erase.add_argument("--reason", default="erased on request", help="logged with the erasure (never the text)")
+    p_erase.add_argument(
+        "--traces", nargs="+", help="trace files or folders to scrub (default: the store folder's traces)"
+    )
+    p_erase.add_argument("--no-scrub", action="store_true", help="do not rewrite the store's files afterwards")
 
     p_dash = sub.add_parser("dashboard", help="write a self-contained HTML dashboard of a store (read only)")
     p_dash.add_argument("store")
@@ -408,6 +431,8 @@ def _run(args: argparse.Namespace) -> int:
                 print(f"problem: {p}")
             print("ok" if not problems else f"{len(problems)} problem(s)")
             return 0 if not problems else 1
+        if args.cmd == "erase":
+            return _erase(store, args)
         if args.cmd == "prune":
             limits = GrowthLimits(answer_ttl_s=args.answer_ttl_days, retention_s=args.retention_days)
             print(json.dumps(dataclasses.asdict(store.prune(limits, now=time.time())), indent=2))
@@ -416,6 +441,30 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     finally:
         store.close()
+
+
+def _erase(store: Store, args: argparse.Namespace) -> int:
+    """``remem erase``: the request checked before anything is written; the report printed as JSON."""
+    from remem_agent import erasure
+
+    req = erasure.EraseRequest.checked(
+        args.ids or None,
+        scope=args.scope,
+        whole_scope=args.whole_scope,
+        entity=args.entity,
+        attribute=args.attribute,
+        speaker=args.speaker,
+        session=args.session,
+        role=args.role,
+        contains=args.contains,
+        reason=args.reason,
+    )
+    paths = erasure.check_trace_paths(store, args.traces)
+    report = erasure.run(store, req, traces=paths, scrub=not args.no_scrub, at=time.time())
+    print(json.dumps(report.to_dict(), indent=2))
+    if report.scrub is not None and not report.scrub.complete:
+        print(f"remem: warning: the store's files were not fully scrubbed: {report.scrub.problem}", file=sys.stderr)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -26,7 +26,7 @@ from remem_agent.embedders import context
 from remem_agent.embedders.base import Embedder, check_vectors
 from remem_agent.embedders.cache import QueryCache
 from remem_agent.embedders.registry import make_embedder
-from remem_agent.errors import LedgerIntegrityError, UnknownMemoryError, UserInputError
+from remem_agent.errors import UserInputError
 from remem_agent.gather import Gather, NewRows
 from remem_agent.index.base import IndexBackend
 from remem_agent.index.flat import FlatIndex
@@ -48,27 +48,22 @@ from remem_agent.ingest import (
 )
 from remem_agent.learning.credit import Replay
 from remem_agent.learning.feedback import apply_feedback, plan_feedback
+from remem_agent.maintenance import Maintenance
 from remem_agent.ranking.gate import NULL_TEXTS, GateDecision, decide, null_threshold
 from remem_agent.ranking.pipeline import Candidates, Ranking, rank_and_select
 from remem_agent.ranking.utility import UtilityModel
 from remem_agent.store.base import Store, VectorSearch
 from remem_agent.store.factory import open_store
-from remem_agent.store.pruning import GrowthLimits, PruneReport
 from remem_agent.store.sql import LedgerTx
 from remem_agent.store_terms import agree
 from remem_agent.types import (
     DEFAULT_SCOPE,
     OUTCOME_SOURCES,
-    ROLES,
     FeedbackReceipt,
-    Memory,
     MemoryInfo,
     OutcomeSource,
     Role,
     SearchResult,
-    State,
-    StoreStats,
-    VerifyReport,
 )
 
 __all__ = ["ReMem", "RememConfig"]  # RememConfig lives in remem_agent.config; re-exported for old imports
@@ -76,7 +71,7 @@ __all__ = ["ReMem", "RememConfig"]  # RememConfig lives in remem_agent.config; r
 log = logging.getLogger("remem_agent")
 
 
-class ReMem:
+class ReMem(Maintenance):
     """A memory store in a folder (SQLite) or a PostgreSQL database (a ``postgresql://`` URL).
 
     Reopening the folder or URL restores everything; several processes (and, with PostgreSQL,
@@ -417,91 +412,6 @@ class ReMem:
             return repeated
         return self.store.transact(lambda tx: apply_feedback(tx, plan, self.config))
 
-    # -- inspection -----------------------------------------------------------------------------
-    def get(self, memory_id: str, *, scope: str | None = None) -> Memory:
-        """One memory; with ``scope``, only if it belongs to that scope (else ``UnknownMemoryError``)."""
-        memory_id = check_text(memory_id, "memory_id")
-        scope = None if scope is None else check_scope(scope)
-        with self.store.read() as tx:
-            return _in_scope(tx.memory(memory_id), scope)
-
-    def inspect(self, memory_id: str, *, scope: str | None = None) -> MemoryInfo:
-        """State, credit statistics, credit history and every transition of one memory (of ``scope``, if given)."""
-        memory_id = check_text(memory_id, "memory_id")
-        scope = None if scope is None else check_scope(scope)
-        with self.store.read() as tx:
-            m = _in_scope(tx.memory(memory_id), scope)
-            return MemoryInfo(
-                memory=m,
-                stats=tx.all_stats(memory_id),
-                history=tuple(tx.events(memory_id)),
-                credits=tuple(tx.credits_for(memory_id)),
-                supersedes=tuple(tx.supersedes(memory_id)),
-            )
-
-    def list(
-        self,
-        state: State | str | None = None,
-        *,
-        role: Role | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-        scope: str | None = None,
-    ) -> builtins.list[Memory]:
-        """Memories in insertion order, optionally filtered by state, role and scope (None: every scope)."""
-        st: State | None = None
-        if state is not None:
-            try:
-                st = State(str(state).upper())
-            except ValueError as exc:
-                raise UserInputError(f"unknown state {state!r}; one of {[s.value for s in State]}") from exc
-        if role is not None and role not in ROLES:
-            raise UserInputError(f"role must be one of {ROLES}")
-        if limit is not None:
-            check_int(limit, "limit", minimum=0)
-        check_int(offset, "offset", minimum=0)
-        scope = None if scope is None else check_scope(scope)
-        with self.store.read() as tx:
-            return tx.list_memories(st, role, limit, offset, scope)
-
-    def stats(self, *, scope: str | None = None) -> StoreStats:
-        """Counts of the whole store, or of one scope (its memories, their events, its searches)."""
-        c = self.store.counts(None if scope is None else check_scope(scope))
-        return StoreStats(
-            memories=c["memories"],
-            by_state={s.value: c["by_state"].get(s.value, 0) for s in State},
-            by_role={r: c["by_role"].get(r, 0) for r in ROLES},
-            events=c["events"],
-            searches=c["searches"],
-            feedbacks=c["feedbacks"],
-            tokens_active=c["tokens_active"],
-            embedder=self.embedder.name,
-            dim=self.dim,
-            schema_version=self.store.schema_version,
-            kept=c["kept"],
-            disk_bytes=self.store.disk_bytes(),
-        )
-
-    def prune(
-        self, *, answer_ttl_s: float | None = None, retention_s: float | None = None, now: Timestamp | None = None
-    ) -> PruneReport:
-        """Expire waiting answers older than ``answer_ttl_s`` and delete unjudged searches (and settled or
-        expired answers) older than ``retention_s``, keeping every learned statistic
-        (:mod:`remem_agent.store.pruning`). Judged searches, memories and events are never pruned."""
-        limits = GrowthLimits(answer_ttl_s=answer_ttl_s, retention_s=retention_s)
-        at = to_epoch(now, name="now", default=wall_now())
-        assert at is not None
-        return self.store.prune(limits, now=at)
-
-    def verify(self, *, raise_on_error: bool = False) -> VerifyReport:
-        """Check the ledger's invariants (see remem_agent/store/verify.py)."""
-        problems = self.store.verify(self.dim)
-        c = self.store.counts()
-        report = VerifyReport(not problems, tuple(problems), {"memories": c["memories"], "events": c["events"]})
-        if problems and raise_on_error:
-            raise LedgerIntegrityError(problems)
-        return report
-
     # -- async twins ----------------------------------------------------------------------------
     # The same signatures as the sync calls (so calls are type-checked); the work runs on a worker thread.
     async def aadd(
@@ -588,10 +498,3 @@ class ReMem:
 
     async def ainspect(self, memory_id: str, *, scope: str | None = None) -> MemoryInfo:
         return await asyncio.to_thread(self.inspect, memory_id, scope=scope)
-
-
-def _in_scope(memory: Memory, scope: str | None) -> Memory:
-    """``memory`` if it belongs to ``scope`` (None: any); another scope's memory is as good as absent."""
-    if scope is not None and memory.scope != scope:
-        raise UnknownMemoryError(memory.id)
-    return memory

@@ -68,13 +68,15 @@ def _to_dict(obj: Any, times: TimeFormat, skip: frozenset[str] = frozenset()) ->
 
 
 class State(enum.StrEnum):
-    """Lifecycle state of a memory. Nothing is deleted; states only change, with a logged reason."""
+    """Lifecycle state of a memory. Nothing is deleted; states only change, with a logged reason. ``ERASED``
+    is the one exception to keeping everything: the row and its events stay, redacted (``ReMem.erase``)."""
 
     ACTIVE = "ACTIVE"
     LOW_VALUE = "LOW_VALUE"
     COMPRESSED = "COMPRESSED"
     ARCHIVED = "ARCHIVED"
     INVALIDATED = "INVALIDATED"
+    ERASED = "ERASED"  # its text, vector and keys were erased on request; never served, never changes again
 
     def __str__(self) -> str:
         return self.value

@@ -4,10 +4,10 @@ The upgrade tests build a store with this version, undo the newest migrations wi
 with ``search_path`` set to the ledger's schema), then reopen it and check that the migrations bring it back
 with its rows intact (``downgrade`` runs them; one step, the version-9 hashes of credit rows, is Python). The
 statements exist once, here, because two tests start from the same undoing of
-migrations 13 to 5: tests/test_lexical_store.py (a version-4 store gains the lexical index) and
+migrations 14 to 5: tests/test_lexical_store.py (a version-4 store gains the lexical index) and
 tests/test_postgres_store.py (a version-2 store upgrades through every later migration); tests/test_key_index.py
-undoes migrations 13 to 7, tests/test_gateway_responses.py migrations 13 to 8, tests/test_lexical_parity.py
-migrations 13 to 9. A change to those migrations is
+undoes migrations 14 to 7, tests/test_gateway_responses.py migrations 14 to 8, tests/test_lexical_parity.py
+migrations 14 to 9. A change to those migrations is
 then one edit here.
 """
 
@@ -19,7 +19,24 @@ from typing import Any
 from remem_agent.store import hashing
 
 REHASH_CREDITS_V9 = "-- credit rows hashed as version 9 wrote them"  # done in Python by downgrade()
-DOWNGRADE_13_TO_12 = [  # what migration 13 (bounded growth: the retrieval counts of pruned searches) added
+DOWNGRADE_14_TO_13 = [  # what migration 14 (erasure) changed: the state CHECK and the triggers' functions
+    "ALTER TABLE memories DROP CONSTRAINT memories_state_check",
+    "ALTER TABLE memories ADD CONSTRAINT memories_state_check "
+    "CHECK (state IN ('ACTIVE', 'LOW_VALUE', 'COMPRESSED', 'ARCHIVED', 'INVALIDATED'))",
+    "CREATE OR REPLACE FUNCTION remem_immutable_memory() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "IF NEW.id IS DISTINCT FROM OLD.id OR NEW.original_text IS DISTINCT FROM OLD.original_text "
+    "OR NEW.embedding IS DISTINCT FROM OLD.embedding THEN "
+    "RAISE EXCEPTION 'id, original_text and embedding are immutable'; END IF; "
+    "IF NEW.speaker IS DISTINCT FROM OLD.speaker OR NEW.session IS DISTINCT FROM OLD.session THEN "
+    "RAISE EXCEPTION 'a memory''s speaker and session are immutable'; END IF; RETURN NEW; END $$",
+    "DROP TRIGGER events_append_only_u ON events",
+    "CREATE TRIGGER events_append_only_u BEFORE UPDATE ON events "
+    "FOR EACH ROW EXECUTE FUNCTION remem_append_only_hashed()",
+    "DROP FUNCTION remem_events_redactable()",
+    "DELETE FROM schema_migrations WHERE version = 14",
+]
+DOWNGRADE_13_TO_12 = [  # migration 14 undone first, then what migration 13 (bounded growth) added
+    *DOWNGRADE_14_TO_13,
     "DROP TABLE retrieval_base",
     "DROP INDEX searches_unjudged_at",
     "DROP INDEX pending_outcomes_created",

@@ -1,7 +1,7 @@
 """SQL that turns a current SQLite ledger back into the schema an older remem-agent wrote.
 
 The upgrade tests undo the newest migrations with these statements on a raw connection, then reopen the store
-and check that the migrations bring it back with its rows intact. Every such test undoes migrations 13 to 7
+and check that the migrations bring it back with its rows intact. Every such test undoes migrations 14 to 7
 first (tests/test_key_index.py, test_lexical_store.py, test_scopes.py, test_gateway_responses.py), so their
 undoing exists once, here, as in tests/_pg_downgrades.py for PostgreSQL.
 """
@@ -22,7 +22,25 @@ _CREDITS_TRIGGER = (
     "OR NEW.credit IS NOT OLD.credit OR NEW.blame IS NOT OLD.blame "
     "BEGIN SELECT RAISE(ABORT, 'credits are append-only'); END"
 )
-SQLITE_13_TO_12 = [  # what migration 13 (bounded growth: the retrieval counts of pruned searches) added
+SQLITE_14_TO_13 = [  # what migration 14 (erasure) changed: its triggers. The state CHECK keeps admitting
+    # 'ERASED' (SQLite edits a CHECK only through writable_schema; migration 14 leaves an admitting one as it is).
+    "DROP TRIGGER memories_erased_final",
+    "DROP TRIGGER memories_embedding_fixed",
+    "CREATE TRIGGER memories_embedding_fixed BEFORE UPDATE OF embedding, id, original_text ON memories "
+    "BEGIN SELECT RAISE(ABORT, 'id, original_text and embedding are immutable'); END",
+    "DROP TRIGGER memories_conversation_fixed",
+    "CREATE TRIGGER memories_conversation_fixed BEFORE UPDATE OF speaker, session ON memories "
+    "BEGIN SELECT RAISE(ABORT, 'a memory''s speaker and session are immutable'); END",
+    "DROP TRIGGER events_append_only_u",
+    "CREATE TRIGGER events_append_only_u BEFORE UPDATE ON events "
+    "WHEN OLD.hash IS NOT NULL OR NEW.seq IS NOT OLD.seq OR NEW.memory_id IS NOT OLD.memory_id "
+    "OR NEW.at IS NOT OLD.at OR NEW.kind IS NOT OLD.kind OR NEW.from_state IS NOT OLD.from_state "
+    "OR NEW.to_state IS NOT OLD.to_state OR NEW.reason IS NOT OLD.reason OR NEW.evidence IS NOT OLD.evidence "
+    "BEGIN SELECT RAISE(ABORT, 'events are append-only'); END",
+    "PRAGMA user_version = 13",
+]
+SQLITE_13_TO_12 = [  # migration 14 undone first, then what migration 13 (bounded growth) added
+    *SQLITE_14_TO_13,
     "DROP TABLE retrieval_base",
     "DROP INDEX searches_unjudged_at",
     "DROP INDEX pending_outcomes_created",

@@ -188,7 +188,7 @@ def _downgrade(location: str | Path, backend: str) -> tuple[int, set[str]]:
 def test_a_version_6_store_opens_with_the_new_key_index_and_unchanged_rows(
     store_location: StoreLocation, backend: str
 ) -> None:
-    assert migrations.LATEST == pg_migrations.LATEST == 13  # a migration 14 must be undone first in _downgrade
+    assert migrations.LATEST == pg_migrations.LATEST == 14  # a migration 14 must be undone first in _downgrade
     loc = store_location("s")
     with ReMem(loc) as mem:
         ids = _store(mem)

@@ -207,7 +207,7 @@ _json_values = (
 @settings(max_examples=500, deadline=None)
 @given(st.dictionaries(st.text(max_size=6) | st.integers(), _json_values, max_size=5))
 def test_an_event_records_its_evidence_as_read_back_without_decoding_it(value: dict[Any, Any]) -> None:
-    """``_append_event`` skips the JSON round trip of plain evidence: what it hashes must be what decoding gives."""
+    """``append_event`` skips the JSON round trip of plain evidence: what it hashes must be what decoding gives."""
     from remem_agent.store.sql_rows import _EVENT_JSON, _read_back
 
     text = json.dumps(value, sort_keys=True, default=str) if all(type(k) is str for k in value) else None

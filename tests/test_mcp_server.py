@@ -18,7 +18,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from remem_agent import ReMem
 
-TOOLS = {"remember", "recall", "feedback", "inspect", "list_memories", "stats"}
+TOOLS = {"remember", "recall", "feedback", "inspect", "list_memories", "stats", "erase"}
 
 
 def _console_script() -> Path | None:
@@ -72,7 +72,7 @@ def test_console_script_is_installed() -> None:
 async def test_session_explicit_and_inferred_feedback_and_errors(tmp_path: Path) -> None:
     store = tmp_path / "store"
     async with _session(store) as s:
-        # -- the six tools, each with a JSON input schema ------------------------------------
+        # -- the seven tools, each with a JSON input schema ----------------------------------
         listed = {t.name: t for t in (await s.list_tools()).tools}
         assert set(listed) == TOOLS
         for tool in listed.values():
@@ -212,3 +212,24 @@ async def test_a_restarted_server_settles_the_previous_sessions_recall(tmp_path:
     assert failure["success"] is False and failure["source"] == "inferred" and failure["used"] == [old["id"]]
     with ReMem(store) as mem:
         assert mem.verify().ok
+
+
+async def test_erase_forgets_a_memory_of_its_own_scope_only(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    with ReMem(store, embedder="hash") as mem:
+        other = mem.add("Bob's locker code is 4711-9931.", scope="user:bob")
+    async with _session(store, REMEM_SCOPE="user:alice") as s:
+        leak = await _ok(s, "remember", {"text": "Alice's card PIN is 8842-0017.", "role": "note"})
+        kept = await _ok(s, "remember", {"text": "Alice likes green tea.", "role": "preference"})
+        assert leak["id"] in (await _ok(s, "recall", {"query": "Alice's card PIN"}))["ids"]
+        done = await _ok(s, "erase", {"memory_ids": [leak["id"]], "reason": "user asked"})
+        assert done["erased"] == [leak["id"]] and done["scrub"]["complete"] is True
+        after = await _ok(s, "recall", {"query": "Alice's card PIN"})
+        assert leak["id"] not in after["ids"] and kept["id"] in after["ids"]
+        assert (await _ok(s, "inspect", {"memory_id": leak["id"]}))["state"] == "ERASED"
+        # another scope's memory is unknown here; an empty list is refused by the schema
+        assert "UnknownMemoryError" in await _err(s, "erase", {"memory_ids": [other]})
+        await _err(s, "erase", {"memory_ids": []})
+    with ReMem(store) as mem:
+        assert mem.get(other).text.startswith("Bob's locker") and mem.verify().ok
+        assert b"8842-0017" not in (store / "ledger.db").read_bytes()

@@ -46,6 +46,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from jsonschema import Draft202012Validator
 
+from remem_agent import trace_io
 from remem_agent.agent import trace_rotation
 from remem_agent.agent.trace_rotation import TraceRotation
 from remem_agent.errors import UserInputError
@@ -447,14 +448,8 @@ class TraceWriter:
     def write_sync(self, record: Mapping[str, Any]) -> None:
         data = (self.line(record) + "\n").encode("utf-8")
         archived: Path | None = None
-        with self._lock:  # one append per line (O_APPEND), no buffered file object per write
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
+        with self._lock:  # one append per line (O_APPEND, under the file's lock: ``trace_io``)
+            trace_io.append_line(self.path, data)
             self._size += len(data)
             if self.rotation is not None and self._due(self.rotation):
                 archived = self._rotate_locked()

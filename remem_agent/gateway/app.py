@@ -158,6 +158,15 @@ def create_app(
         Route(
             "/v1/memories/{memory_id}", e("/v1/memories/{id}", "openai", memory_routes.inspect_memory), methods=["GET"]
         ),
+        Route(
+            "/v1/memories/{memory_id}",
+            e("/v1/memories/{id}", "openai", memory_routes.erase_memory),
+            methods=["DELETE"],
+        ),
+        Route("/v1/memories/erase", e("/v1/memories/erase", "openai", memory_routes.erase_memories), methods=["POST"]),
+        Route(
+            "/v1/scopes/{scope:path}", e("/v1/scopes/{scope}", "openai", memory_routes.erase_scope), methods=["DELETE"]
+        ),
         Route("/v1/feedback", e("/v1/feedback", "openai", memory_routes.feedback), methods=["POST"]),
         Route("/v1/stats", e("/v1/stats", "openai", memory_routes.stats), methods=["GET"]),
         Route("/v1/verify", e("/v1/verify", "openai", memory_routes.verify), methods=["GET"]),

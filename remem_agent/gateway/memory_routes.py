@@ -1,9 +1,10 @@
-"""Memory endpoints (JSON, OpenAI error shape): add, list, inspect, feedback, stats, verify.
+"""Memory endpoints (JSON, OpenAI error shape): add, list, inspect, erase, feedback, stats, verify.
 
 ``POST /v1/memories`` goes through ``MemoryAgent.remember``, so a fact that corrects a memory served to a
 waiting answer fails that answer (an inferred outcome), exactly as in the library. Every endpoint computes
 the request's scope with :func:`~remem_agent.gateway.auth.request_scope` and refuses (403) a scope the key
-was not granted; ``/v1/verify`` checks the whole store and needs a key granted ``*``.
+was not granted; ``/v1/verify`` checks the whole store and ``DELETE /v1/scopes/{scope}`` erases a whole scope:
+both need a key granted ``*``. An erasure also scrubs the gateway's trace folder (``remem_agent.erasure``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from remem_agent.gateway.core import Gateway
 
 ADD_FIELDS = frozenset({"text", "entity", "attribute", "role", "timestamp", "task", "user"})
+ERASE_FILTERS = ("entity", "attribute", "speaker", "session", "role", "contains")
+ERASE_FIELDS = frozenset({"ids", "reason", "user", *ERASE_FILTERS})
 MAX_LIST = 1000
 
 
@@ -98,6 +101,60 @@ async def inspect_memory(gw: Gateway, request: Request, caller: Caller) -> Respo
             "supersedes": list(info.supersedes),
         }
     )
+
+
+async def _erase(gw: Gateway, **kw: Any) -> Response:
+    """Run an erasure on a worker thread, scrubbing the gateway's trace folder (every worker's files)."""
+    traces = [gw.trace_path.parent] if gw.trace_path is not None and gw.trace_path.parent.is_dir() else []
+    report = await asyncio.to_thread(lambda: gw.memory.erase(traces=traces, **kw))
+    return JSONResponse({"object": "erasure", **report.to_dict()})
+
+
+def _reason(value: object) -> str:
+    if value is None:
+        return "erased on request"
+    if not isinstance(value, str):
+        raise ApiError(400, "'reason' must be a string", code="invalid_value")
+    return value
+
+
+async def erase_memory(gw: Gateway, request: Request, caller: Caller) -> Response:
+    """``DELETE /v1/memories/{id}``: erase one memory of the caller's scope (``?reason=`` is logged)."""
+    scope = _scope(gw, request, caller)
+    reason = _reason(request.query_params.get("reason"))
+    return await _erase(gw, ids=[request.path_params["memory_id"]], scope=scope, reason=reason)
+
+
+async def erase_memories(gw: Gateway, request: Request, caller: Caller) -> Response:
+    """``POST /v1/memories/erase``: erase memories of the caller's scope by ``ids`` or by a filter."""
+    body = json_object(await gw.read_body(request))
+    unknown = sorted(set(body) - ERASE_FIELDS)
+    if unknown:
+        raise ApiError(400, f"unknown fields {unknown}; expected {sorted(ERASE_FIELDS)}", code="invalid_value")
+    scope = _scope(gw, request, caller, body.get("user"))
+    ids = body.get("ids")
+    if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
+        raise ApiError(400, "'ids' must be a list of memory ids", code="invalid_value")
+    filters = {k: body.get(k) for k in ERASE_FILTERS}
+    for key, value in filters.items():
+        if value is not None and not isinstance(value, str):
+            raise ApiError(400, f"'{key}' must be a string", code="invalid_value")
+    return await _erase(gw, ids=ids, scope=scope, reason=_reason(body.get("reason")), **filters)
+
+
+async def erase_scope(gw: Gateway, request: Request, caller: Caller) -> Response:
+    """``DELETE /v1/scopes/{scope}``: erase a whole scope, its memories and its traffic; a key granted '*'."""
+    if gw.keys.enabled and "*" not in caller.patterns:
+        raise ApiError(
+            403,
+            "erasing a whole scope needs a key granted '*'",
+            type="permission_error",
+            code="scope_forbidden",
+        )
+    scope = request.path_params["scope"]
+    request.state.scope = scope
+    reason = _reason(request.query_params.get("reason"))
+    return await _erase(gw, scope=scope, whole_scope=True, reason=reason)
 
 
 async def feedback(gw: Gateway, request: Request, caller: Caller) -> Response:

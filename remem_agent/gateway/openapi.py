@@ -9,6 +9,7 @@ route speaks and links nothing else, so a client generator gets the paths, the r
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,11 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("POST", "/v1/memories"): Operation("openai", "Add a memory (a keyed state fact supersedes its key)", ("text",)),
     ("GET", "/v1/memories"): Operation("openai", "List memories (state, role, limit, offset)"),
     ("GET", "/v1/memories/{memory_id}"): Operation("openai", "One memory: state, credit, history"),
+    ("DELETE", "/v1/memories/{memory_id}"): Operation("openai", "Erase one memory of the caller's scope for good"),
+    ("POST", "/v1/memories/erase"): Operation(
+        "openai", "Erase the caller's memories by ids or a filter (entity, attribute, speaker, session, contains)"
+    ),
+    ("DELETE", "/v1/scopes/{scope}"): Operation("openai", "Erase a whole scope and its traffic (a key granted '*')"),
     ("POST", "/v1/feedback"): Operation(
         "openai", "A verdict for an answer (its id or its reply's)", ("answer_id", "success")
     ),
@@ -109,7 +115,8 @@ CHAT_PATHS = frozenset(
 def document(routes: Iterable[tuple[str, str]], version: str) -> dict[str, Any]:
     """The OpenAPI document of ``routes`` (``(method, path)`` pairs); each must be in :data:`OPERATIONS`."""
     paths: dict[str, dict[str, Any]] = {}
-    for method, path in routes:
+    for method, route_path in routes:
+        path = re.sub(r"\{(\w+):\w+\}", r"{\1}", route_path)  # Starlette's "{scope:path}" is OpenAPI's "{scope}"
         op = OPERATIONS[(method, path)]
         entry: dict[str, Any] = {
             "summary": op.summary,
@@ -127,8 +134,11 @@ def document(routes: Iterable[tuple[str, str]], version: str) -> dict[str, Any]:
         if method == "POST":
             schema: dict[str, Any] = {"type": "object", "required": list(op.required)}
             entry["requestBody"] = {"required": True, "content": {"application/json": {"schema": schema}}}
-        if "{memory_id}" in path:
-            entry["parameters"] = [{"name": "memory_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+        params = re.findall(r"\{(\w+)\}", path)
+        if params:
+            entry["parameters"] = [
+                {"name": name, "in": "path", "required": True, "schema": {"type": "string"}} for name in params
+            ]
         paths.setdefault(path, {})[method.lower()] = entry
     return {
         "openapi": "3.1.0",

@@ -14,7 +14,7 @@ rounding of the sum (terms that are zero add nothing).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -147,6 +147,13 @@ class FlatIndex:
         self._row.update((mid, self._n + j) for j, mid in enumerate(ids))
         self._ids.extend(ids)
         self._n = need
+
+    def discard(self, ids: Iterable[str]) -> None:
+        """Zero the vectors of ``ids`` (erased memories): they stay rows, so that every later row keeps its
+        place, and score 0 against any query; unknown ids are ignored."""
+        rows = [r for mid in ids if (r := self._row.get(mid)) is not None]
+        if rows:
+            self._cols[:, rows] = 0.0
 
     def similarities(self, query: NDArray[np.float32], ids: Sequence[str]) -> dict[str, float]:
         """The inner product of ``query`` with each of ``ids`` this index holds (for a fused pool's lexical-only

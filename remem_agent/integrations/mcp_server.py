@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -105,6 +105,8 @@ _Success = Annotated[bool, Field(strict=True, description="Did the task that use
 _Used = Annotated[list[str] | None, Field(description="Ids of served memories whose content the answer relied on.")]
 _Cited = Annotated[list[str] | None, Field(description="Ids of served memories you cited.")]
 _MemoryId = Annotated[str, Field(description="A memory id (as returned by remember or recall).")]
+_MemoryIds = Annotated[list[str], Field(min_length=1, description="Ids of the memories to erase.")]
+_Reason = Annotated[str | None, Field(description="Why (logged with the erasure; never the erased text).")]
 _State = Annotated[StateArg | None, Field(description="Only memories in this lifecycle state.")]
 _RoleFilter = Annotated[RoleArg | None, Field(description="Only memories with this role.")]
 _Limit = Annotated[int, Field(ge=0, le=1000, description="Page size.")]
@@ -169,9 +171,23 @@ def build_server(tools: RememTools) -> MCPServer:
     ) -> dict[str, Any]:
         return _call(tools.feedback, search_id=search_id, success=success, used_ids=used_ids, cited_ids=cited_ids)
 
+    _inspection_tools(server, tools, _call)
+    return server
+
+
+def _inspection_tools(server: MCPServer, tools: RememTools, _call: Callable[..., dict[str, Any]]) -> None:
+    """The tools that read or erase stored memories (``build_server`` registers the learning loop's)."""
+
     @server.tool(description="Everything known about one memory: state, validity, credit statistics, history.")
     def inspect(memory_id: _MemoryId) -> dict[str, Any]:
         return _call(tools.inspect, memory_id=memory_id)
+
+    @server.tool(
+        description="Erase memories for good (the user asked to be forgotten, or a secret was stored by mistake): "
+        "their text, vectors and index entries are removed; they are never recalled again."
+    )
+    def erase(memory_ids: _MemoryIds, reason: _Reason = None) -> dict[str, Any]:
+        return _call(tools.erase, memory_ids=memory_ids, reason=reason)
 
     @server.tool(description="List stored memories in insertion order, optionally by lifecycle state and role.")
     def list_memories(
@@ -185,8 +201,6 @@ def build_server(tools: RememTools) -> MCPServer:
     @server.tool(description="Counts of the memory store: memories by state and role, searches, feedbacks.")
     def stats() -> dict[str, Any]:
         return _call(tools.stats)
-
-    return server
 
 
 # -- configuration --------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ WEAK_SUCCESS_WEIGHT = 0.3  # same as the middleware: "moved on without correctin
 THREAD_PREFIX = "mcp:"  # this server's threads in the ledger's pending_outcomes
 
 RoleArg = Literal["state", "preference", "note"]
-StateArg = Literal["ACTIVE", "LOW_VALUE", "COMPRESSED", "ARCHIVED", "INVALIDATED"]
+StateArg = Literal["ACTIVE", "LOW_VALUE", "COMPRESSED", "ARCHIVED", "INVALIDATED", "ERASED"]
 
 
 # -- conversions to JSON-able dicts ------------------------------------------------------------------
@@ -253,6 +253,16 @@ class RememTools:
     def inspect(self, memory_id: str) -> dict[str, Any]:
         with self._lock:
             return _info_dict(self.memory.inspect(memory_id, scope=self.scope))
+
+    def erase(self, memory_ids: Sequence[str], reason: str | None = None) -> dict[str, Any]:
+        """Erase memories of this server's scope for good (``ReMem.erase``); another scope's id is unknown."""
+        with self._lock:
+            report = self.memory.erase(
+                list(memory_ids) if isinstance(memory_ids, list | tuple) else memory_ids,
+                scope=self.scope,
+                reason="erased on request (MCP)" if reason is None else reason,
+            )
+            return report.to_dict()
 
     def list_memories(
         self,

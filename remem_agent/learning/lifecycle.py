@@ -12,6 +12,7 @@ module; this table only says what is allowed.
                     └────────revive──────┴───────────────────────┴──────────────────────┘
     ACTIVE | LOW_VALUE | COMPRESSED | ARCHIVED ──invalidate──► INVALIDATED (terminal; as_of only)
     any state but INVALIDATED ──reconfirm──► same state (a restated fact; logged, no move)
+    any state but ERASED ──erase──► ERASED (terminal; the row is redacted, never served: store/erasure.py)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class LifecycleEvent(enum.StrEnum):
     ARCHIVE = "archive"
     INVALIDATE = "invalidate"
     RECONFIRM = "reconfirm"
+    ERASE = "erase"
 
     def __str__(self) -> str:
         return self.value
@@ -47,6 +49,7 @@ TRANSITIONS: dict[tuple[State | None, LifecycleEvent], State] = {
     (State.COMPRESSED, LifecycleEvent.ARCHIVE): State.ARCHIVED,
     **{(s, LifecycleEvent.INVALIDATE): State.INVALIDATED for s in _LIVE},
     **{(s, LifecycleEvent.RECONFIRM): s for s in _LIVE},
+    **{(s, LifecycleEvent.ERASE): State.ERASED for s in (*_LIVE, State.INVALIDATED)},
 }
 
 

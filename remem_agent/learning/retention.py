@@ -96,7 +96,7 @@ class RetentionPolicy:
         events: list[Event] = []
         for rec in records:
             m = memories.get(rec.memory_id)
-            if m is None or m.state is State.INVALIDATED:
+            if m is None or m.state in (State.INVALIDATED, State.ERASED):
                 continue
             by_class = stats.get(rec.memory_id, {})
             ev = self._decide(m, by_class, rec)

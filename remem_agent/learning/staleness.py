@@ -137,7 +137,7 @@ class StalenessPolicy:
             if m is None or not self.acts_on(m, rec.used):
                 continue
             m = tx.memory(m.id)  # fresh: an earlier record of this feedback may have retired it already
-            if m.state is State.INVALIDATED:
+            if m.state in (State.INVALIDATED, State.ERASED):
                 continue
             assert m.entity is not None and m.attribute is not None
             newer = [

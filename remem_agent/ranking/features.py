@@ -227,7 +227,7 @@ def build_features(
                 if scoped in keys:
                     count, latest = keys[scoped]
                     contra[i] = max(0, count - 1)
-                    if m.state.value != "INVALIDATED" and m.valid_from < latest <= now:
+                    if m.state.value not in ("INVALIDATED", "ERASED") and m.valid_from < latest <= now:
                         stale[i] = 1.0  # a newer same-key fact is current: a pending conflict
         f["stale"], f["contradictions"] = stale, contra
     # FEATURE_NAMES order (explain output and snapshots follow it); a disabled group's features are zeros

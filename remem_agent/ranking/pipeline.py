@@ -23,7 +23,7 @@ from remem_agent.types import SERVABLE_STATES, Hit, Memory, State, TaskStats
 Key = tuple[str, str, str]  # (scope, entity, attribute)
 
 
-_NOT_ARCHIVED = frozenset(State) - {State.ARCHIVED}  # what an ``as_of`` search may serve
+_NOT_ARCHIVED = frozenset(State) - {State.ARCHIVED, State.ERASED}  # what an ``as_of`` search may serve
 
 
 def is_eligible(memory: Memory, at: float, *, historical: bool, scopes: frozenset[str] | None = None) -> bool:

@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from remem_agent.store import pruning
+from remem_agent.store.erasure import ScrubReport
 from remem_agent.store.pruning import GrowthLimits, PruneReport
 from remem_agent.store.sql import LedgerTx
 
@@ -102,6 +103,11 @@ class Store(Protocol):
 
     def disk_bytes(self) -> int:
         """The bytes the ledger takes on disk (its files, or its tables and indexes)."""
+        ...
+
+    def scrub(self) -> ScrubReport:
+        """Rewrite the ledger's files so that no freed space keeps the bytes of erased rows
+        (:mod:`remem_agent.store.erasure`)."""
         ...
 
 

@@ -3,14 +3,17 @@
 Migration N brings a store from ``user_version`` N-1 to N inside one transaction. Never edit a
 released migration; append a new one. A store whose version is higher than ``LATEST`` was written
 by a newer remem-agent and is refused (SchemaVersionError) rather than misread. A migration may
-have a Python data step (:data:`BACKFILLS`, on both backends), run after its SQL in the same transaction.
+have a Python data step (:data:`BACKFILLS`, on both backends), run after its SQL in the same transaction, and
+a SQLite step run before its SQL (:data:`SQLITE_FIRST_STEPS`).
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from remem_agent.errors import StoreError
 from remem_agent.store import hashing, times
 
 if TYPE_CHECKING:
@@ -354,6 +357,41 @@ MIGRATIONS: list[tuple[int, str]] = [
         CREATE INDEX pending_outcomes_created ON pending_outcomes (created_at);
         """,
     ),
+    (
+        14,
+        """
+        -- Erasure (remem_agent/store/erasure.py): a memory may be erased on request. Its row stays, redacted
+        -- (empty text, zero vector, no key, speaker or session; state ERASED, which the migration's first step
+        -- adds to the state CHECK), and its events stay with their reasons, evidence and recorded text redacted
+        -- and their hashes recomputed over the redacted record. The triggers allow exactly that: the immutable
+        -- columns of a memory may change only in the update that erases it, an erased row never changes again,
+        -- and an event's reason, evidence, updates and hash may be rewritten only when it belongs to an erased
+        -- memory or names one as its replacement ("by"); its memory, time, kind and states never.
+        DROP TRIGGER memories_embedding_fixed;
+        CREATE TRIGGER memories_embedding_fixed BEFORE UPDATE OF embedding, id, original_text ON memories
+            WHEN NEW.state IS NOT 'ERASED' OR NEW.id IS NOT OLD.id
+            BEGIN SELECT RAISE(ABORT, 'id, original_text and embedding are immutable'); END;
+        DROP TRIGGER memories_conversation_fixed;
+        CREATE TRIGGER memories_conversation_fixed BEFORE UPDATE OF speaker, session ON memories
+            WHEN NEW.state IS NOT 'ERASED'
+            BEGIN SELECT RAISE(ABORT, 'a memory''s speaker and session are immutable'); END;
+        CREATE TRIGGER memories_erased_final BEFORE UPDATE ON memories WHEN OLD.state = 'ERASED'
+            BEGIN SELECT RAISE(ABORT, 'an erased memory never changes'); END;
+        DROP TRIGGER events_append_only_u;
+        CREATE TRIGGER events_append_only_u BEFORE UPDATE ON events
+            WHEN NEW.seq IS NOT OLD.seq OR NEW.memory_id IS NOT OLD.memory_id OR NEW.at IS NOT OLD.at
+                OR NEW.kind IS NOT OLD.kind OR NEW.from_state IS NOT OLD.from_state
+                OR NEW.to_state IS NOT OLD.to_state
+                OR NOT (
+                    (OLD.hash IS NULL AND NEW.reason IS OLD.reason AND NEW.evidence IS OLD.evidence)
+                    OR EXISTS (
+                        SELECT 1 FROM memories WHERE state = 'ERASED'
+                        AND id IN (OLD.memory_id, json_extract(OLD.evidence, '$.by'))
+                    )
+                )
+            BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]
@@ -361,3 +399,37 @@ LATEST = MIGRATIONS[-1][0]
 # Python steps of numbered migrations (both backends), run right after the migration's SQL in the same
 # transaction: version 3 hashes the rows written before it, version 11 resolves the stored memories' times.
 BACKFILLS: dict[int, Callable[[LedgerTx], None]] = {3: hashing.backfill_hashes, 11: times.reindex}
+
+
+def allow_erased_state(conn: sqlite3.Connection) -> None:
+    """Migration 14's first step (SQLite only, in its transaction): the memories table's CHECK on ``state``
+    admits 'ERASED'.
+
+    SQLite cannot alter a CHECK constraint, and rebuilding the table would mean rebuilding its indexes,
+    triggers and full-text index. A change that every stored row already satisfies may instead edit the
+    table's definition in the schema table: SQLite's documented procedure for such changes (ALTER TABLE,
+    "making other kinds of table schema changes": writable_schema, a new schema_version, an integrity check).
+    Only the CHECK's list of states changes; a definition that already admits 'ERASED' is left as it is.
+    """
+    (sql,) = conn.execute("SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'memories'").fetchone()
+    if "'ERASED'" in sql:
+        return
+    before, after = "'ARCHIVED', 'INVALIDATED')", "'ARCHIVED', 'INVALIDATED', 'ERASED')"
+    if sql.count(before) != 1:
+        raise StoreError("the memories table's state CHECK is not the one remem-agent wrote; cannot migrate it")
+    (version,) = conn.execute("PRAGMA schema_version").fetchone()
+    conn.execute("PRAGMA writable_schema = ON")
+    try:
+        conn.execute(
+            "UPDATE sqlite_schema SET sql = ? WHERE type = 'table' AND name = 'memories'", (sql.replace(before, after),)
+        )
+        conn.execute(f"PRAGMA schema_version = {int(version) + 1}")
+    finally:
+        conn.execute("PRAGMA writable_schema = OFF")
+    problems = [r[0] for r in conn.execute("PRAGMA integrity_check")]
+    if problems != ["ok"]:
+        raise StoreError(f"the ledger failed its integrity check after migration 14's schema edit: {problems[:5]}")
+
+
+# SQLite steps of numbered migrations, run first in the migration's transaction (schema edits SQL cannot make).
+SQLITE_FIRST_STEPS: dict[int, Callable[[sqlite3.Connection], None]] = {14: allow_erased_state}

@@ -362,6 +362,60 @@ MIGRATIONS: list[tuple[int, str]] = [
         CREATE INDEX pending_outcomes_created ON pending_outcomes (created_at);
         """,
     ),
+    (
+        14,
+        """
+        -- Erasure: see the SQLite migration 14 (store/migrations.py) and store/erasure.py. Here the CHECK is
+        -- replaced, and the triggers' functions allow the update that erases a memory (and afterwards only its
+        -- token count, which the lexical index's bookkeeping writes) and the redaction of its events.
+        ALTER TABLE memories DROP CONSTRAINT memories_state_check;
+        ALTER TABLE memories ADD CONSTRAINT memories_state_check
+            CHECK (state IN ('ACTIVE', 'LOW_VALUE', 'COMPRESSED', 'ARCHIVED', 'INVALIDATED', 'ERASED'));
+        CREATE OR REPLACE FUNCTION remem_immutable_memory() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF OLD.state = 'ERASED' AND (
+                NEW.id, NEW.text, NEW.original_text, NEW.entity, NEW.attribute, NEW.state, NEW.valid_to,
+                NEW.superseded_by, NEW.token_cost, NEW.confidence, NEW.content_hash, NEW.speaker, NEW.session,
+                NEW.embedding::text
+            ) IS DISTINCT FROM (
+                OLD.id, OLD.text, OLD.original_text, OLD.entity, OLD.attribute, OLD.state, OLD.valid_to,
+                OLD.superseded_by, OLD.token_cost, OLD.confidence, OLD.content_hash, OLD.speaker, OLD.session,
+                OLD.embedding::text
+            ) THEN
+                RAISE EXCEPTION 'an erased memory never changes';
+            END IF;
+            IF NEW.id IS DISTINCT FROM OLD.id
+               OR (NEW.state IS DISTINCT FROM 'ERASED' AND (NEW.original_text IS DISTINCT FROM OLD.original_text
+                   OR NEW.embedding IS DISTINCT FROM OLD.embedding)) THEN
+                RAISE EXCEPTION 'id, original_text and embedding are immutable';
+            END IF;
+            IF NEW.state IS DISTINCT FROM 'ERASED'
+               AND (NEW.speaker IS DISTINCT FROM OLD.speaker OR NEW.session IS DISTINCT FROM OLD.session) THEN
+                RAISE EXCEPTION 'a memory''s speaker and session are immutable';
+            END IF;
+            RETURN NEW;
+        END $$;
+        CREATE FUNCTION remem_events_redactable() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF (NEW.seq, NEW.memory_id, NEW.at, NEW.kind, NEW.from_state, NEW.to_state)
+                   IS NOT DISTINCT FROM (OLD.seq, OLD.memory_id, OLD.at, OLD.kind, OLD.from_state, OLD.to_state)
+               AND (
+                   (OLD.hash IS NULL AND NEW.reason IS NOT DISTINCT FROM OLD.reason
+                    AND NEW.evidence IS NOT DISTINCT FROM OLD.evidence)
+                   OR EXISTS (
+                       SELECT 1 FROM memories WHERE state = 'ERASED'
+                       AND id IN (OLD.memory_id, OLD.evidence ->> 'by')
+                   )
+               ) THEN
+                RETURN NEW;
+            END IF;
+            RAISE EXCEPTION 'events are append-only';
+        END $$;
+        DROP TRIGGER events_append_only_u ON events;
+        CREATE TRIGGER events_append_only_u BEFORE UPDATE ON events
+            FOR EACH ROW EXECUTE FUNCTION remem_events_redactable();
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

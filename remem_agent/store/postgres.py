@@ -44,8 +44,9 @@ from remem_agent.errors import (
     StoreError,
     UserInputError,
 )
-from remem_agent.store import times
+from remem_agent.store import erasure, times
 from remem_agent.store.base import StoreCommon, backoff_retry
+from remem_agent.store.erasure import ScrubReport
 from remem_agent.store.migrations import BACKFILLS
 from remem_agent.store.pg_migrations import LATEST, LEXICAL_POSTINGS_VERSION, MIGRATIONS
 from remem_agent.store.sql import (
@@ -346,6 +347,16 @@ class PostgresStore(StoreCommon):
             (self.schema,),
         )
         return int(rows[0][0])
+
+    def scrub(self) -> ScrubReport:
+        """Rewrite the tables erasures changed, without their old row versions (store/erasure.py)."""
+
+        def run(sql: str) -> list[Any]:
+            with self._errors_mapped(), self._pool.connection() as conn:
+                cur = conn.execute(sql)
+                return cur.fetchall() if cur.description else []
+
+        return erasure.scrub_postgres(run)
 
     def _statement(self, sql: str, params: Any = None) -> list[Any]:
         """One read statement outside an explicit transaction (a single statement sees one snapshot):

@@ -271,7 +271,7 @@ class LedgerTx(OutcomeQueries):
             "valid_to": m.valid_to,
             "superseded_by": m.superseded_by,
         }
-        return self._append_event(m.id, at, LifecycleEvent.ADD, None, state, reason, {}, initial)
+        return self.append_event(m.id, at, LifecycleEvent.ADD, None, state, reason, {}, initial)
 
     def transition(
         self,
@@ -324,6 +324,8 @@ class LedgerTx(OutcomeQueries):
     ) -> Event:
         """The checks and writes of a transition whose row is locked and whose state was just read."""
         to_state = next_state(from_state, event, memory_id=memory_id)
+        if event is LifecycleEvent.ERASE:  # an erasure redacts the row and its events: store/erasure.py
+            raise StoreError("a memory is erased through ReMem.erase (remem_agent.store.erasure), not transition")
         fields = dict(updates or {})
         allowed = {"valid_to", "superseded_by", "text", "token_cost", "confidence"}
         if not set(fields) <= allowed:
@@ -336,9 +338,9 @@ class LedgerTx(OutcomeQueries):
         self.forget_row(memory_id, text_changed="text" in fields)
         if "text" in fields:
             self.text_updated(memory_id)
-        return self._append_event(memory_id, at, event, from_state, to_state, reason, dict(evidence or {}), updates)
+        return self.append_event(memory_id, at, event, from_state, to_state, reason, dict(evidence or {}), updates)
 
-    def _append_event(
+    def append_event(
         self,
         memory_id: str,
         at: float,
@@ -499,7 +501,7 @@ class LedgerTx(OutcomeQueries):
                     "SELECT COUNT(*) FROM events WHERE memory_id IN (SELECT id FROM memories WHERE scope = ?)", args
                 ).fetchone()[0]
             )
-        active = "state != 'INVALIDATED' AND state != 'ARCHIVED'" + (" AND scope = ?" if scope is not None else "")
+        active = "state NOT IN ('INVALIDATED', 'ARCHIVED', 'ERASED')" + (" AND scope = ?" if scope is not None else "")
         return {
             "memories": sum(by_state.values()),
             "by_state": by_state,

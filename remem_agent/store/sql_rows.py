@@ -37,7 +37,7 @@ EVENT_COLS = "seq, memory_id, at, kind, from_state, to_state, reason, evidence"
 
 _STATE_BY_VALUE: dict[str, State] = {s.value: s for s in State}
 # What a present-tense (``current_only``) lexical search leaves out, on every backend.
-LEXICAL_RETIRED = frozenset({State.INVALIDATED, State.ARCHIVED})
+LEXICAL_RETIRED = frozenset({State.INVALIDATED, State.ARCHIVED, State.ERASED})
 
 # The statements of the add path that a backend buffering new rows (``SQLiteTx``) recognises: it needs to
 # know what a read of memories can see, and it inserts the buffered rows itself (several per statement).

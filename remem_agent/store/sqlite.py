@@ -41,9 +41,10 @@ from remem_agent.errors import (
     StoreError,
     UserInputError,
 )
-from remem_agent.store import times
+from remem_agent.store import erasure, times
 from remem_agent.store.base import StoreCommon, backoff_retry
-from remem_agent.store.migrations import BACKFILLS, LATEST, MIGRATIONS
+from remem_agent.store.erasure import ScrubReport
+from remem_agent.store.migrations import BACKFILLS, LATEST, MIGRATIONS, SQLITE_FIRST_STEPS
 from remem_agent.store.sql import (
     LedgerTx,
 )
@@ -81,6 +82,7 @@ TRIGGERS = (
     "memories_scope_fixed",
     "searches_scope_fixed",
     "memories_conversation_fixed",
+    "memories_erased_final",
 )
 # The triggers that keep the full-text index equal to the served text (schema 5): without them a write
 # would leave the lexical channel stale, which verify() reports.
@@ -236,6 +238,18 @@ class SQLiteStore(StoreCommon):
         with self._lock:
             self._conn.close()
 
+    def scrub(self) -> ScrubReport:
+        """Rewrite the ledger file and empty its WAL, so that no freed page keeps erased bytes
+        (store/erasure.py)."""
+        with self._lock:
+            try:
+                report = erasure.scrub_sqlite(self._conn)
+            except sqlite3.Error as exc:
+                raise self._driver_error(exc, "cannot scrub ledger") from exc
+            finally:
+                self._read_cache.clear()
+        return report
+
     @property
     def schema_version(self) -> int:
         with self._lock:
@@ -253,6 +267,9 @@ class SQLiteStore(StoreCommon):
                 current = int(tx.c.execute("PRAGMA user_version").fetchone()[0])
                 if current >= number:
                     continue
+                first = SQLITE_FIRST_STEPS.get(number)
+                if first is not None:
+                    first(tx.c)
                 for stmt in _split_sql(sql):
                     tx.c.execute(stmt)
                 backfill = BACKFILLS.get(number)

@@ -31,6 +31,7 @@ STATE_COLORS: dict[State, str] = {
     State.COMPRESSED: "#ef6c00",
     State.ARCHIVED: "#6d4c41",
     State.INVALIDATED: "#c62828",
+    State.ERASED: "#9e9e9e",
 }
 
 
@@ -110,7 +111,9 @@ def load_snapshot(store: Store, scope: str | None = None) -> LedgerSnapshot:
         "events": len(events),
         "searches": searches,
         "feedbacks": feedbacks,
-        "tokens_active": sum(m.token_cost for m in mems if m.state not in (State.INVALIDATED, State.ARCHIVED)),
+        "tokens_active": sum(
+            m.token_cost for m in mems if m.state not in (State.INVALIDATED, State.ARCHIVED, State.ERASED)
+        ),
     }
     return LedgerSnapshot(store.location, rows, tuple(events), counts, meta)
 
