@@ -34,6 +34,15 @@ _EXACT_TERMS = 2**14 - 2
 _EXACT_BATCH = 8
 _MEMO = 200_000  # features (and raw tokens) whose hashing (and normalisation) an embedder remembers
 
+
+def _numeric(feature: str | tuple[str, str]) -> bool:
+    """A feature holding a number: not remembered. Numbers (ids, amounts, request counters) keep coming, so a
+    server's queries would fill the memo with features never seen again (a soak of 100k requests, each naming
+    its own number, grew the gateway by ~0.5 KB per request until the memo was full)."""
+    if isinstance(feature, str):
+        return feature.isdigit()
+    return feature[0].isdigit() or feature[1].isdigit()
+
 # Default concept lexicon: each group maps to its first word. Worlds of the benchmark extend it.
 DEFAULT_CONCEPT_GROUPS: tuple[tuple[str, ...], ...] = (
     ("server", "host", "machine", "box", "instance", "node"),
@@ -117,7 +126,7 @@ class ConceptHashEmbedder:
             t = memo.get(tok)
             if t is None:
                 t = self._terms_of_token(tok)
-                if len(memo) < _MEMO:
+                if len(memo) < _MEMO and not tok.isdigit():  # numbers are an open vocabulary: not remembered
                     memo[tok] = t
             out.extend(t)
         return out
@@ -148,7 +157,7 @@ class ConceptHashEmbedder:
                 known = (i, s * self._bigram_weight)
             else:
                 known = self._bucket_uncached(feature)
-            if len(self._buckets) < _MEMO:
+            if len(self._buckets) < _MEMO and not _numeric(feature):
                 self._buckets[feature] = known
         return known
 

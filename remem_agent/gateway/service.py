@@ -42,7 +42,10 @@ from remem_agent.gateway.protocol import ApiError, schema_valid
 from remem_agent.gateway.upstream import MODEL_KEY, SCHEMA_KEY, SCHEMA_NAME_KEY, TIMING_KEY, ModelRouter, Timing
 from remem_agent.types import FeedbackReceipt
 
-MAX_ANSWERS = 100_000  # answer -> scope entries this process remembers (least recent dropped)
+# answer -> scope entries this process remembers (least recent dropped). An answer that waits for its outcome is
+# also found through the pending store, so past this only an answer that served no memory is forgotten (its
+# feedback is a 404 that says so). 10k, not more: a long-running gateway's memory stays flat after warm-up.
+MAX_ANSWERS = 10_000
 _CONVERSATION = re.compile(r"^[A-Za-z0-9._:@+-]{1,128}$")
 
 
