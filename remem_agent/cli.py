@@ -21,7 +21,7 @@ from remem_agent.ingest import check_scope
 from remem_agent.store.base import Store
 from remem_agent.store.factory import open_store
 from remem_agent.store.pruning import GrowthLimits
-from remem_agent.types import ROLES, State, StoreStats
+from remem_agent.types import ROLES
 
 
 def _open_store(location: str) -> Any:
@@ -49,22 +49,11 @@ def _positive_int(value: str) -> int:
 
 def _stats(store: Any, scope: str | None = None) -> dict[str, Any]:
     """The shape of ``ReMem.stats()`` (every state and role, dim an int) from a store opened without its embedder."""
-    c = store.counts(None if scope is None else check_scope(scope, "--scope"))
+    from remem_agent.maintenance import store_stats
+
+    scope = None if scope is None else check_scope(scope, "--scope")
     dim = store.get_meta("dim")
-    stats = StoreStats(
-        memories=c["memories"],
-        by_state={s.value: c["by_state"].get(s.value, 0) for s in State},
-        by_role={r: c["by_role"].get(r, 0) for r in ROLES},
-        events=c["events"],
-        searches=c["searches"],
-        feedbacks=c["feedbacks"],
-        tokens_active=c["tokens_active"],
-        embedder=store.get_meta("embedder") or "",
-        dim=int(dim) if dim else 0,
-        schema_version=store.schema_version,
-        kept=c["kept"],
-        disk_bytes=store.disk_bytes(),
-    )
+    stats = store_stats(store, scope, embedder=store.get_meta("embedder") or "", dim=int(dim) if dim else 0)
     out = dataclasses.asdict(stats)
     folder = getattr(store, "folder", None)  # a SQLite store's folder holds its default trace folder
     if folder is not None:

@@ -27,6 +27,25 @@ from remem_agent.store.pruning import GrowthLimits, PruneReport
 from remem_agent.types import ROLES, Memory, MemoryInfo, Role, State, StoreStats, VerifyReport
 
 
+def store_stats(store: Store, scope: str | None, *, embedder: str, dim: int) -> StoreStats:
+    """``ReMem.stats()`` of ``store`` (``remem stats`` passes the embedder and dimension the store records)."""
+    c = store.counts(None if scope is None else check_scope(scope))
+    return StoreStats(
+        memories=c["memories"],
+        by_state={s.value: c["by_state"].get(s.value, 0) for s in State},
+        by_role={r: c["by_role"].get(r, 0) for r in ROLES},
+        events=c["events"],
+        searches=c["searches"],
+        feedbacks=c["feedbacks"],
+        tokens_active=c["tokens_active"],
+        embedder=embedder,
+        dim=dim,
+        schema_version=store.schema_version,
+        kept=c["kept"],
+        disk_bytes=store.disk_bytes(),
+    )
+
+
 class Maintenance:
     """The reading and maintenance calls of :class:`~remem_agent.memory.ReMem` (its store, embedder, dimension
     and candidate index are set by ``ReMem.__init__``)."""
@@ -85,21 +104,7 @@ class Maintenance:
 
     def stats(self, *, scope: str | None = None) -> StoreStats:
         """Counts of the whole store, or of one scope (its memories, their events, its searches)."""
-        c = self.store.counts(None if scope is None else check_scope(scope))
-        return StoreStats(
-            memories=c["memories"],
-            by_state={s.value: c["by_state"].get(s.value, 0) for s in State},
-            by_role={r: c["by_role"].get(r, 0) for r in ROLES},
-            events=c["events"],
-            searches=c["searches"],
-            feedbacks=c["feedbacks"],
-            tokens_active=c["tokens_active"],
-            embedder=self.embedder.name,
-            dim=self.dim,
-            schema_version=self.store.schema_version,
-            kept=c["kept"],
-            disk_bytes=self.store.disk_bytes(),
-        )
+        return store_stats(self.store, scope, embedder=self.embedder.name, dim=self.dim)
 
     def prune(
         self, *, answer_ttl_s: float | None = None, retention_s: float | None = None, now: Timestamp | None = None

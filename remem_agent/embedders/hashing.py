@@ -43,6 +43,7 @@ def _numeric(feature: str | tuple[str, str]) -> bool:
         return feature.isdigit()
     return feature[0].isdigit() or feature[1].isdigit()
 
+
 # Default concept lexicon: each group maps to its first word. Worlds of the benchmark extend it.
 DEFAULT_CONCEPT_GROUPS: tuple[tuple[str, ...], ...] = (
     ("server", "host", "machine", "box", "instance", "node"),

@@ -144,13 +144,7 @@ async def erase_memories(gw: Gateway, request: Request, caller: Caller) -> Respo
 
 async def erase_scope(gw: Gateway, request: Request, caller: Caller) -> Response:
     """``DELETE /v1/scopes/{scope}``: erase a whole scope, its memories and its traffic; a key granted '*'."""
-    if gw.keys.enabled and "*" not in caller.patterns:
-        raise ApiError(
-            403,
-            "erasing a whole scope needs a key granted '*'",
-            type="permission_error",
-            code="scope_forbidden",
-        )
+    _require_all_scopes(gw, caller, "erasing a whole scope needs a key granted '*'")
     scope = request.path_params["scope"]
     request.state.scope = scope
     reason = _reason(request.query_params.get("reason"))
@@ -183,14 +177,14 @@ async def stats(gw: Gateway, request: Request, caller: Caller) -> Response:
     return JSONResponse(dataclasses.asdict(result))
 
 
-async def verify(gw: Gateway, request: Request, caller: Caller) -> Response:
+def _require_all_scopes(gw: Gateway, caller: Caller, message: str) -> None:
+    """Refuse (403) a caller whose key is not granted '*' (when keys are configured)."""
     if gw.keys.enabled and "*" not in caller.patterns:
-        raise ApiError(
-            403,
-            "verify checks the whole store: it needs a key granted '*'",
-            type="permission_error",
-            code="scope_forbidden",
-        )
+        raise ApiError(403, message, type="permission_error", code="scope_forbidden")
+
+
+async def verify(gw: Gateway, request: Request, caller: Caller) -> Response:
+    _require_all_scopes(gw, caller, "verify checks the whole store: it needs a key granted '*'")
     report = await asyncio.to_thread(gw.memory.verify)
     out: dict[str, Any] = {"ok": report.ok, "problems": list(report.problems), "counts": dict(report.counts)}
     return JSONResponse(out)
