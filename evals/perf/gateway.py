@@ -285,20 +285,20 @@ async def sequential(
     return out
 
 
-async def load(target: Target, concurrency: int, seconds: float, seed: int) -> dict[str, Any]:
-    """``concurrency`` clients, each on its own keep-alive connection, sending back to back for ``seconds``."""
-    base, headers = target
+async def closed_loop(
+    base: str, headers: dict[str, str], concurrency: int, rng: random.Random, more: Callable[[], bool]
+) -> tuple[list[float], dict[str, int], float]:
+    """``concurrency`` clients, each on its own keep-alive connection, sending chat requests back to back while
+    ``more()`` says so; (latencies in ns of the 200s, count per status or error kind, wall seconds)."""
     host, port, prefix = _endpoint(base)
-    rng = random.Random(seed)
     lat: list[float] = []
     statuses: dict[str, int] = {}
-    deadline = time.perf_counter() + seconds
     counter = [0]
 
     async def worker() -> None:
         conn = RawConnection(host, port)
         try:
-            while time.perf_counter() < deadline:
+            while more():
                 counter[0] += 1
                 body = {"model": MODEL, "messages": _question(rng, counter[0])}
                 try:
@@ -315,7 +315,16 @@ async def load(target: Target, concurrency: int, seconds: float, seed: int) -> d
 
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    wall = time.perf_counter() - t0
+    return lat, statuses, time.perf_counter() - t0
+
+
+async def load(target: Target, concurrency: int, seconds: float, seed: int) -> dict[str, Any]:
+    """``concurrency`` clients, each on its own keep-alive connection, sending back to back for ``seconds``."""
+    base, headers = target
+    deadline = time.perf_counter() + seconds
+    lat, statuses, wall = await closed_loop(
+        base, headers, concurrency, random.Random(seed), lambda: time.perf_counter() < deadline
+    )
     ok = statuses.get("200", 0)
     return {
         "concurrency": concurrency,

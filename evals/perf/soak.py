@@ -42,42 +42,22 @@ from pathlib import Path
 from typing import Any
 
 from evals.harness.jsonio import write_json
-from evals.perf.gateway import BENCH_KEY, MODEL, _call, _endpoint, _question, free_port, process
+from evals.perf.gateway import BENCH_KEY, MODEL, closed_loop, free_port, process
 from evals.perf.measure import git_commit, git_dirty, latency_ms, loadavg, machine_facts
 from evals.perf.middleware import corpus
-from evals.perf.rawhttp import RawConnection, RawHTTPError
 
 MB = 1024 * 1024
 
 
 async def send(base: str, headers: dict[str, str], n: int, concurrency: int, rng: random.Random) -> dict[str, Any]:
     """``n`` non-streamed chat requests from ``concurrency`` keep-alive clients; latency and statuses."""
-    host, port, prefix = _endpoint(base)
-    lat: list[float] = []
-    statuses: dict[str, int] = {}
     left = [n]
 
-    async def worker() -> None:
-        conn = RawConnection(host, port)
-        try:
-            while left[0] > 0:
-                left[0] -= 1
-                body = {"model": MODEL, "messages": _question(rng, rng.randrange(10**9))}
-                try:
-                    status, total, _ = await _call(conn, prefix, body, headers)
-                except (RawHTTPError, OSError) as exc:
-                    statuses[type(exc).__name__] = statuses.get(type(exc).__name__, 0) + 1
-                    await conn.close()
-                    continue
-                statuses[str(status)] = statuses.get(str(status), 0) + 1
-                if status == 200:
-                    lat.append(total * 1e9)
-        finally:
-            await conn.close()
+    def more() -> bool:
+        left[0] -= 1
+        return left[0] >= 0
 
-    t0 = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    wall = time.perf_counter() - t0
+    lat, statuses, wall = await closed_loop(base, headers, concurrency, rng, more)
     ok = statuses.get("200", 0)
     return {"seconds": round(wall, 2), "ok": ok, "statuses": statuses, "rate": round(ok / wall, 1), **latency_ms(lat)}
 
