@@ -88,7 +88,7 @@ def reference_features(
             if scoped is not None and m.role == "state" and scoped in keys:
                 count, latest = keys[scoped]
                 contra[i] = max(0, count - 1)
-                if m.state.value != "INVALIDATED" and m.valid_from < latest <= now:
+                if m.state.value not in ("INVALIDATED", "ERASED") and m.valid_from < latest <= now:
                     stale[i] = 1.0
         f["stale"], f["contradictions"] = stale, contra
     return f

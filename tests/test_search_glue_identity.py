@@ -145,7 +145,7 @@ def _reference_eligible(memory: Memory, at: float, historical: bool, scopes: fro
     if not memory.valid_at(at):
         return False
     if historical:
-        return memory.state is not State.ARCHIVED
+        return memory.state not in (State.ARCHIVED, State.ERASED)  # an erased memory: never, not even as_of
     return memory.state in SERVABLE_STATES
 
 
