@@ -365,3 +365,14 @@ def test_a_kill_in_the_middle_of_an_erasure_leaves_all_or_nothing(tmp_path: Path
         report = mem.erase(ids)
         assert len(report.erased) + len(report.already_erased) == 600
         assert mem.verify().ok and _files_holding(folder, SECRET.encode()) == []
+
+
+def test_a_short_contains_is_still_redacted_from_queries_and_traces(tmp_path: Path) -> None:
+    with ReMem(tmp_path / "s", embedder="hash") as mem:
+        mid = mem.add("The wifi key is k7q2z9.", role="note")
+        mem.search("is k7q2z9 the wifi key?")
+        trace = tmp_path / "t.jsonl"
+        trace.write_text(json.dumps({"messages": [{"role": "user", "content": "it is k7q2z9"}]}) + "\n")
+        report = mem.erase(contains="k7q2z9", traces=[trace])
+        assert report.erased == (mid,) and report.searches_redacted == 1 and report.trace_lines_removed == 1
+        assert _files_holding(tmp_path, b"k7q2z9") == []

@@ -16,7 +16,8 @@ history of every other memory (which fact replaced which, when) and every learne
 * answers waiting for their outcome that served it are dropped (their recorded answer may quote it);
 * searches of its scope whose query contains its whole text, and stored responses of its scope whose items
   do, are redacted (the query becomes ``[erased]``, the response's items are cleared) when that text is at
-  least :data:`MIN_MATCH` characters (a shorter one would match unrelated text);
+  least :data:`MIN_MATCH` characters (a shorter one would match unrelated text); an operator's ``contains``
+  string is searched for whatever its length (at least 4 characters, checked by the caller);
 * one ``erase`` event records when, and the operator's reason (never the text).
 
 Erasing a whole scope also redacts every query of the scope, drops its waiting answers and clears its stored
@@ -127,7 +128,8 @@ def erase(
             raise UnknownMemoryError(mid)
         rows[mid] = r
     erased, already = [], []
-    texts: set[str] = {s for s in also if s}
+    explicit = {s for s in also if s}  # the operator's own strings: searched for whatever their length
+    texts: set[str] = set(explicit)
     by_scope: dict[str, set[str]] = {}
     redacted = 0
     for mid, r in rows.items():
@@ -136,9 +138,9 @@ def erase(
             continue
         quoted = _erase_row(tx, r, at=at, reason=reason)
         redacted += quoted[0]
-        found = {s for s in (str(r[3]), str(r[4]), *quoted[1]) if s}
+        found = {s for s in (str(r[3]), str(r[4]), *quoted[1]) if len(s) >= MIN_MATCH}
         texts |= found
-        by_scope.setdefault(str(r[1]), set()).update(found | {s for s in also if s})
+        by_scope.setdefault(str(r[1]), set()).update(found | explicit)
         erased.append(mid)
     answers, answer_ids = _drop_answers(tx, erased)
     searches = responses = 0
@@ -152,7 +154,7 @@ def erase(
         answers_dropped=answers,
         searches_redacted=searches,
         responses_cleared=responses,
-        texts=frozenset(t for t in texts if len(t) >= MIN_MATCH),
+        texts=frozenset(texts),
         answer_ids=frozenset(answer_ids),
     )
 
@@ -265,17 +267,16 @@ def _drop_answers(tx: LedgerTx, ids: Sequence[str]) -> tuple[int, set[str]]:
 
 
 def _variants(strings: Iterable[str]) -> list[str]:
-    """Each string worth searching for, and its JSON-escaped form (how a JSON column holds it)."""
+    """Each string, and its JSON-escaped forms (how a JSON column holds it)."""
     out = []
     for s in strings:
-        if len(s) >= MIN_MATCH:
-            out.append(s)
-            escaped = json.dumps(s, ensure_ascii=False)[1:-1]
-            if escaped != s:
-                out.append(escaped)
-            ascii_escaped = json.dumps(s)[1:-1]
-            if ascii_escaped not in (s, escaped):
-                out.append(ascii_escaped)
+        out.append(s)
+        escaped = json.dumps(s, ensure_ascii=False)[1:-1]
+        if escaped != s:
+            out.append(escaped)
+        ascii_escaped = json.dumps(s)[1:-1]
+        if ascii_escaped not in (s, escaped):
+            out.append(ascii_escaped)
     return out
 
 
@@ -284,7 +285,6 @@ def _redact_queries(tx: LedgerTx, scope: str, strings: Iterable[str]) -> int:
     return sum(
         _redact_where(tx, "scope = ? AND query LIKE ? ESCAPE '\\'", (scope, f"%{_like(s)}%"), exact=s)
         for s in strings
-        if len(s) >= MIN_MATCH
     )
 
 
