@@ -376,3 +376,17 @@ def test_a_short_contains_is_still_redacted_from_queries_and_traces(tmp_path: Pa
         report = mem.erase(contains="k7q2z9", traces=[trace])
         assert report.erased == (mid,) and report.searches_redacted == 1 and report.trace_lines_removed == 1
         assert _files_holding(tmp_path, b"k7q2z9") == []
+
+
+def test_searches_after_an_erasure_skip_it_on_every_path(world: tuple[ReMem, dict[str, str]]) -> None:
+    """A zero vector scores nothing: neither the exact scan (a small scope) nor the index serves it, and no
+    score is NaN."""
+    import math
+
+    mem, ids = world
+    mem.erase([ids["leak"], ids["old"]], scrub=False)
+    for kwargs in ({}, {"as_of": "2026-02-01"}, {"as_of": "2026-04-01"}):
+        res = mem.search("where is our server? admin password", k=10, **kwargs)
+        assert not {ids["leak"], ids["old"]} & set(res.ids)
+        assert all(math.isfinite(h.score) for h in res.items)
+    assert mem.verify().ok

@@ -7,7 +7,7 @@ just failing. The invariants:
    that is cheap, its constraints and triggers are checked on every write).
 2. Every memory's event log replays through the state machine from ``add`` to its current state,
    with each event's ``from_state`` equal to the previous event's ``to_state``.
-3. A superseded memory is INVALIDATED, has ``valid_to >= valid_from`` and points at an existing memory;
+3. A superseded memory is INVALIDATED (or ERASED since), has ``valid_to >= valid_from`` and points at an existing memory;
    a memory whose invalidation event names a replacement points at exactly that one.
 4. At most one current role-'state' fact per (entity, attribute) key within each scope.
 5. Every embedding has the store's dimension and is finite.
@@ -121,7 +121,7 @@ def _check_events(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
         "LEFT JOIN memories n ON n.id = m.superseded_by WHERE m.superseded_by IS NOT NULL LIMIT ?",
         (_LIMIT * 100,),
     ):
-        if state != State.INVALIDATED.value:
+        if state not in (State.INVALIDATED.value, State.ERASED.value):  # an erased fact keeps its link
             problems.append(f"{mid}: superseded by {sup} but state is {state}")
         if exists is None:
             problems.append(f"{mid}: superseded_by points at missing memory {sup}")
