@@ -390,3 +390,32 @@ def test_searches_after_an_erasure_skip_it_on_every_path(world: tuple[ReMem, dic
         assert not {ids["leak"], ids["old"]} & set(res.ids)
         assert all(math.isfinite(h.score) for h in res.items)
     assert mem.verify().ok
+
+
+def test_the_cli_erases_and_refuses_bad_requests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from remem_agent.cli import main
+
+    store = tmp_path / "s"
+    with ReMem(store, embedder="hash") as mem:
+        ids = _world(mem)
+        before = dump_ledger(mem)
+    for argv in (
+        ["erase", str(store), "m_nope"],  # unknown id
+        ["erase", str(store), ids["leak"], "--scope", "user:bob"],  # another scope's memory
+        ["erase", str(store)],  # names nothing
+        ["erase", str(store), "--contains", "ab"],  # too short
+        ["erase", str(store), "--whole-scope"],  # which scope?
+        ["erase", str(store), ids["leak"], "--traces", str(tmp_path / "missing")],
+    ):
+        assert main(argv) == 2, argv
+        assert "remem: error:" in capsys.readouterr().err
+    with ReMem(store, embedder="hash") as mem:
+        assert dump_ledger(mem) == before
+    assert main(["erase", str(store), ids["leak"], "--reason", "ticket 12"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["erased"] == [ids["leak"]] and report["scrub"]["complete"] is True
+    assert main(["erase", str(store), "--whole-scope", "--scope", "user:bob", "--no-scrub"]) == 0
+    assert json.loads(capsys.readouterr().out)["erased"] == [ids["other"]]
+    with ReMem(store, embedder="hash") as mem:
+        assert mem.verify().ok and mem.inspect(ids["leak"]).history[-1].reason == "ticket 12"
+    assert _files_holding(store, b"west-2") == []
