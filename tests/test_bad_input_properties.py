@@ -319,6 +319,32 @@ def test_lookups(mem: ReMem) -> None:
     prop()
 
 
+def test_erase(mem: ReMem) -> None:
+    known = [m.id for m in mem.list()]
+    filters = st.one_of(st.none(), ODD_TEXT, st.sampled_from(["server", "region", "note", "state"]))
+
+    @PROPERTY
+    @given(
+        ids=st.one_of(
+            st.none(), st.sampled_from(known), st.lists(st.one_of(st.sampled_from(known), ODD_TEXT)), ODD_CONTAINER
+        ),
+        scope=st.one_of(st.none(), st.just("default"), ODD_TEXT),
+        whole_scope=st.one_of(st.just(False), st.booleans(), ODD_NUMBER),
+        entity=filters,
+        role=st.one_of(st.none(), ODD_ROLE),
+        contains=st.one_of(st.none(), ODD_TEXT, st.just("Postgres")),
+        reason=st.one_of(st.just("test"), ODD_TEXT),
+        scrub=st.one_of(st.just(False), st.booleans(), ODD_NUMBER),
+    )
+    def prop(**args: Any) -> None:
+        ok, report = refused_or_done(mem, lambda: mem.erase(**args))
+        if ok:
+            json.dumps(report.to_dict())
+            assert all(mem.get(i).state.value == "ERASED" for i in report.erased)
+
+    prop()
+
+
 def test_time_conversion() -> None:
     @PROPERTY
     @given(ODD_TIME)
