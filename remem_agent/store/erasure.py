@@ -283,8 +283,7 @@ def _variants(strings: Iterable[str]) -> list[str]:
 def _redact_queries(tx: LedgerTx, scope: str, strings: Iterable[str]) -> int:
     """Redact the queries of ``scope`` that contain one of ``strings`` (plain text: no escaped forms)."""
     return sum(
-        _redact_where(tx, "scope = ? AND query LIKE ? ESCAPE '\\'", (scope, f"%{_like(s)}%"), exact=s)
-        for s in strings
+        _redact_where(tx, "scope = ? AND query LIKE ? ESCAPE '\\'", (scope, f"%{_like(s)}%"), exact=s) for s in strings
     )
 
 

@@ -7,8 +7,8 @@ just failing. The invariants:
    that is cheap, its constraints and triggers are checked on every write).
 2. Every memory's event log replays through the state machine from ``add`` to its current state,
    with each event's ``from_state`` equal to the previous event's ``to_state``.
-3. A superseded memory is INVALIDATED (or ERASED since), has ``valid_to >= valid_from`` and points at an existing memory;
-   a memory whose invalidation event names a replacement points at exactly that one.
+3. A superseded memory is INVALIDATED (or ERASED since), has ``valid_to >= valid_from`` and points at an
+   existing memory; a memory whose invalidation event names a replacement points at exactly that one.
 4. At most one current role-'state' fact per (entity, attribute) key within each scope.
 5. Every embedding has the store's dimension and is finite.
 6. The per-class aggregates and the relevance prior's calibration (schema 10) equal the sums of the
