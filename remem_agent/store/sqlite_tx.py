@@ -412,9 +412,10 @@ class SQLiteTx(LedgerTx):
             n = known.counts.get((t, cap))
             if n is None:
                 n = int(self.c.execute(q, (lexical.fts5_match([t]), cap)).fetchone()[0])
-                if len(known.counts) >= known.max_counts:
-                    known.counts.clear()
-                known.counts[(t, cap)] = n
+                if not t.isdigit():  # numbers rarely recur (ids, counters): remembered they only fill the cache
+                    if len(known.counts) >= known.max_counts:
+                        known.counts.clear()
+                    known.counts[(t, cap)] = n
             out.append(n)
         return out
 
