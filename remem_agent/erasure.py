@@ -28,6 +28,7 @@ from remem_agent.store.base import Store
 from remem_agent.store.erasure import Erased, ScrubReport
 from remem_agent.store.sql import LedgerTx
 from remem_agent.trace_io import files_of, remove_lines
+from remem_agent.types import ROLES
 
 MIN_CONTAINS = 4  # characters: a shorter ``contains`` would match unrelated memories
 DEFAULT_REASON = "erased on request"
@@ -72,6 +73,8 @@ class EraseRequest:
             )
         if req.whole_scope and req.scope is None:
             raise UserInputError("whole_scope erases one scope: name it with scope=")
+        if req.role is not None and req.role not in ROLES:
+            raise UserInputError(f"role must be one of {ROLES}")
         if req.contains is not None and len(req.contains) < MIN_CONTAINS:
             raise UserInputError(f"contains must be at least {MIN_CONTAINS} characters (it erases every match)")
         return req
@@ -167,9 +170,7 @@ def line_filter(erased: Erased) -> Callable[[str], bool]:
     """Whether a trace line must go: it names an erased memory, search or answer, or quotes an erased text
     (as written, or JSON-escaped)."""
     ids = set(erased.memories) | set(erased.already_erased) | set(erased.search_ids) | set(erased.answer_ids)
-    quoted: list[str] = []
-    for t in erased.texts:
-        quoted += {t, json.dumps(t, ensure_ascii=False)[1:-1], json.dumps(t)[1:-1]}
+    quoted = ledger.variants(erased.texts)
 
     def drop(line: str) -> bool:
         if any(q in line for q in quoted):

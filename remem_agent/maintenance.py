@@ -20,7 +20,6 @@ from remem_agent.embedders.base import Embedder
 from remem_agent.erasure import EraseRequest, ErasureReport
 from remem_agent.errors import LedgerIntegrityError, UnknownMemoryError, UserInputError
 from remem_agent.index.base import IndexBackend
-from remem_agent.index.flat import FlatIndex
 from remem_agent.ingest import check_int, check_scope, check_text
 from remem_agent.store.base import Store, VectorSearch
 from remem_agent.store.pruning import GrowthLimits, PruneReport
@@ -157,8 +156,6 @@ class Maintenance:
         freed page keeps the bytes. ``reason`` is logged (never the text). Erasing an erased memory again
         repeats the steps after the ledger's (traces, scrub): how an interrupted erasure is completed.
         """
-        if role is not None and role not in ROLES:
-            raise UserInputError(f"role must be one of {ROLES}")
         req = EraseRequest.checked(
             ids,
             scope=scope,
@@ -178,12 +175,9 @@ class Maintenance:
 
     def _forget_vectors(self, ids: Sequence[str]) -> None:
         """Drop erased memories' vectors from the in-process index (a caller's backend: if it can)."""
-        if isinstance(self.index, FlatIndex):
-            self.index.discard(ids)
-        else:
-            discard = getattr(self.index, "discard", None)
-            if callable(discard):
-                discard(ids)
+        discard = getattr(self.index, "discard", None)  # FlatIndex has it; a caller's backend may
+        if callable(discard):
+            discard(ids)
 
     async def aerase(self, ids: str | Sequence[str] | None = None, **kw: Any) -> ErasureReport:
         """``erase`` on a worker thread."""

@@ -67,8 +67,8 @@ from evals.harness.stats import estimate
 from evals.harness.systems import load_systems
 from evals.harness.world import Fact, Task, World, WorldParams, key_name
 from remem_agent.agent.trace import load_traces, trace_stem
-from remem_agent.agent.trace import trace_files as folder_traces
 from remem_agent.errors import UserInputError
+from remem_agent.trace_io import files_of
 
 log = logging.getLogger("remem_agent.evals.calibrate_reader")
 
@@ -222,14 +222,11 @@ def observe(
 
 def trace_files(paths: Iterable[str | Path]) -> list[Path]:
     """``paths`` with every folder replaced by its trace files (``*.jsonl``, ``*.jsonl.gz``; sorted)."""
-    out: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            out += folder_traces(p)
-        elif p.is_file():
-            out.append(p)
-        else:
+    given = [Path(p) for p in paths]
+    for p in given:
+        if not p.exists():
             raise UserInputError(f"no trace file or folder {p}")
+    out = files_of(given)
     if not out:
         raise UserInputError("no trace files given")
     return out

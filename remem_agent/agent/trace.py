@@ -522,4 +522,4 @@ def trace_stem(path: str | Path) -> str:
 def trace_files(folder: str | Path) -> list[Path]:
     """The trace files of ``folder`` (``*.jsonl`` and compressed ``*.jsonl.gz``), sorted by name."""
     root = Path(folder)
-    return sorted([*root.glob("*.jsonl"), *root.glob("*.jsonl.gz")])
+    return trace_io.files_of([root]) if root.is_dir() else []

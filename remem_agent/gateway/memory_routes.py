@@ -37,15 +37,20 @@ def _scope(gw: Gateway, request: Request, caller: Caller, body_user: object = No
     return scope
 
 
+def _strings(body: dict[str, Any], keys: tuple[str, ...]) -> None:
+    """400 unless each of ``keys`` of ``body`` is absent, null or a string."""
+    for key in keys:
+        if body.get(key) is not None and not isinstance(body[key], str):
+            raise ApiError(400, f"'{key}' must be a string", code="invalid_value")
+
+
 async def add_memory(gw: Gateway, request: Request, caller: Caller) -> Response:
     body = json_object(await gw.read_body(request))
     unknown = sorted(set(body) - ADD_FIELDS)
     if unknown:
         raise ApiError(400, f"unknown fields {unknown}; expected {sorted(ADD_FIELDS)}", code="invalid_value")
     scope = _scope(gw, request, caller, body.get("user"))
-    for key in ("text", "entity", "attribute", "role", "task"):
-        if body.get(key) is not None and not isinstance(body[key], str):
-            raise ApiError(400, f"'{key}' must be a string", code="invalid_value")
+    _strings(body, ("text", "entity", "attribute", "role", "task"))
     if not isinstance(body.get("text"), str):
         raise ApiError(400, "'text' (the fact, one sentence) is required", code="invalid_value")
     ts = body.get("timestamp")
@@ -135,10 +140,8 @@ async def erase_memories(gw: Gateway, request: Request, caller: Caller) -> Respo
     ids = body.get("ids")
     if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
         raise ApiError(400, "'ids' must be a list of memory ids", code="invalid_value")
+    _strings(body, ERASE_FILTERS)
     filters = {k: body.get(k) for k in ERASE_FILTERS}
-    for key, value in filters.items():
-        if value is not None and not isinstance(value, str):
-            raise ApiError(400, f"'{key}' must be a string", code="invalid_value")
     return await _erase(gw, ids=ids, scope=scope, reason=_reason(body.get("reason")), **filters)
 
 

@@ -266,7 +266,7 @@ def _drop_answers(tx: LedgerTx, ids: Sequence[str]) -> tuple[int, set[str]]:
     return len(dropped), dropped
 
 
-def _variants(strings: Iterable[str]) -> list[str]:
+def variants(strings: Iterable[str]) -> list[str]:
     """Each string, and its JSON-escaped forms (how a JSON column holds it)."""
     out = []
     for s in strings:
@@ -302,7 +302,7 @@ def _redact_where(tx: LedgerTx, cond: str, args: Sequence[Any], exact: str | Non
 
 def _clear_responses(tx: LedgerTx, scope: str, strings: Iterable[str]) -> int:
     n = 0
-    for s in _variants(strings):
+    for s in variants(strings):
         rows = tx.run(
             "SELECT response_id, items FROM responses WHERE scope = ? AND items LIKE ? ESCAPE '\\'",
             (scope, f"%{_like(s)}%"),
