@@ -419,3 +419,17 @@ def test_the_cli_erases_and_refuses_bad_requests(tmp_path: Path, capsys: pytest.
     with ReMem(store, embedder="hash") as mem:
         assert mem.verify().ok and mem.inspect(ids["leak"]).history[-1].reason == "ticket 12"
     assert _files_holding(store, b"west-2") == []
+
+
+def test_an_erasure_drops_the_waiting_answers_that_served_it_and_no_other(
+    world: tuple[ReMem, dict[str, str]],
+) -> None:
+    mem, ids = world
+    sid = mem.search("where is the server?").search_id
+    _put(mem, "ans-leak", "default", sid, [ids["old"], ids["leak"]])
+    _put(mem, "ans-office", "default", sid, [ids["office"]])
+    report = mem.erase(ids["leak"], scrub=False)
+    assert report.answers_dropped == 1
+    with mem.store.read() as tx:
+        assert [r[0] for r in tx.run("SELECT answer_id FROM pending_outcomes")] == ["ans-office"]
+    assert mem.verify().ok
