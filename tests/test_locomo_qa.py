@@ -10,9 +10,11 @@ import pytest
 
 from evals.bench import locomo_qa
 from evals.bench.qa_scoring import containment, locomo_f1, normalize_answer, token_f1
+from evals.bench.session_facts import CachedExtractor
 from evals.harness.embedders import make_embedder
 from remem_agent.adapters.base import ChatRequest
 from remem_agent.adapters.fakes import FunctionChatModel
+from remem_agent.extract import LLMFactExtractor
 from remem_agent.tokens import count_tokens
 
 LOCOMO = Path(__file__).parent / "fixtures" / "locomo_tiny.json"
@@ -78,15 +80,43 @@ def _reader() -> FunctionChatModel:
     return FunctionChatModel(fn, name="fixture-reader")
 
 
-def _run(tmp_path: Path, model: FunctionChatModel, *, budget: int, fresh: bool = False) -> dict[str, locomo_qa.RunLog]:
+FACT = "Alice plays an instrument called the xylophone."
+
+
+def _fact_extractor(*, broken: bool = False) -> FunctionChatModel:
+    """Replies as ``LLMFactExtractor`` asks: one fact for a session that names the xylophone, none otherwise
+    (``broken``: a reply that never matches the schema, so every session's extraction fails)."""
+
+    def fn(request: ChatRequest) -> str:
+        assert request.json_schema is not None
+        return '{"facts": "none"}' if broken else _facts_reply(request)
+
+    return FunctionChatModel(fn, name="fixture-extractor")
+
+
+def _facts_reply(request: ChatRequest) -> str:
+    named = "xylophone" in request.messages[1].content
+    return json.dumps({"facts": [{"text": FACT, "role": "note"}] if named else []})
+
+
+def _run(
+    tmp_path: Path,
+    model: FunctionChatModel,
+    *,
+    budget: int,
+    fresh: bool = False,
+    arms: tuple[str, ...] = locomo_qa.DEFAULT_ARMS,
+    extractor: CachedExtractor | None = None,
+) -> dict[str, locomo_qa.RunLog]:
     samples = json.loads(LOCOMO.read_text())
     config = {"budget": budget}
     work = tmp_path / "work"
-    logs = {arm: locomo_qa.RunLog(work, arm, {**config, "arm": arm}, fresh=fresh) for arm in locomo_qa.ARMS}
+    logs = {arm: locomo_qa.RunLog(work, arm, {**config, "arm": arm}, fresh=fresh) for arm in arms}
     asyncio.run(
         locomo_qa.run(
             samples,
-            arms=locomo_qa.ARMS,
+            arms=arms,
+            extractor=extractor,
             model=model,
             embedder=make_embedder("hash"),
             logs=logs,
@@ -104,7 +134,7 @@ def test_runner_answers_every_scored_question_in_every_arm(tmp_path):
     model = _reader()
     logs = _run(tmp_path, model, budget=40)
     # the fixture scores four questions (category 5 and unresolvable evidence are left out, as run_locomo does)
-    assert {arm: len(log.rows) for arm, log in logs.items()} == {arm: 4 for arm in locomo_qa.ARMS}
+    assert {arm: len(log.rows) for arm, log in logs.items()} == {arm: 4 for arm in locomo_qa.DEFAULT_ARMS}
     first = {arm: log.rows[("tiny-1", 0)] for arm, log in logs.items()}
     assert first["none"]["f1"] == 0.0 and first["none"]["served"] == [] and first["none"]["memory_tokens"] == 0
     assert first["full"]["f1"] == 1.0 and first["full"]["context_recall"] == 1.0
@@ -162,7 +192,7 @@ def test_summary_pairs_the_arms_and_holds_no_conversation_text(tmp_path, monkeyp
     argv = ["--data", str(LOCOMO), "--embedder", "hash", "--budget", "40", "--work", str(tmp_path / "w")]
     assert locomo_qa.main([*argv, "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert set(summary["arms"]) == set(locomo_qa.ARMS)
+    assert set(summary["arms"]) == set(locomo_qa.DEFAULT_ARMS)  # remem_facts only when asked for
     assert summary["arms"]["full"]["f1"] == pytest.approx(0.25)  # one of four answered right
     assert summary["arms"]["none"]["f1"] == 0.0
     assert summary["pairs"]["remem-none"]["n"] == 4
@@ -203,3 +233,62 @@ def test_carried_arms_stand_beside_a_later_run_and_pair_with_it(tmp_path, monkey
 def test_unknown_arm_is_refused(tmp_path):
     with pytest.raises(SystemExit):
         locomo_qa.main(["--data", str(LOCOMO), "--arms", "remem,oracle", "--work", str(tmp_path)])
+
+
+# -- the fact-notes arm -------------------------------------------------------------------------------------
+def test_the_facts_arm_serves_extracted_facts_beside_the_turns(tmp_path):
+    model = _fact_extractor()
+    cache = tmp_path / "facts.jsonl"
+    extractor = CachedExtractor(LLMFactExtractor(model), cache)
+    reader = _reader()
+    logs = _run(tmp_path, reader, budget=40, arms=("remem", "remem_facts"), extractor=extractor)
+    assert len(model.requests) == 3  # one extraction per session of the fixture
+    stats = extractor.stats()
+    assert (stats.sessions, stats.failed, stats.facts) == (3, 0, 2)  # sessions 1 and 2 name the xylophone
+    row = logs["remem_facts"].rows[("tiny-1", 0)]
+    assert row["f1"] == 1.0 and row["memory_tokens"] <= 40
+    facts_prompts = [r for r in reader.requests if "notes taken from it" in r.messages[0].content]
+    assert len(facts_prompts) == 4 and any(FACT in r.messages[-1].content for r in facts_prompts)
+    assert not any(FACT in r.messages[-1].content for r in reader.requests if r not in facts_prompts)
+    # a fact stands for no turn: the served ids are the turns' only
+    assert all(d.startswith("D") for r in logs["remem_facts"].rows.values() for d in r["served"])
+    # a later run reads the facts from the file and asks the model nothing
+    again = _fact_extractor()
+    reread = CachedExtractor(LLMFactExtractor(again), cache)
+    _run(tmp_path / "second", _reader(), budget=40, arms=("remem_facts",), extractor=reread)
+    assert again.requests == [] and reread.stats() == stats
+
+
+def test_a_session_whose_extraction_fails_is_counted_and_the_run_goes_on(tmp_path):
+    extractor = CachedExtractor(LLMFactExtractor(_fact_extractor(broken=True), max_reasks=1), tmp_path / "f.jsonl")
+    logs = _run(tmp_path, _reader(), budget=40, arms=("remem_facts",), extractor=extractor)
+    assert len(logs["remem_facts"].rows) == 4
+    stats = extractor.stats()
+    assert (stats.sessions, stats.failed, stats.facts) == (3, 3, 0)
+    rows = [json.loads(line) for line in (tmp_path / "f.jsonl").read_text().splitlines()]
+    assert all("no valid fact list after 2 attempt(s)" in r["error"] for r in rows)
+
+
+def test_the_facts_arm_needs_an_extractor_and_its_log_names_the_extraction(tmp_path):
+    with pytest.raises(ValueError, match="needs an extractor"):
+        _run(tmp_path, _reader(), budget=40, arms=("remem_facts",))
+    config = locomo_qa.arm_config({"budget": 40}, "remem_facts")
+    assert config["extraction"] == locomo_qa.extraction_fingerprint()
+    assert config["search"] == locomo_qa.arm_config({"budget": 40}, "remem")["search"]
+
+
+def test_main_runs_the_facts_arm_and_reports_the_extraction(tmp_path, monkeypatch):
+    def fn(request: ChatRequest) -> str:
+        if request.json_schema is not None:
+            return _facts_reply(request)
+        return "xylophone" if "xylophone" in request.messages[-1].content else "I do not know"
+
+    monkeypatch.setattr(locomo_qa, "make_reader", lambda name, threads, n_ctx: FunctionChatModel(fn, name="both"))
+    out = tmp_path / "out"
+    argv = ["--data", str(LOCOMO), "--embedder", "hash", "--budget", "40", "--work", str(tmp_path / "w")]
+    assert locomo_qa.main([*argv, "--arms", "remem,bm25,remem_facts", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["meta"]["extraction"]["sessions"] == 3 and summary["meta"]["extraction"]["failed"] == 0
+    assert {"remem_facts-remem", "remem_facts-bm25"} <= set(summary["pairs"])
+    assert "| remem_facts |" in (out / "summary.md").read_text()
+    assert list((tmp_path / "w" / "both").glob("facts-locomo_tiny-*.jsonl"))

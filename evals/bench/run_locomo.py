@@ -50,6 +50,7 @@ from evals.harness.embedders import CachedEmbedder, make_embedder
 from evals.harness.replay import temp_store
 from evals.harness.stats import estimate, paired, sign_test, wilcoxon_signed_rank
 from evals.harness.systems import System
+from remem_agent.ingest import FactExtractor
 from remem_agent.memory import ReMem
 
 TASK = "locomo"
@@ -168,14 +169,17 @@ def rank_sample(
     return out
 
 
-def store_turns(mem: ReMem, turns: list[dict[str, Any]]) -> dict[str, set[str]]:
-    """Every turn as a note through ``add_conversation``; memory id -> the dia ids it stands for."""
+def store_turns(mem: ReMem, turns: list[dict[str, Any]], extractor: FactExtractor | None = None) -> dict[str, set[str]]:
+    """Every turn as a note through ``add_conversation`` (with ``extractor``, each session's facts too, stored
+    after the turns); memory id -> the dia ids it stands for (a fact stands for none)."""
     mids = mem.add_conversation(
         [
             {"speaker": t["speaker"], "text": t["text"].split(": ", 1)[1], "timestamp": t["t"], "session": t["session"]}
             for t in turns
-        ]
-    )
+        ],
+        extractor,
+        turns=True,
+    )[: len(turns)]
     dias: dict[str, set[str]] = {}
     for t, mid in zip(turns, mids, strict=True):
         dias.setdefault(mid, set()).add(t["dia"])
