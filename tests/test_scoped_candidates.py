@@ -159,7 +159,7 @@ def test_lexical_only_candidates_get_their_true_cosine_on_every_backend(store_lo
 def test_postgres_ranks_a_scope_it_knows_is_small_exactly_at_once(
     pg_mem: ReMem, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import remem_agent.store.postgres as pg
+    from remem_agent.store import pg_search
 
     _fill(pg_mem, {"big": 900, "user": 30})
     store: Any = pg_mem.store
@@ -169,17 +169,22 @@ def test_postgres_ranks_a_scope_it_knows_is_small_exactly_at_once(
     def recording(sql: str, params: Any = None) -> Any:
         if "<=>" in sql:
             statements.append("hnsw" if "LIMIT %(w)s" in sql else "exact")
+        elif sql.startswith("SELECT count(*) FROM memories"):
+            statements.append("count")
         return inner(sql, params)
 
     monkeypatch.setattr(store, "_statement", recording)
     q = pg_mem.embedder.embed(["amber cedar"])[0]
     first = pg_mem.index.candidates(q, 40, scopes=frozenset({"user"}))
-    assert statements == ["hnsw", "exact"] and len(first[0]) == 30  # the index gave few: ranked exactly
+    assert statements == ["count", "exact"] and len(first[0]) == 30  # counted once, small: ranked exactly
     statements.clear()
     again = pg_mem.index.candidates(q, 40, scopes=frozenset({"user"}))
     assert statements == ["exact"] and again[0] == first[0]  # known to be small: no HNSW search first
+    statements.clear()
+    both = pg_mem.index.candidates(q, 40, scopes=frozenset({"user", "big"}))
+    assert statements == ["hnsw"] and len(both[0]) == 40  # several scopes are not counted first
 
-    monkeypatch.setattr(pg, "EXACT_SCOPE_ROWS", 40)  # the scope outgrows the bound: back to the index
+    monkeypatch.setattr(pg_search, "EXACT_SCOPE_ROWS", 40)  # the scope outgrows the bound: back to the index
     _fill(pg_mem, {"user": 30}, seed=4)
     statements.clear()
     pg_mem.index.candidates(q, 40, scopes=frozenset({"user"}))

@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import logging
 import struct
-import threading
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -63,6 +62,7 @@ from psycopg.pq import Format  # noqa: E402
 from psycopg.types import TypeInfo  # noqa: E402
 from psycopg_pool import ConnectionPool, PoolTimeout  # noqa: E402
 
+from remem_agent.store.pg_search import EF_SEARCH_MAX, PgVectorSearch  # noqa: E402
 from remem_agent.store.postgres_tx import LexicalTotals, PostgresTx, lock_key  # noqa: E402
 
 log = logging.getLogger("remem_agent.store.postgres")
@@ -74,13 +74,6 @@ _LEVELS = {
     "READ COMMITTED": psycopg.IsolationLevel.READ_COMMITTED,
 }
 HNSW_MAX_DIM = 2000  # pgvector 0.6 indexes `vector` columns up to 2000 dimensions
-EF_SEARCH_MAX = 1000  # pgvector's upper bound for hnsw.ef_search
-# Scopes known to hold at most this many memories are ranked exactly without asking the HNSW index first:
-# the exact scan of that many rows costs about what one HNSW search does, and the index would return few of
-# them (a scope this small is rarely among the ledger's nearest ef_search rows).
-EXACT_SCOPE_ROWS = 2000
-_SCOPE_SIZES_KEPT = 10_000  # scopes whose last known size a store remembers (the oldest are forgotten)
-SIM_TIE_EPS = 1e-6  # cosine similarities closer than this are ties (float32 noise is ~6e-8)
 
 
 def redact(url: str) -> str:
@@ -210,9 +203,6 @@ class PostgresStore(StoreCommon):
         if not isinstance(ef_search, int) or not 1 <= ef_search <= EF_SEARCH_MAX:
             raise UserInputError(f"ef_search must be an integer in [1, {EF_SEARCH_MAX}]")
         self.ef_search = ef_search
-        # rows per scope set, as the last exact scan counted them (a cost hint only: results are exact either way)
-        self._scope_rows: dict[frozenset[str], int] = {}
-        self._scope_rows_lock = threading.Lock()  # searches run on several worker threads
         self.url = url
         self.schema = schema
         self._where = redact(url)
@@ -237,6 +227,7 @@ class PostgresStore(StoreCommon):
         except PoolTimeout as exc:
             self._pool.close()  # stop its connecting workers: nothing else will
             raise StoreConnectionError(f"cannot open a connection pool to {self._where}: {exc}") from exc
+        self._search = PgVectorSearch(self)
 
     # -- opening ---------------------------------------------------------------------------------
     def _connect(self) -> psycopg.Connection[Any]:
@@ -391,6 +382,7 @@ class PostgresStore(StoreCommon):
             return int(tx.run("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0])
 
     def close(self) -> None:
+        self._search.close()  # scope index builds under way are cancelled first
         self._pool.close()
 
     @contextmanager
@@ -456,125 +448,19 @@ class PostgresStore(StoreCommon):
         self.transact(bind)
 
     def vector_search(self) -> PgVectorSearch:
-        return PgVectorSearch(self)
+        return self._search
 
     def candidates(
         self, query: NDArray[np.float32], k: int, *, scopes: Collection[str] | None = None
     ) -> tuple[list[str], NDArray[np.float32]]:
-        """The ``k`` most similar memories (of ``scopes`` only, when given), best first.
+        """The ``k`` most similar memories (of ``scopes`` only, when given), best first (remem_agent/store/pg_search.py
+        says which path a search takes)."""
+        return self._search.candidates(query, k, scopes=scopes)
 
-        pgvector 0.6 cannot filter inside an HNSW index scan, so the index gives the nearest
-        ``hnsw.ef_search`` rows of the whole ledger and the scope filter keeps the scopes' rows among them.
-        The index scan is forced (its ORDER BY ... LIMIT runs before the filter): with the filter in the
-        same query the planner may rank a large scope exactly instead, as it did on a store whose
-        statistics were not gathered yet (50 ms instead of about 10 at 10k memories). When fewer than
-        ``k`` pass, the search is repeated at the index's widest width if the share that passed says that
-        should give ``k``, else the scopes' rows are ranked exactly (through the ``memories_scope`` index:
-        the cost is the scopes' size, not the ledger's). Fewer than ``k`` from that exact scan means the
-        scopes hold no more. Before, a small scope widened the caller's pool ×4 per round and past 1,000
-        scanned every memory of every scope.
-
-        The exact scan also counts the scopes' rows; scopes last counted at most :data:`EXACT_SCOPE_ROWS`
-        (one user's memories in a shared store) skip the HNSW search and are ranked exactly at once.
-        """
-        q = np.asarray(query, dtype=np.float32)
-        key = frozenset(scopes) if scopes is not None else None
-        known = self._scope_rows.get(key) if key is not None else None
-        if k > EF_SEARCH_MAX or (known is not None and known <= EXACT_SCOPE_ROWS):
-            return _ties_in_insertion_order(self._exact_candidates(q, k, scopes))
-        width = max(self.ef_search, k)
-        rows = self._hnsw_candidates(q, k, width, scopes)
-        if scopes is not None and len(rows) < k:
-            seen = int(rows[0][3]) if rows else 0  # rows the index gave before the scope filter
-            if seen == width < EF_SEARCH_MAX and len(rows) * EF_SEARCH_MAX >= 1.5 * k * seen:
-                rows = self._hnsw_candidates(q, k, EF_SEARCH_MAX, scopes)
-            if len(rows) < k:
-                rows = self._exact_candidates(q, k, scopes)
-        return _ties_in_insertion_order(rows)
-
-    def _hnsw_candidates(self, q: NDArray[np.float32], k: int, width: int, scopes: Collection[str] | None) -> list[Any]:
-        """(id, similarity, seq, rows before the filter): of the index's nearest ``width`` rows, the best ``k``
-        of ``scopes``."""
-        params: dict[str, Any] = {"q": q, "k": int(k), "w": int(width)}
-        cond = _scope_filter(scopes, params)
-        sql = (
-            "SELECT id, sim, seq, seen FROM (SELECT id, sim, seq, scope, count(*) OVER () AS seen FROM ("
-            "SELECT id, 1 - (embedding <=> %(q)s) AS sim, seq, scope FROM memories "
-            f"ORDER BY embedding <=> %(q)s LIMIT %(w)s) i) h{cond} ORDER BY sim DESC, seq LIMIT %(k)s"
-        )
-        if width <= self.ef_search:  # the common case: the session's search width already covers it
-            return self._statement(sql, params)
-        with self._tx("READ COMMITTED", read_only=True) as tx:
-            tx.run(f"SET LOCAL hnsw.ef_search = {int(width)}")
-            return list(tx.conn.execute(sql, params).fetchall())
-
-    def _exact_candidates(self, q: NDArray[np.float32], k: int, scopes: Collection[str] | None) -> list[Any]:
-        """The exact best ``k`` of ``scopes`` (OFFSET 0 keeps the filter inside: the ORDER BY cannot use HNSW),
-        remembering how many rows the scopes hold."""
-        params: dict[str, Any] = {"q": q, "k": int(k)}
-        cond = _scope_filter(scopes, params)
-        rows = self._statement(
-            "SELECT id, 1 - (embedding <=> %(q)s), seq, count(*) OVER () FROM (SELECT id, embedding, seq "
-            f"FROM memories{cond} OFFSET 0) s ORDER BY embedding <=> %(q)s, seq LIMIT %(k)s",
-            params,
-        )
-        if scopes is not None:
-            key = frozenset(scopes)
-            with self._scope_rows_lock:
-                self._scope_rows.pop(key, None)  # re-inserted last: the dict keeps the most recently counted
-                self._scope_rows[key] = int(rows[0][3]) if rows else 0
-                while len(self._scope_rows) > _SCOPE_SIZES_KEPT:
-                    self._scope_rows.pop(next(iter(self._scope_rows)))
-        return rows
-
-
-def _scope_filter(scopes: Collection[str] | None, params: dict[str, Any]) -> str:
-    """The candidate queries' ``WHERE`` on scope (empty for every scope), its argument put in ``params``."""
-    if scopes is None:
-        return ""
-    params["s"] = sorted(scopes)
-    return " WHERE scope = ANY(%(s)s)"
-
-
-def _ties_in_insertion_order(rows: Sequence[Sequence[Any]]) -> tuple[list[str], NDArray[np.float32]]:
-    """(id, similarity, seq) rows, most similar first, with equally similar rows in insertion order.
-
-    Why: equally similar memories (common with the hashing embedder) came back in HNSW graph order,
-    so the similarity guard and equal scores served other memories than the SQLite store (whose
-    FlatIndex sorts stably, i.e. by insertion) for the same rows and query. Equal cosines are not
-    always equal here: pgvector divides by float norms, so they can differ in the last float32 digit.
-    Rows within ``SIM_TIE_EPS`` of the first of a run are one tie: ordered by ``seq`` and given that
-    first similarity (else the guard's sort by similarity would undo the order). Done in Python
-    because a second ORDER BY key in the SQL would stop pgvector from using the HNSW index.
-    """
-    ids: list[str] = []
-    sims: list[float] = []
-    i = 0
-    while i < len(rows):
-        j = i + 1
-        while j < len(rows) and float(rows[i][1]) - float(rows[j][1]) <= SIM_TIE_EPS:
-            j += 1
-        ids += [str(r[0]) for r in sorted(rows[i:j], key=lambda r: int(r[2]))]
-        sims += [float(rows[i][1])] * (j - i)
-        i = j
-    return ids, np.array(sims, dtype=np.float32)
-
-
-class PgVectorSearch:
-    """Candidate generation by the ledger's HNSW index (the ``VectorSearch`` of ``PostgresStore``)."""
-
-    def __init__(self, store: PostgresStore) -> None:
-        self.store = store
-
-    def candidates(
-        self, query: NDArray[np.float32], k: int, *, scopes: Collection[str] | None = None
-    ) -> tuple[list[str], NDArray[np.float32]]:
-        return self.store.candidates(query, k, scopes=scopes)
-
-    def __len__(self) -> int:
-        # Memories are never deleted, so the highest sequence number bounds the count from above
-        # (gaps from rolled-back inserts only make a widening pool stop a little later).
-        return int(self.store._statement("SELECT COALESCE(MAX(seq), 0) FROM memories")[0][0])
+    def index_scopes(self) -> list[str]:
+        """Build now, one after the other, the HNSW index of every scope that should have its own and has none yet
+        (searches build them in the background as scopes grow); returns the scopes indexed by this call."""
+        return [scope for scope in self._search.scopes_due() if self._search.build(scope)]
 
 
 _EXT_SCHEMA = (
