@@ -10,7 +10,8 @@ import pytest
 
 from evals.bench import locomo_qa
 from evals.bench.qa_scoring import containment, locomo_f1, normalize_answer, token_f1
-from evals.bench.session_facts import CachedExtractor
+from evals.bench.run_locomo import sample_turns
+from evals.bench.session_facts import CachedExtractor, observation_facts
 from evals.harness.embedders import make_embedder
 from remem_agent.adapters.base import ChatRequest
 from remem_agent.adapters.fakes import FunctionChatModel
@@ -292,3 +293,27 @@ def test_main_runs_the_facts_arm_and_reports_the_extraction(tmp_path, monkeypatc
     assert {"remem_facts-remem", "remem_facts-bm25"} <= set(summary["pairs"])
     assert "| remem_facts |" in (out / "summary.md").read_text()
     assert list((tmp_path / "w" / "both").glob("facts-locomo_tiny-*.jsonl"))
+
+
+def test_locomo_observations_become_facts_that_stand_for_the_turns_they_cite() -> None:
+    sample = json.loads(LOCOMO.read_text())[0]
+    turns, _ = sample_turns(sample)
+    facts = observation_facts(sample, turns)
+    assert [(f["speaker"], f["session"], cited) for f, cited in facts] == [
+        ("Alice", "session_1", ("D1:3",)),
+        ("Bob", "session_1", ("D1:2",)),
+        ("Bob", "session_2", ("D2:1",)),
+    ]  # a session the conversation does not hold is left out
+    last_of_session_1 = max(t["t"] for t in turns if t["session"] == "session_1")
+    assert facts[0][0]["timestamp"] == last_of_session_1 and facts[0][0]["role"] == "note"
+
+
+def test_the_observations_arm_serves_locomo_facts_beside_the_turns(tmp_path):
+    reader = _reader()
+    logs = _run(tmp_path, reader, budget=40, arms=("remem", "remem_obs"))
+    assert len(logs["remem_obs"].rows) == 4
+    dogs = logs["remem_obs"].rows[("tiny-1", 1)]  # "What are the names of Bob's dogs?" (D1:2, D2:1)
+    assert dogs["memory_tokens"] <= 40 and set(dogs["served"]) >= {"D1:2", "D2:1"}
+    noted = [r for r in reader.requests if "notes taken from it" in r.messages[0].content]
+    assert len(noted) == 4 and any("Bob adopted a beagle named Pepper." in r.messages[-1].content for r in noted)
+    assert locomo_qa.arm_config({"budget": 40}, "remem_obs")["facts"] == "locomo observation"

@@ -1,6 +1,7 @@
-"""LoCoMo end to end: a local model answers each question reading one of five contexts, scored by answer.
+"""LoCoMo end to end: a local model answers each question reading one of six contexts, scored by answer.
 
-    python -m evals.bench.locomo_qa --data locomo-dev.json [--arms remem,bm25,none,full,remem_facts] [--budget 400]
+    python -m evals.bench.locomo_qa --data locomo-dev.json [--budget 400]
+        [--arms remem,bm25,none,full,remem_facts,remem_obs]
         [--model qwen|qwen1.5b|smollm2|PATH] [--threads 1] [--limit N] [--full-limit N]
         [--judge-model NAME --judge-base-url URL] [--work DIR] [--out results/locomo_qa]
 
@@ -18,6 +19,9 @@ the conversation, the questions ``run_locomo`` scores) is answered by the model 
   notes naming their subject, stamped with the session's time and ranked beside the turns; the facts are
   extracted once per session and kept in ``WORK/<model>/facts-<data>-<fingerprint>.jsonl``
   (``evals/bench/session_facts.py``);
+- ``remem_obs`` (not run by default): as ``remem_facts``, with the facts LoCoMo ships for each session
+  (``observation``: a large model's sentences per speaker, each citing its turns) instead of the reader's: fact
+  notes from a capable extractor; a served fact stands for the turns it cites in the context recall;
 - ``none``: no memory; the model guesses;
 - ``full``: the whole conversation, session by session with each session's time. The conversation comes
   first in the prompt and the question last, so llama.cpp reuses the evaluated prefix from one question
@@ -32,7 +36,7 @@ LoCoMo's token F1 and containment, and with ``--judge-model`` an LLM judge over 
 (off by default; any model that follows the one-word instruction). Reported per arm and category: F1,
 containment, judge, the served context's evidence recall, memory and prompt tokens per question, retrieval
 and generation latency; and the paired per-question F1 differences (remem - bm25, remem - none, full - remem,
-remem_facts - remem, remem_facts - bm25) with 95 % t-intervals.
+remem_facts - remem, remem_facts - bm25, remem_obs - remem, remem_obs - bm25) with 95 % t-intervals.
 
 Resumable: every answer is appended to ``WORK/<model>/<arm>.jsonl`` (with the prediction, the served
 turn ids and the timings: the run's trace) under a header holding the run's configuration; a rerun skips
@@ -61,7 +65,7 @@ from evals.bench.lexical_channel import bm25s_ranker
 from evals.bench.qa_scoring import containment, locomo_f1
 from evals.bench.retrieval import command_line
 from evals.bench.run_locomo import CATEGORIES, SCORED, TASK, sample_questions, sample_turns, store_turns
-from evals.bench.session_facts import CachedExtractor
+from evals.bench.session_facts import CachedExtractor, observation_facts
 from evals.harness.embedders import CachedEmbedder, make_embedder
 from evals.harness.jsonio import write_json
 from evals.harness.replay import temp_store
@@ -80,7 +84,9 @@ from remem_agent.tokens import count_tokens
 from remem_agent.types import Hit, State
 
 DEFAULT_ARMS = ("remem", "bm25", "none", "full")
-ARMS = (*DEFAULT_ARMS, "remem_facts")  # remem_facts: turns and the facts the reader model extracts per session
+# remem_facts: turns and the facts the reader model extracts per session; remem_obs: turns and LoCoMo's own facts
+ARMS = (*DEFAULT_ARMS, "remem_facts", "remem_obs")
+FACT_ARMS = ("remem_facts", "remem_obs")
 PROMPT_VERSION = 2  # 2: the retrieval arms show the times a turn names, resolved (render_memories)
 
 SYSTEM = (
@@ -185,18 +191,22 @@ class SampleContexts:
         k: int,
         config_now: datetime,
         extractor: FactExtractor | None = None,
+        facts: Sequence[tuple[dict[str, Any], tuple[str, ...]]] = (),
     ) -> None:
         self.turns = turns
         self.budget, self.k, self.now = budget, k, config_now
         self.mem = mem
         self.dias = store_turns(mem, turns, extractor)
+        if facts:  # given facts (LoCoMo's own): each stands for the turns it cites
+            for mid, (_, cited) in zip(mem.add_many([f for f, _ in facts]), facts, strict=True):
+                self.dias.setdefault(mid, set()).update(cited)
         self._bm25 = bm25s_ranker([t["text"] for t in turns], sorted(lexical.STOPWORDS), k=k)
         self._full: str | None = None
 
     def context(self, arm: str, question: str) -> Context:
         t0 = time.perf_counter()
         temporal = is_temporal_question(question)
-        if arm in ("remem", "remem_facts"):  # the same search; the remem_facts store also holds the facts
+        if arm in ("remem", *FACT_ARMS):  # the same search; the stores of the fact arms also hold facts
             res = self.mem.search(question, k=self.k, token_budget=self.budget, now=self.now, task=TASK)
             hits = list(res.items)
             served = tuple(d for h in hits for d in sorted(self.dias.get(h.id, set())))
@@ -233,7 +243,7 @@ class SampleContexts:
 
 
 def messages(arm: str, speakers: tuple[str, str], ctx: Context, question: str) -> tuple[Message, ...]:
-    source = {"remem": "retrieved", "bm25": "retrieved", "remem_facts": "retrieved_notes"}.get(arm, arm)
+    source = {"remem": "retrieved", "bm25": "retrieved"}.get(arm, "retrieved_notes" if arm in FACT_ARMS else arm)
     system = SYSTEM.format(a=speakers[0], b=speakers[1], source=SOURCES[source])
     head = {"full": "Conversation:\n", "none": ""}.get(source, "Excerpts:\n")
     body = f"{head}{ctx.text}\n\n" if source != "none" else ""
@@ -374,10 +384,12 @@ def arm_config(config: Mapping[str, Any], arm: str) -> dict[str, Any]:
     """An arm's log configuration: the run's, its name, and for the remem arms the search fingerprint (with the
     extraction's for remem_facts)."""
     extra: dict[str, Any] = {}
-    if arm in ("remem", "remem_facts"):
+    if arm in ("remem", *FACT_ARMS):
         extra["search"] = search_fingerprint()
     if arm == "remem_facts":
         extra["extraction"] = extraction_fingerprint()
+    if arm == "remem_obs":
+        extra["facts"] = "locomo observation"
     return {**config, "arm": arm, **extra}
 
 
@@ -409,7 +421,15 @@ def arm_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-PAIRS = (("remem", "bm25"), ("remem", "none"), ("full", "remem"), ("remem_facts", "remem"), ("remem_facts", "bm25"))
+PAIRS = (
+    ("remem", "bm25"),
+    ("remem", "none"),
+    ("full", "remem"),
+    ("remem_facts", "remem"),
+    ("remem_facts", "bm25"),
+    ("remem_obs", "remem"),
+    ("remem_obs", "bm25"),
+)
 
 
 Rows = Mapping[tuple[str, int], Mapping[str, Any]]  # (sample id, qa index) -> row
@@ -554,15 +574,19 @@ def sample_contexts(
     budget: int,
     k: int,
     extractor: FactExtractor | None = None,
+    observations: bool = False,
 ) -> Iterator[tuple[SampleContexts, list[Question], tuple[str, str]]]:
-    """One conversation's contexts over a fresh store of its turns (and, with ``extractor``, their facts)."""
+    """One conversation's contexts over a fresh store of its turns (and, with ``extractor``, the facts it finds;
+    with ``observations``, LoCoMo's own facts)."""
     turns, _ = sample_turns(dict(sample))
     qs = questions_of(sample, turns)
     conv = sample.get("conversation") or {}
     speakers = (str(conv.get("speaker_a") or "A"), str(conv.get("speaker_b") or "B"))
     now = max(t["t"] for t in turns) + timedelta(hours=1) if turns else datetime.now(UTC)
     with temp_store(RememConfig(), embedder, prefix="remem_qa_") as mem:
-        yield SampleContexts(mem, turns, budget=budget, k=k, config_now=now, extractor=extractor), qs, speakers
+        facts = observation_facts(sample, turns) if observations else ()
+        ctxs = SampleContexts(mem, turns, budget=budget, k=k, config_now=now, extractor=extractor, facts=facts)
+        yield ctxs, qs, speakers
 
 
 async def run(
@@ -593,6 +617,10 @@ async def run(
                     raise ValueError("the remem_facts arm needs an extractor")
                 by_arm["remem_facts"] = stack.enter_context(
                     sample_contexts(sample, embedder, budget=budget, k=k, extractor=extractor)
+                )[0]
+            if "remem_obs" in arms and not all(logs["remem_obs"].done(q) for q in qs):
+                by_arm["remem_obs"] = stack.enter_context(
+                    sample_contexts(sample, embedder, budget=budget, k=k, observations=True)
                 )[0]
             for arm in arms:
                 todo = qs[:full_limit] if arm == "full" and full_limit is not None else qs

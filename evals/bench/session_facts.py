@@ -1,4 +1,4 @@
-"""Facts a chat model finds in each session of a benchmark conversation, extracted once and kept on disk.
+"""Fact notes of a benchmark conversation's sessions: a chat model's, extracted once and kept on disk, or LoCoMo's own.
 
 ``CachedExtractor`` wraps any :class:`~remem_agent.ingest.FactExtractor` (``LLMFactExtractor`` in the runs) for
 ``ReMem.add_conversation(..., extractor=, turns=True)``: the facts of each session transcript are appended to a
@@ -6,18 +6,24 @@ JSONL file keyed by the transcript's hash, so a resumed run extracts nothing twi
 facts. A session whose reply stays invalid after the extractor's re-asks is recorded with no facts and its error,
 and counted (a benchmark run goes on; the library raises ``OutputValidationError`` to its caller). The file holds
 text derived from the conversations: it stays in the work folder and is never committed.
+
+``observation_facts`` gives the facts LoCoMo ships with each conversation (written by a large model, each citing its
+turns): fact notes from a capable extractor, the upper bound of what capture at ingest can add.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from evals.bench.run_locomo import normalise_dia_ids
 from remem_agent.errors import OutputValidationError
 from remem_agent.ingest import FactExtractor, MemoryInput
 
@@ -92,3 +98,37 @@ class CachedExtractor:
             facts=sum(len(r["facts"]) for r in rows),
             seconds_p50=round(secs[len(secs) // 2], 2) if secs else None,
         )
+
+
+def observation_facts(
+    sample: Mapping[str, Any], turns: Sequence[Mapping[str, Any]]
+) -> list[tuple[dict[str, Any], tuple[str, ...]]]:
+    """LoCoMo's own facts of a conversation (``observation``: per session and speaker, short sentences a large model
+    wrote, each citing the turns it comes from): each as an ``add_many`` item (a ``note`` with its speaker and
+    session, stamped with the session's last turn, as ``add_conversation`` stamps extracted facts) and the dia ids
+    it cites among ``turns``. Sessions without turns are left out."""
+    last: dict[str, datetime] = {}
+    for t in turns:
+        last[t["session"]] = max(last.get(t["session"], t["t"]), t["t"])
+    known = {t["dia"] for t in turns}
+    out: list[tuple[dict[str, Any], tuple[str, ...]]] = []
+    observations = sample.get("observation") or {}
+    for key in sorted(observations, key=lambda k: int(re.sub(r"\D", "", k) or 0)):
+        session = key.removesuffix("_observation")
+        if session not in last:
+            continue
+        for speaker, items in (observations[key] or {}).items():
+            for item in items or []:
+                text = str(item[0]).strip() if item else ""
+                if not text:
+                    continue
+                cited = tuple(d for d in normalise_dia_ids(item[1] if len(item) > 1 else None) if d in known)
+                fact = {
+                    "text": text,
+                    "role": "note",
+                    "timestamp": last[session],
+                    "speaker": speaker,
+                    "session": session,
+                }
+                out.append((fact, cited))
+    return out
