@@ -154,6 +154,29 @@ def sample_queries(sizes: list[int], queries: int, seed: int) -> dict[str, list[
     }
 
 
+EXACT_PROBE_SIZES = (1_000, 2_000, 3_000, 5_000, 7_500, 10_000, 20_000)
+
+
+def exact_by_size(mem: Any, sizes: list[int], seed: int, repeats: int = 21) -> dict[str, Any]:
+    """The exact scan's latency against the scope's size (the scope nearest each probe size, warm: one scan first),
+    which decides up to what size a scope is ranked exactly."""
+    rng = random.Random(seed + 2)
+    search = mem.store.vector_search()
+    out: dict[str, Any] = {}
+    for probe in EXACT_PROBE_SIZES:
+        s = min(range(len(sizes)), key=lambda i: abs(sizes[i] - probe))
+        key = frozenset({f"tenant:{s}"})
+        q = np.asarray(mem.embedder.embed([next(facts(1, rng))])[0], dtype=np.float32)
+        search._exact(q, K, key)
+        lat = []
+        for _ in range(repeats):
+            t0 = time.perf_counter_ns()
+            search._exact(q, K, key)
+            lat.append(time.perf_counter_ns() - t0)
+        out[str(probe)] = {"scope_rows": sizes[s], "latency": latency_ms(lat)}
+    return out
+
+
 def measure(url: str, sizes: list[int], queries: int, seed: int) -> dict[str, Any]:
     """Per bucket: the exact scan (the truth), the ledger's HNSW index with the scope filter (re-query, fallback),
     then, after ``index_scopes()`` built the indexes of the scopes that are due, the product's own path."""
@@ -182,6 +205,7 @@ def measure(url: str, sizes: list[int], queries: int, seed: int) -> dict[str, An
                         got = recalls.setdefault(name, {}).setdefault(path, [])
                         got.append(_recall(np.asarray(sims), truth[name][len(got)]))
 
+        out["_exact_by_scope_size"] = exact_by_size(mem, sizes, seed)
         run("exact", lambda q, key: [float(r[1]) for r in search._exact(q, K, key)])
         run("ledger_index", lambda q, key: [float(r[1]) for r in search._ledger_index_filtered(q, K, key)])
         t0 = time.perf_counter()
