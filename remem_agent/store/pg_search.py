@@ -42,9 +42,9 @@ log = logging.getLogger("remem_agent.store.postgres")
 
 EF_SEARCH_MAX = 1000  # pgvector's upper bound for hnsw.ef_search
 # Scopes known to hold at most this many memories are ranked exactly without asking an HNSW index first. Measured
-# at a million memories (results/perf/tenants.json): the exact scan costs about 1.6 ms per 1,000 rows (7.8 ms at
-# 5k, 17.7 at 10k), a scope's own index 7 to 10 ms whatever its size, the ledger's index 13 to 76 ms for a scope
-# that is a small share of the ledger. So up to 5,000 exactly, beyond that the scope's own index.
+# at a million memories (results/perf/tenants.json): the exact scan costs about 1.7 ms per 1,000 rows (6.8 ms at
+# 4,947, 17.6 at 10,276), a scope's own index 7 to 10 ms whatever its size, the ledger's index 12 to 68 ms for a
+# scope that is a small share of the ledger. So up to 5,000 exactly, beyond that the scope's own index.
 EXACT_SCOPE_ROWS = 5000
 # A scope counted at this many memories or more, holding at most this share of the ledger, gets its own index.
 SCOPE_INDEX_ROWS = 5000
