@@ -135,27 +135,3 @@ async def test_what_generate_refuses(
     assert r.status_code == 400 and where in r.json()["error"], r.text
     assert mem.stats().searches == searches and not model.requests
 
-
-async def test_llama_index_completes_and_chats_through_the_gateway(app: Any, model: FunctionChatModel) -> None:
-    """LlamaIndex's ``OpenAILike`` LLM: ``acomplete`` / ``astream_complete`` take ``/v1/completions``, and
-    ``achat`` with ``is_chat_model=True`` takes ``/v1/chat/completions``; memory is served on both."""
-    openai_like = pytest.importorskip("llama_index.llms.openai_like")
-    from llama_index.core.llms import ChatMessage
-
-    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
-    common = {"model": MODEL, "api_base": "http://gw/v1", "api_key": "x", "max_retries": 0}
-    try:
-        text_llm = openai_like.OpenAILike(**common, is_chat_model=False, async_http_client=http)
-        done = await text_llm.acomplete(QUESTION)
-        assert done.text == "It is in west-2 [M1]."
-        sent = model.requests[-1]
-        assert sent.messages[-1].content == QUESTION and "west-2" in sent.messages[0].content
-        pieces = [chunk.delta or "" async for chunk in await text_llm.astream_complete(QUESTION)]
-        assert "".join(pieces) == "It is in west-2 [M1]."
-
-        chat_llm = openai_like.OpenAILike(**common, is_chat_model=True, async_http_client=http)
-        reply = await chat_llm.achat([ChatMessage(role="user", content=QUESTION)])
-        assert reply.message.content == "It is in west-2 [M1]."
-        assert "west-2" in model.requests[-1].messages[0].content and len(model.requests) == 3
-    finally:
-        await http.aclose()
