@@ -114,6 +114,9 @@ def test_postgres_uses_its_hnsw_index_for_a_large_scope_before_statistics_exist(
 ) -> None:
     # A fresh table has no statistics: the planner guessed a scope holds 49 of 3,000 rows and ranked the whole
     # scope exactly instead of using the HNSW index (50 ms instead of ~10 at 10k memories).
+    from remem_agent.store import pg_search
+
+    monkeypatch.setattr(pg_search, "EXACT_SCOPE_ROWS", 2000)  # 3,000 rows: above the exact bound
     _fill(pg_mem, {"default": 3000})
     store: Any = pg_mem.store
     seen: list[tuple[str, Any]] = []

@@ -25,7 +25,8 @@ import logging
 import threading
 import time
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from contextlib import AbstractContextManager
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import psycopg
@@ -33,10 +34,7 @@ from numpy.typing import NDArray
 from psycopg import errors as pg_errors
 from psycopg import sql
 
-from remem_agent.store.postgres_tx import lock_key
-
-if TYPE_CHECKING:
-    from remem_agent.store.postgres import PostgresStore
+from remem_agent.store.postgres_tx import PostgresTx, lock_key
 
 log = logging.getLogger("remem_agent.store.postgres")
 
@@ -74,10 +72,24 @@ def scope_index_name(scope: str) -> str:
     return SCOPE_INDEX_PREFIX + hashlib.sha1(scope.encode()).hexdigest()[:16]
 
 
+class SearchedStore(Protocol):
+    """What the search needs of ``PostgresStore`` (a protocol: the store module imports this one)."""
+
+    ef_search: int
+    url: str
+    schema: str
+    _search_path: str
+    _connect_kwargs: dict[str, Any]
+
+    def _statement(self, sql: str, params: Any = None) -> list[Any]: ...
+
+    def _tx(self, isolation: str, *, read_only: bool = False) -> AbstractContextManager[PostgresTx]: ...
+
+
 class PgVectorSearch:
     """The candidate search of one ``PostgresStore`` (its ``VectorSearch``): path choice, counts, scope indexes."""
 
-    def __init__(self, store: PostgresStore) -> None:
+    def __init__(self, store: SearchedStore) -> None:
         self.store = store
         # rows per scope set as last counted, with when (a cost hint only: results are exact either way)
         self._rows: dict[frozenset[str], tuple[int, float]] = {}
