@@ -24,7 +24,7 @@ from typing import Any
 
 from evals.bench.retrieval import KS, command_line
 from evals.bench.run_locomo import CATEGORIES, SCORED, TASK, recall_at, sample_questions, sample_turns, store_turns
-from evals.bench.session_facts import observation_facts
+from evals.bench.session_facts import observation_facts, store_facts
 from evals.harness.embedders import CachedEmbedder, make_embedder
 from evals.harness.jsonio import write_json
 from evals.harness.replay import temp_store
@@ -43,13 +43,7 @@ def rank_conversation(sample: Mapping[str, Any], embedder: CachedEmbedder, *, fa
     rows = []
     with temp_store(RememConfig(), embedder, prefix="remem_facts_") as mem:
         dias = store_turns(mem, turns)
-        fact_ids: set[str] = set()
-        if facts:
-            notes = observation_facts(sample, turns)
-            ids = mem.add_many([fact for fact, _ in notes])
-            for mid, (_, cited) in zip(ids, notes, strict=True):
-                dias.setdefault(mid, set()).update(cited)
-                fact_ids.add(mid)
+        fact_ids = store_facts(mem, observation_facts(sample, turns), dias) if facts else set()
         for q in questions:
             res = mem.search(q["question"], k=KMAX, now=now, task=TASK)
             rows.append(

@@ -65,7 +65,7 @@ from evals.bench.lexical_channel import bm25s_ranker
 from evals.bench.qa_scoring import containment, locomo_f1
 from evals.bench.retrieval import command_line
 from evals.bench.run_locomo import CATEGORIES, SCORED, TASK, sample_questions, sample_turns, store_turns
-from evals.bench.session_facts import CachedExtractor, observation_facts
+from evals.bench.session_facts import CachedExtractor, observation_facts, store_facts
 from evals.harness.embedders import CachedEmbedder, make_embedder
 from evals.harness.jsonio import write_json
 from evals.harness.replay import temp_store
@@ -197,9 +197,7 @@ class SampleContexts:
         self.budget, self.k, self.now = budget, k, config_now
         self.mem = mem
         self.dias = store_turns(mem, turns, extractor)
-        if facts:  # given facts (LoCoMo's own): each stands for the turns it cites
-            for mid, (_, cited) in zip(mem.add_many([f for f, _ in facts]), facts, strict=True):
-                self.dias.setdefault(mid, set()).update(cited)
+        store_facts(mem, facts, self.dias)  # given facts (LoCoMo's own): each stands for the turns it cites
         self._bm25 = bm25s_ranker([t["text"] for t in turns], sorted(lexical.STOPWORDS), k=k)
         self._full: str | None = None
 
@@ -566,27 +564,26 @@ def make_reader(name: str, *, threads: int, n_ctx: int) -> ChatModel:
     return LlamaCppChat(name, **kw)
 
 
+STORE_OF = {"remem_facts": "extracted", "remem_obs": "observations"}  # the fact arms' stores; others read "turns"
+
+
 @contextmanager
 def sample_contexts(
     sample: Mapping[str, Any],
+    turns: list[dict[str, Any]],
     embedder: CachedEmbedder,
     *,
     budget: int,
     k: int,
     extractor: FactExtractor | None = None,
     observations: bool = False,
-) -> Iterator[tuple[SampleContexts, list[Question], tuple[str, str]]]:
+) -> Iterator[SampleContexts]:
     """One conversation's contexts over a fresh store of its turns (and, with ``extractor``, the facts it finds;
     with ``observations``, LoCoMo's own facts)."""
-    turns, _ = sample_turns(dict(sample))
-    qs = questions_of(sample, turns)
-    conv = sample.get("conversation") or {}
-    speakers = (str(conv.get("speaker_a") or "A"), str(conv.get("speaker_b") or "B"))
     now = max(t["t"] for t in turns) + timedelta(hours=1) if turns else datetime.now(UTC)
     with temp_store(RememConfig(), embedder, prefix="remem_qa_") as mem:
         facts = observation_facts(sample, turns) if observations else ()
-        ctxs = SampleContexts(mem, turns, budget=budget, k=k, config_now=now, extractor=extractor, facts=facts)
-        yield ctxs, qs, speakers
+        yield SampleContexts(mem, turns, budget=budget, k=k, config_now=now, extractor=extractor, facts=facts)
 
 
 async def run(
@@ -605,29 +602,40 @@ async def run(
     extractor: FactExtractor | None = None,
     progress: Callable[[str], None] = lambda s: None,
 ) -> None:
-    """Answer every question of every arm not yet in its log; the remem_facts arm reads a second store of the
-    conversation, built with ``extractor``'s facts (only when some of its answers are still missing)."""
+    """Answer every question of every arm not yet in its log. Each kind of store a conversation needs (its turns;
+    with the facts ``extractor`` finds, for remem_facts; with LoCoMo's own facts, for remem_obs) is built once, and
+    only when an arm reading it still has answers missing."""
     for sample in samples:
+        turns, _ = sample_turns(dict(sample))
+        qs = questions_of(sample, turns)
+        qs = qs[:limit] if limit is not None else qs
+        conv = sample.get("conversation") or {}
+        speakers = (str(conv.get("speaker_a") or "A"), str(conv.get("speaker_b") or "B"))
         with ExitStack() as stack:
-            ctxs, qs, speakers = stack.enter_context(sample_contexts(sample, embedder, budget=budget, k=k))
-            qs = qs[:limit] if limit is not None else qs
-            by_arm = dict.fromkeys(arms, ctxs)
-            if "remem_facts" in arms and not all(logs["remem_facts"].done(q) for q in qs):
-                if extractor is None:
-                    raise ValueError("the remem_facts arm needs an extractor")
-                by_arm["remem_facts"] = stack.enter_context(
-                    sample_contexts(sample, embedder, budget=budget, k=k, extractor=extractor)
-                )[0]
-            if "remem_obs" in arms and not all(logs["remem_obs"].done(q) for q in qs):
-                by_arm["remem_obs"] = stack.enter_context(
-                    sample_contexts(sample, embedder, budget=budget, k=k, observations=True)
-                )[0]
+            stores: dict[str, SampleContexts] = {}
             for arm in arms:
                 todo = qs[:full_limit] if arm == "full" and full_limit is not None else qs
+                if all(logs[arm].done(q) for q in todo):
+                    continue
+                kind = STORE_OF.get(arm, "turns")
+                if kind == "extracted" and extractor is None:
+                    raise ValueError("the remem_facts arm needs an extractor")
+                if kind not in stores:
+                    stores[kind] = stack.enter_context(
+                        sample_contexts(
+                            sample,
+                            turns,
+                            embedder,
+                            budget=budget,
+                            k=k,
+                            extractor=extractor if kind == "extracted" else None,
+                            observations=kind == "observations",
+                        )
+                    )
                 for n, q in enumerate(todo, 1):
                     if logs[arm].done(q):
                         continue
-                    ctx = by_arm[arm].context(arm, q.question)
+                    ctx = stores[kind].context(arm, q.question)
                     logs[arm].add(await answer_one(model, arm, q, ctx, speakers, max_tokens=max_tokens, judge=judge))
                     if n % 10 == 0 or n == len(todo):
                         progress(f"{q.sample_id} {arm}: {n}/{len(todo)}")

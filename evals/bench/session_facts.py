@@ -26,6 +26,7 @@ from typing import Any
 from evals.bench.run_locomo import normalise_dia_ids
 from remem_agent.errors import OutputValidationError
 from remem_agent.ingest import FactExtractor, MemoryInput
+from remem_agent.memory import ReMem
 
 _FIELDS = ("text", "role", "entity", "attribute")
 
@@ -132,3 +133,14 @@ def observation_facts(
                 }
                 out.append((fact, cited))
     return out
+
+
+def store_facts(
+    mem: ReMem, facts: Sequence[tuple[dict[str, Any], tuple[str, ...]]], dias: dict[str, set[str]]
+) -> set[str]:
+    """Add ``facts`` (``observation_facts``) in one write; each new id stands in ``dias`` for the turns its fact
+    cites. Returns the facts' ids."""
+    ids = mem.add_many([fact for fact, _ in facts]) if facts else []
+    for mid, (_, cited) in zip(ids, facts, strict=True):
+        dias.setdefault(mid, set()).update(cited)
+    return set(ids)
