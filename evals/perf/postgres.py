@@ -82,13 +82,15 @@ def private_server(folder: Path) -> Iterator[Any]:
         server.cleanup()
 
 
-def create_database(server: Any, name: str) -> str:
-    """Create database ``name`` on ``server``; returns a URL for it."""
+def create_database(server: Any, name: str, *, exist_ok: bool = False) -> str:
+    """Create database ``name`` on ``server`` (with ``exist_ok``, only when missing); returns a URL for it."""
     import psycopg
 
     admin = str(server.get_uri())
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        exists = exist_ok and conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{name}"')
     before, sep, params = admin.partition("?")
     return before[: before.rfind("/") + 1] + name + sep + params
 

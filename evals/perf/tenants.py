@@ -43,21 +43,6 @@ BUCKETS = ((1, 100), (100, 1_000), (1_000, 10_000), (10_000, 100_000), (100_000,
 K = 10
 
 
-def database(server: Any, name: str) -> str:
-    """A URL for database ``name`` on ``server``, created when missing."""
-    import psycopg
-
-    from evals.perf.postgres import create_database
-
-    admin = str(server.get_uri())
-    with psycopg.connect(admin, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
-    if not exists:
-        return create_database(server, name)
-    before, sep, params = admin.partition("?")
-    return before[: before.rfind("/") + 1] + name + sep + params
-
-
 def scope_sizes(memories: int, scopes: int, exponent: float) -> list[int]:
     """Zipf sizes summing to ``memories``, largest first, every scope at least 1."""
     weights = np.array([1.0 / (r**exponent) for r in range(1, scopes + 1)])
@@ -253,14 +238,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.memories, args.scopes, args.queries = 20_000, 100, 10
-    from evals.perf.postgres import private_server
+    from evals.perf.postgres import create_database, private_server
 
     sizes = scope_sizes(args.memories, args.scopes, args.zipf)
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
         folder = Path(args.pgdata) if args.pgdata else Path(stack.enter_context(tempfile.TemporaryDirectory()))
         server = stack.enter_context(private_server(folder))
-        url = database(server, "tenants")
+        url = create_database(server, "tenants", exist_ok=True)  # a kept --pgdata already holds it
         load_report = {"reused": True} if loaded(url, sizes, args.seed) else load(url, sizes, args.batch, args.seed)
         print(json.dumps({"loaded": load_report}), flush=True)
         if args.load_only:

@@ -129,8 +129,12 @@ class PgVectorSearch:
         if path == "scope_index":
             assert single is not None
             return ties_in_insertion_order(self._scope_index(q, k, single))
-        due = single is not None and rows is not None and rows >= SCOPE_INDEX_ROWS
-        if due and single is not None and rows is not None and wants_scope_index(rows, self._ledger_rows()):
+        if (
+            single is not None
+            and rows is not None
+            and rows >= SCOPE_INDEX_ROWS  # the ledger's size is read only for a scope this large
+            and wants_scope_index(rows, self._ledger_rows())
+        ):
             self._build_in_background(single)
         return ties_in_insertion_order(self._ledger_index_filtered(q, k, key))
 
