@@ -332,6 +332,22 @@ def _add_store_parsers(sub: Any) -> None:
     )
     p_erase.add_argument("--no-scrub", action="store_true", help="do not rewrite the store's files afterwards")
 
+    p_ope = sub.add_parser(
+        "evaluate-policy",
+        help="estimate how another ranking configuration would have done on the searches logged with propensities",
+        description="Off-policy evaluation (IPS, self-normalised IPS, doubly robust, each with a 95%% interval) "
+        "of a target configuration on the judged searches a store logged with exploratory serving "
+        "(RememConfig(explore_serving > 0)). Prints JSON: the base configuration's estimate beside the target's.",
+    )
+    p_ope.add_argument("store")
+    p_ope.add_argument(
+        "--target", type=_overrides, required=True, help="RememConfig fields to change, as JSON: '{\"p_floor\": 0.5}'"
+    )
+    p_ope.add_argument(
+        "--base", type=_overrides, default={}, help="the fields the logging searches were made with (default: none)"
+    )
+    p_ope.add_argument("--scope", help="only this scope's searches (default: the whole store)")
+
     p_dash = sub.add_parser("dashboard", help="write a self-contained HTML dashboard of a store (read only)")
     p_dash.add_argument("store")
     p_dash.add_argument("-o", "--output", default="memory.html", help="HTML file to write (default: memory.html)")
@@ -422,6 +438,18 @@ def _run(args: argparse.Namespace) -> int:
             return 0 if not problems else 1
         if args.cmd == "erase":
             return _erase(store, args)
+        if args.cmd == "evaluate-policy":
+            from remem_agent.config import RememConfig
+            from remem_agent.learning.ope import evaluate_policy
+
+            base = RememConfig().overriding(args.base)
+            target = base.overriding(args.target)
+            report = {
+                name: evaluate_policy(store, cfg, scope=args.scope).to_dict()
+                for name, cfg in (("base", base), ("target", target))
+            }
+            print(json.dumps(report, indent=2))
+            return 0
         if args.cmd == "prune":
             limits = GrowthLimits(answer_ttl_s=args.answer_ttl_days, retention_s=args.retention_days)
             print(json.dumps(dataclasses.asdict(store.prune(limits, now=time.time())), indent=2))
@@ -430,6 +458,17 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     finally:
         store.close()
+
+
+def _overrides(text: str) -> dict[str, Any]:
+    """A ``--target`` / ``--base`` value: a JSON object of RememConfig fields (checked when applied)."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("a JSON object of RememConfig fields, like '{\"p_floor\": 0.5}'")
+    return value
 
 
 def _erase(store: Store, args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Literal
 
 from remem_agent.embedders.context import check_weight
@@ -100,6 +100,13 @@ class RememConfig:
     abstain: Literal["off", "null"] = "off"
     abstain_quantile: float = 1.0  # chosen by evals/bench/abstain_gate.py (results/abstain/gate.json)
     abstain_margin: float = 0.0
+    # Exploratory serving (ranking/explore.py): the share of searches that serve an alternative to the ranking's
+    # set (one of the ``explore_width`` best candidates it left out, put in), each search logging its pool and
+    # every set's exact probability for off-policy evaluation (learning/ope.py). 0 serves the ranking's set
+    # and logs nothing more. ``explore_seed`` fixes the draws: the same searches serve the same sets.
+    explore_serving: float = 0.0
+    explore_width: int = 4
+    explore_seed: int = 0
 
     def __post_init__(self) -> None:
         if self.retrieval not in ("hybrid", "dense", "lexical"):
@@ -127,8 +134,26 @@ class RememConfig:
                 raise UserInputError(f"{name} must be a number in [0, 100) (0: it plays no part in fusion)")
         if self.turn_context is not None:
             check_weight(self.turn_context)
+        eps, width, seed = self.explore_serving, self.explore_width, self.explore_seed
+        if not (isinstance(eps, int | float) and not isinstance(eps, bool) and 0 <= eps < 1):
+            raise UserInputError(f"explore_serving must be a number in [0, 1), got {eps!r}")
+        if not (isinstance(width, int) and not isinstance(width, bool) and 1 <= width <= 64):
+            raise UserInputError(f"explore_width must be an integer in [1, 64], got {width!r}")
+        if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**63):
+            raise UserInputError(f"explore_seed must be a non-negative integer, got {seed!r}")
         if self.lexical_pool is not None and self.lexical_pool < 1:
             raise UserInputError("lexical_pool must be at least 1 (or None)")
+
+    def overriding(self, overrides: Mapping[str, Any]) -> RememConfig:
+        """This configuration with ``overrides`` applied: ``{"p_floor": 0.5, "features.groups": ["static"],
+        "heuristic_weights": {"similarity": 3}}``; a dotted name reaches into a policy. An unknown field or a
+        value of another type than the field's is a ``UserInputError``."""
+        if not isinstance(overrides, Mapping):
+            raise UserInputError("overrides must be a mapping of field names to values")
+        cfg: RememConfig = self
+        for dotted, value in overrides.items():
+            cfg = _override(cfg, str(dotted), value, dotted=str(dotted))
+        return cfg
 
     @classmethod
     def similarity_only(cls, **overrides: Any) -> RememConfig:
@@ -191,3 +216,27 @@ class RememConfig:
 
             return LearnedUtility.load(self.utility_path)
         raise UserInputError(f"unknown utility {self.utility!r}; use 'heuristic' or 'learned'")
+
+
+def _override(obj: Any, path: str, value: Any, *, dotted: str) -> Any:
+    """``obj`` (a frozen dataclass) with the field at ``path`` set to ``value``, type-checked against the field."""
+    head, _, rest = path.partition(".")
+    names = {f.name for f in fields(obj)}
+    if head not in names:
+        raise UserInputError(f"unknown config field {dotted!r}")
+    current = getattr(obj, head)
+    if rest:
+        if not is_dataclass(current):
+            raise UserInputError(f"config field {dotted!r}: {head!r} has no fields")
+        return replace(obj, **{head: _override(current, rest, value, dotted=dotted)})
+    if isinstance(current, tuple) and isinstance(value, list):
+        value = tuple(value)
+    if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    expected = type(current)
+    ok = (
+        current is None or isinstance(value, expected) or (isinstance(current, Mapping) and isinstance(value, Mapping))
+    ) and not (isinstance(value, bool) and not isinstance(current, bool) and current is not None)
+    if not ok or is_dataclass(current):
+        raise UserInputError(f"config field {dotted!r} takes a {expected.__name__}, got {value!r}")
+    return replace(obj, **{head: value})

@@ -9,7 +9,8 @@ one base class. The tree::
     │   ├── UnknownSearchError (also KeyError)  a search_id or answer_id that was never issued
     │   │   └── AnswerExpiredError              an answer whose verdict came after its TTL
     │   ├── FeedbackConflictError               a second, *different* feedback for one search
-    │   └── EmbeddingError                      NaN/inf vectors, wrong dimension, wrong shape
+    │   ├── EmbeddingError                      NaN/inf vectors, wrong dimension, wrong shape
+    │   └── NoPropensitiesError                 off-policy evaluation of searches logged without propensities
     ├── InvalidTransition                       a lifecycle move the state machine forbids
     ├── StoreError                              the ledger could not do its job
     │   ├── SchemaVersionError                  store written by a newer remem-agent
@@ -115,6 +116,14 @@ class FeedbackConflictError(UserInputError):
 
 class EmbeddingError(UserInputError):
     """An embedding that is not finite or does not have the store's dimension."""
+
+
+class NoPropensitiesError(UserInputError):
+    """Off-policy evaluation asked of a store whose judged searches were not logged with propensities.
+
+    Decisions with their probabilities are stored from ledger schema 15 on, and only by searches made with
+    ``RememConfig(explore_serving > 0)``; searches made before, or without exploration, cannot be re-weighted.
+    """
 
 
 class InvalidTransition(RememError):

@@ -49,6 +49,7 @@ from remem_agent.ingest import (
 from remem_agent.learning.credit import Replay
 from remem_agent.learning.feedback import apply_feedback, plan_feedback
 from remem_agent.maintenance import Maintenance
+from remem_agent.ranking.explore import draw_for
 from remem_agent.ranking.gate import NULL_TEXTS, GateDecision, decide, null_threshold
 from remem_agent.ranking.pipeline import Candidates, Ranking, rank_and_select
 from remem_agent.ranking.utility import UtilityModel
@@ -297,6 +298,11 @@ class ReMem(Maintenance):
                 k=k,
                 token_budget=token_budget,
                 explain=explain,
+                explore_u=(
+                    draw_for(self.config.explore_seed, scope, query, task, t_now, t_as_of, k, token_budget)
+                    if self.config.explore_serving > 0
+                    else None
+                ),
             )
         )
         search_id = new_id("s")
@@ -313,6 +319,7 @@ class ReMem(Maintenance):
                 token_budget=token_budget,
                 served=record,
                 scope=scope,
+                decision=ranking.decision,
             ),
             commutative=True,  # a new row and counter increments: concurrent searches commute
         )

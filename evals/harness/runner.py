@@ -143,15 +143,24 @@ class RunResult:
 
 
 def run(
-    world: World, system: System, reader: ReaderParams, *, workdir: Path | None = None, keep_store: Path | None = None
+    world: World,
+    system: System,
+    reader: ReaderParams,
+    *,
+    workdir: Path | None = None,
+    keep_store: Path | None = None,
+    after: Callable[[ReMem], None] | None = None,
 ) -> RunResult:
-    """Run ``system`` on ``world``; the store lives in a temporary folder unless ``keep_store`` names one."""
+    """Run ``system`` on ``world``; the store lives in a temporary folder unless ``keep_store`` names one.
+    ``after`` is called with the store once every task is answered, before it closes (to read its ledger)."""
     t0 = time.perf_counter()
     with temp_store(system.config, embedder_for(world), workdir=workdir, keep=keep_store) as mem:
         replay = WorldReplay(mem, world, keys=system.keys, as_of=system.as_of)
         rows, counters = _answer_tasks(replay, system, reader)
         false_inv, missed = invalidation_errors(mem, world, replay.fact_of)
         states = lifecycle_states(mem)
+        if after is not None:
+            after(mem)
     return RunResult.from_rows(
         world,
         system.name,

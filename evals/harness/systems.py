@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,23 +50,9 @@ def _preset(name: str) -> RememConfig:
     raise ValueError(f"unknown preset {name!r}")
 
 
-def _override(cfg: Any, dotted: str, value: Any) -> Any:
-    head, _, rest = dotted.partition(".")
-    if not hasattr(cfg, head):
-        raise ValueError(f"unknown config field {dotted!r}")
-    if rest:
-        return replace(cfg, **{head: _override(getattr(cfg, head), rest, value)})
-    if head == "groups" and isinstance(value, list):
-        value = tuple(value)
-    if isinstance(getattr(cfg, head), float) and isinstance(value, int):
-        value = float(value)
-    return replace(cfg, **{head: value})
-
-
 def build(name: str, spec: dict[str, Any]) -> System:
     cfg = _preset(spec.get("preset", "default"))
-    for dotted, value in (spec.get("overrides") or {}).items():
-        cfg = _override(cfg, dotted, value)
+    cfg = cfg.overriding(spec.get("overrides") or {})
     return System(
         name=name,
         description=spec.get("description", ""),

@@ -15,8 +15,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from remem_agent.config import RememConfig
+from remem_agent.ranking.decide import PoolView
+from remem_agent.ranking.explore import draw
 from remem_agent.ranking.features import FEATURE_NAMES, Pool, build_features
-from remem_agent.ranking.select import select, text_twins
+from remem_agent.ranking.select import text_keys
 from remem_agent.ranking.utility import PriorCalibration, UtilityModel, relevance_prior
 from remem_agent.types import SERVABLE_STATES, Hit, Memory, State, TaskStats
 
@@ -103,6 +105,8 @@ class Ranking:
 
     hits: tuple[Hit, ...]
     features: tuple[tuple[float, ...], ...]
+    # with exploratory serving: the pool, its features and the served set's distribution (ranking/explore.py)
+    decision: Mapping[str, object] | None = None
 
     def search_record(self) -> list[dict[str, object]]:
         """The served list as the ledger stores it (rounded so the record is compact and stable)."""
@@ -122,6 +126,7 @@ def rank_and_select(
     k: int,
     token_budget: int | None,
     explain: bool = False,
+    explore_u: float | None = None,
 ) -> Ranking:
     """Features -> utility -> selection (p_floor, similarity guard, knapsack under a token budget).
 
@@ -153,36 +158,42 @@ def rank_and_select(
     if candidates.calibration is not None:
         # the store's calibrated relevance prior, for the contribution utility (ranking/utility.py)
         feats["calibrated_prior"] = candidates.calibration(relevance_prior(config.relevance_static, feats))
-    p, comps = utility.score(feats)
-    # The floor grows with the outcome evidence about each candidate (evidence_all = n / (n + 2) exposures):
-    # a never-shown candidate's p only restates its retrieval score, so it has no floor (a fresh store
-    # serves k); a candidate shown and never used approaches the full p_floor.
-    floors = (
-        config.p_floor * feats["evidence_all"]
-        if config.static_prior == "with_evidence" and "outcome" in config.features.groups
-        else np.full(len(cands), config.p_floor)
-    )
-    # the guard's exemption: shown often enough for this task class and (almost) never useful; pool.by_task
-    # is the stats for ``task or ALL_TASKS``, and only candidates with stats can be exempt
-    exempt = np.zeros(len(cands), dtype=bool)
-    for i, s in enumerate(pool.by_task):
-        if s is not None and s.shown >= config.guard_min_shown and s.contribution_rate < config.guard_max_rate:
-            exempt[i] = True
-    tokens = pool.tokens
-    order_by = feats["retrieval"] if "static" in config.features.groups else sims
-    chosen = select(
-        p,
-        order_by,
-        tokens,
+    by_task = pool.by_task
+    view = PoolView(
+        features=feats,
+        similarity=np.asarray(sims, dtype=np.float64),
+        tokens=pool.tokens,
+        shown=np.array([-1 if s is None else s.shown for s in by_task], dtype=np.int64),
+        rate=np.array([0.0 if s is None else s.contribution_rate for s in by_task], dtype=np.float64),
+        text_keys=tuple(text_keys([m.text for m in cands])),
         k=k,
         token_budget=token_budget,
-        p_floor=floors,
-        guard_top=config.guard_top,
-        guard_exempt=exempt,
-        method=config.selection,
-        item_cost=config.item_cost,
-        exclude=text_twins([m.text for m in cands], p, np.asarray(order_by, dtype=np.float64)),
     )
+    p, comps = view.scores(utility)
+    decision: dict[str, object] | None = None
+    if explore_u is None or config.explore_serving <= 0:
+        chosen = view.choose(config, p)
+    else:
+        budget = token_budget
+        fits = np.ones(len(cands), dtype=bool) if budget is None else view.tokens <= budget
+        served = draw(
+            lambda j: view.choose(config, p, include=j),
+            p,
+            priority=lambda chosen: view.priority(config, p, chosen),
+            epsilon=config.explore_serving,
+            width=config.explore_width,
+            u=explore_u,
+            excluded=view.twins(p, config),
+            fits=fits,
+        )
+        chosen = list(served.chosen)
+        decision = {
+            "ids": [m.id for m in cands],
+            "pool": view.record(),
+            "policy": served.record(
+                epsilon=config.explore_serving, width=config.explore_width, seed=config.explore_seed, u=explore_u
+            ),
+        }
     # the feature snapshots of the served rows only (a search records them; the rest of the pool is not kept):
     # one (features x pool) stack and one column pick, the same values in the same FEATURE_NAMES order as
     # stacking each feature's served rows, and rounded elementwise alike
@@ -217,4 +228,4 @@ def rank_and_select(
                 explain=detail,
             )
         )
-    return Ranking(hits=tuple(hits), features=tuple(snapshots))
+    return Ranking(hits=tuple(hits), features=tuple(snapshots), decision=decision)

@@ -12,12 +12,14 @@ Three rules, in order (reference design §7 and §8.1):
    and count limits; without a budget the top ``k`` by ``p`` are taken.
 
 Candidates marked ``exclude`` take part in none of the three (the ranking passes the second and later copies
-of a text: a served set never holds the same text twice, see :func:`text_twins`).
+of a text: a served set never holds the same text twice, see :func:`text_twins`). ``include`` names one candidate
+served whatever its score, before the guard: what an exploratory serving puts in (ranking/explore.py).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -74,14 +76,26 @@ def knapsack(values: NDArray[np.float64], weights: NDArray[np.int64], budget: in
     return sorted(chosen)
 
 
+def text_keys(texts: Sequence[str]) -> list[int]:
+    """One group number per text: texts equal up to case and blanks share the number of the first of them."""
+    first: dict[str, int] = {}
+    return [first.setdefault(" ".join(t.casefold().split()), i) for i, t in enumerate(texts)]
+
+
 def text_twins(texts: list[str], p: NDArray[np.float64], similarity: NDArray[np.float64]) -> NDArray[np.bool_] | None:
     """True for every candidate whose text (case and blanks aside) another candidate with a higher ``p`` (then
     similarity, then earlier position) also has: the copy that would add nothing to a served set but its cost.
     None when all texts differ (the common case: nothing to exclude)."""
-    keys = [" ".join(t.casefold().split()) for t in texts]
+    return key_twins(text_keys(texts), p, similarity)
+
+
+def key_twins(
+    keys: Sequence[Hashable], p: NDArray[np.float64], similarity: NDArray[np.float64]
+) -> NDArray[np.bool_] | None:
+    """:func:`text_twins` over group keys (:func:`text_keys`) instead of the texts."""
     if len(set(keys)) == len(keys):
         return None
-    best: dict[str, int] = {}
+    best: dict[Hashable, int] = {}
     for i, key in enumerate(keys):
         j = best.get(key)
         if j is None or (p[i], similarity[i]) > (p[j], similarity[j]):
@@ -89,6 +103,22 @@ def text_twins(texts: list[str], p: NDArray[np.float64], similarity: NDArray[np.
     twins = np.ones(len(keys), dtype=bool)
     twins[list(best.values())] = False
     return twins
+
+
+def guarded(
+    similarity: NDArray[np.float64],
+    guard_top: int,
+    guard_exempt: NDArray[np.bool_] | None,
+    exclude: NDArray[np.bool_] | None,
+) -> list[int]:
+    """The candidates the similarity guard serves, most similar first: the ``guard_top`` most similar of those not
+    excluded, less the exempt ones."""
+    if guard_top <= 0:
+        return []
+    ranked = np.argsort(-similarity, kind="stable")
+    if exclude is not None:
+        ranked = ranked[~exclude[ranked]]
+    return [int(i) for i in ranked[:guard_top] if guard_exempt is None or not guard_exempt[i]]
 
 
 def select(
@@ -104,6 +134,7 @@ def select(
     method: str = "knapsack",
     exclude: NDArray[np.bool_] | None = None,
     item_cost: float = 0.0,
+    include: int | None = None,
 ) -> list[int]:
     """Indices to serve, ordered by ``p`` (best first).
 
@@ -115,15 +146,8 @@ def select(
     n = len(p)
     if n == 0 or k <= 0:
         return []
-    forced: list[int] = []
-    if guard_top > 0:
-        exempt = guard_exempt if guard_exempt is not None else np.zeros(n, dtype=bool)
-        ranked = np.argsort(-similarity, kind="stable")
-        if exclude is not None:
-            ranked = ranked[~exclude[ranked]]
-        for i in ranked[:guard_top]:
-            if not exempt[i]:
-                forced.append(int(i))
+    forced: list[int] = [] if include is None else [include]
+    forced += [i for i in guarded(similarity, guard_top, guard_exempt, exclude) if i != include]
     # Vectorised, with the per-candidate semantics: p >= floor elementwise (NaN p is never eligible), the
     # guarded candidates excluded, indices ascending; the sorts below are Python's stable sorts on the same
     # float keys (-p, -similarity), as plain lists so each comparison is a float's, not a numpy scalar's.
@@ -144,7 +168,7 @@ def select(
         chosen = forced + rest
     else:
         chosen, used = [], 0
-        for i in forced:  # most similar first; skip a guarded item that cannot fit
+        for i in forced:  # the included one, then most similar first; skip a guarded item that cannot fit
             if len(chosen) < k and used + int(tokens[i]) <= token_budget:
                 chosen.append(i)
                 used += int(tokens[i])

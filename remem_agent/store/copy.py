@@ -102,6 +102,7 @@ TABLES: dict[str, tuple[str, ...]] = {
     "prior_calibration": ("scope", "bin", "uses", "exposures"),
     "memory_times": ("memory_id", "lo", "hi", "grain", "expr"),
     "retrieval_base": ("memory_id", "task", "retrieved"),
+    "search_decisions": ("search_id", "decision", "hash"),
 }
 JSON_COLUMNS = frozenset(
     {
@@ -186,6 +187,7 @@ def export_rows(tx: LedgerTx, table: str, batch: int = 2000) -> Iterator[list[tu
         "prior_calibration": "scope, bin",
         "memory_times": "memory_id, lo, hi",
         "retrieval_base": "memory_id, task",
+        "search_decisions": "search_id",
     }
     cur = tx.run(f"SELECT {', '.join(cols)} FROM {table} ORDER BY {order.get(table, 'seq')}")
     json_idx = [i for i, c in enumerate(cols) if (table, c) in JSON_COLUMNS]

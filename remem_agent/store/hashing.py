@@ -227,6 +227,11 @@ def search_hash(
     return digest("search", search_id, at, query, task, as_of, now, token_budget, _json(served))
 
 
+def decision_hash(search_id: str, decision_text: str) -> str:
+    """A search decision's hash (schema 15): over its id and its JSON text as stored (text on both backends)."""
+    return digest("decision", search_id, decision_text)
+
+
 def feedback_hash(search_id: str, feedback: Any, feedback_at: float | None) -> str:
     return digest("feedback", search_id, None if feedback is None else _json(feedback), feedback_at)
 

@@ -392,6 +392,24 @@ MIGRATIONS: list[tuple[int, str]] = [
             BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
         """,
     ),
+    (
+        15,
+        """
+        -- Exploratory serving (remem_agent/ranking/explore.py): a search made with RememConfig.explore_serving > 0
+        -- stores its decision here, in the same transaction as its search row: the pool's memory ids and every
+        -- feature that scored them, and the served set's distribution (each possible set with its exact
+        -- probability, each candidate's inclusion probability, the draw). Off-policy evaluation
+        -- (remem_agent/learning/ope.py) re-scores these pools under another configuration. A decision never
+        -- changes; it goes when its search is pruned.
+        CREATE TABLE search_decisions (
+            search_id TEXT PRIMARY KEY REFERENCES searches (search_id),
+            decision  TEXT NOT NULL,
+            hash      TEXT NOT NULL
+        ) WITHOUT ROWID;
+        CREATE TRIGGER search_decisions_fixed BEFORE UPDATE ON search_decisions
+            BEGIN SELECT RAISE(ABORT, 'a search decision never changes'); END;
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -416,6 +416,23 @@ MIGRATIONS: list[tuple[int, str]] = [
             FOR EACH ROW EXECUTE FUNCTION remem_events_redactable();
         """,
     ),
+    (
+        15,
+        """
+        -- Exploratory serving's decisions: see the SQLite migration 15 (store/migrations.py).
+        CREATE TABLE search_decisions (
+            search_id text PRIMARY KEY REFERENCES searches (search_id),
+            decision  text NOT NULL,
+            hash      text NOT NULL
+        );
+        CREATE FUNCTION remem_decision_fixed() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            RAISE EXCEPTION 'a search decision never changes';
+        END $$;
+        CREATE TRIGGER search_decisions_fixed BEFORE UPDATE ON search_decisions
+            FOR EACH ROW EXECUTE FUNCTION remem_decision_fixed();
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

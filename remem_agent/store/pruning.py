@@ -107,6 +107,11 @@ def prune_searches(tx: LedgerTx, *, before: float, limit: int = BATCH) -> tuple[
         return 0, 0, False
     marks = ",".join("?" * len(ids))
     answers = int(tx.run(f"DELETE FROM pending_outcomes WHERE search_id IN ({marks})", ids).rowcount or 0)
+    tx.run(  # their stored decisions (exploratory serving) go with them
+        f"DELETE FROM search_decisions WHERE search_id IN "
+        f"(SELECT search_id FROM searches WHERE search_id IN ({marks}) AND feedback IS NULL)",
+        ids,
+    )
     gone = tx.run(
         f"DELETE FROM searches WHERE search_id IN ({marks}) AND feedback IS NULL RETURNING task, served", ids
     ).fetchall()

@@ -43,7 +43,10 @@ class OutcomeQueries(TxHooks):
         token_budget: int | None,
         served: Sequence[Mapping[str, Any]],
         scope: str = DEFAULT_SCOPE,
+        decision: Mapping[str, Any] | None = None,
     ) -> None:
+        """Record a search (and, with exploratory serving, its ``decision``: the pool and the served set's
+        distribution, ranking/explore.py) and count what it served."""
         served = list(served)
         # hashed from the list itself: the JSON text read back is the same value (finite floats, ints and
         # strings round-trip exactly), without parsing it again on every search
@@ -53,6 +56,12 @@ class OutcomeQueries(TxHooks):
             "VALUES (?,?,?,?,?,?,?,?,?,?)",
             (search_id, at, query, task, as_of, now, token_budget, served_json, row_hash, scope),
         )
+        if decision is not None:
+            text = json.dumps(decision, sort_keys=True, separators=(",", ":"), allow_nan=False)
+            self.run(
+                "INSERT INTO search_decisions (search_id, decision, hash) VALUES (?,?,?)",
+                (search_id, text, hashing.decision_hash(search_id, text)),
+            )
         tasks = task_rows(task)
         rows = sorted((s["id"], t, at) for s in served for t in tasks)  # one lock order for every writer
         if rows:
@@ -92,6 +101,18 @@ class OutcomeQueries(TxHooks):
         ).fetchall()
         for sid, served, feedback in rows:
             yield str(sid), from_json(served), from_json(feedback)
+
+    def decisions(self, scope: str | None = None) -> Iterator[tuple[str, str | None, str, Any, dict[str, Any]]]:
+        """(search_id, task, scope, feedback or None, decision) of every search that stored a decision (of
+        ``scope``, when given), in the order they were made."""
+        where, args = ("WHERE s.scope = ?", (scope,)) if scope is not None else ("", ())
+        rows = self.run(
+            "SELECT s.search_id, s.task, s.scope, s.feedback, d.decision FROM searches s "
+            f"JOIN search_decisions d ON d.search_id = s.search_id {where} ORDER BY s.{self.search_order}",
+            args,
+        ).fetchall()
+        for sid, task, sc, feedback, decision in rows:
+            yield str(sid), task, str(sc), None if feedback is None else from_json(feedback), json.loads(decision)
 
     def search_counts(self) -> tuple[int, int]:
         """(searches, answered searches)."""

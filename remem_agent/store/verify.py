@@ -329,6 +329,12 @@ def _check_hashes(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
             bad.append(f"learned attribute {fields[0]!r} {edited}")
     _report(problems, bad, "attributes with a bad hash")
 
+    bad = []
+    for sid, text, stored in c("SELECT search_id, decision, hash FROM search_decisions"):
+        if stored != hashing.decision_hash(sid, text):
+            bad.append(f"the decision of search {sid} {edited}")
+    _report(problems, bad, "search decisions with a bad hash")
+
 
 def _check_meta(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
     """9. a store that holds memories names its embedder and dimension."""

@@ -1,0 +1,154 @@
+"""The serving decision on a scored pool, apart from the memory rows: utility -> floor, guard and knapsack.
+
+:class:`PoolView` holds exactly what selection reads of a candidate pool (every feature of every candidate, the
+token costs, the guard's evidence, which texts are copies of each other) and nothing about the memories
+themselves. A live search builds one from its pool (``ranking/pipeline.py``); a search made with exploratory
+serving stores it (``ranking/explore.py``), so that another configuration can be asked what *it* would have
+served on that same pool, which is what off-policy evaluation needs (``remem_agent/learning/ope.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from remem_agent.config import RememConfig
+from remem_agent.errors import UserInputError
+from remem_agent.ranking.select import guarded, key_twins, select
+from remem_agent.ranking.utility import UtilityModel
+
+FEATURE_DECIMALS = 6  # a stored pool's features are rounded to this many decimals
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolView:
+    """What selection reads of a pool of ``n`` candidates (arrays of length ``n``, in pool order).
+
+    ``shown`` and ``rate`` are the candidate's exposures and contribution rate in the search's task class (the
+    guard's exemption reads them; ``shown`` is -1 where the ledger holds no statistics). ``text_keys`` gives
+    candidates whose texts are equal up to case and blanks the same number.
+    """
+
+    features: Mapping[str, NDArray[np.float64]]
+    similarity: NDArray[np.float64]
+    tokens: NDArray[np.int64]
+    shown: NDArray[np.int64]
+    rate: NDArray[np.float64]
+    text_keys: tuple[int, ...]
+    k: int
+    token_budget: int | None
+
+    @property
+    def size(self) -> int:
+        return len(self.tokens)
+
+    def scores(self, utility: UtilityModel) -> tuple[NDArray[np.float64], dict[str, NDArray[np.float64]]]:
+        """The utility's scores of the pool, and their components."""
+        try:
+            return utility.score(dict(self.features))
+        except KeyError as exc:  # a replay of a pool logged without a feature this utility reads
+            raise UserInputError(f"this pool has no feature {exc.args[0]!r}, which the utility reads") from exc
+
+    def choose(
+        self,
+        config: RememConfig,
+        p: NDArray[np.float64],
+        *,
+        include: int | None = None,
+    ) -> list[int]:
+        """The indices ``config`` serves given scores ``p`` (best first); ``include`` is served whatever its score.
+
+        The ``p_floor`` grows with each candidate's outcome evidence (``evidence_all`` = n / (n + 2) exposures)
+        under the default cold-start rule: a never-shown candidate's score only restates its retrieval score, so
+        it has no floor and a fresh store serves ``k``. The guard and the final order follow the retrieval score
+        (the fused one in hybrid mode).
+        """
+        feats = self.features
+        floors = (
+            config.p_floor * feats["evidence_all"]
+            if config.static_prior == "with_evidence" and "outcome" in config.features.groups
+            else np.full(self.size, config.p_floor)
+        )
+        # the guard's exemption: shown often enough for this task class and (almost) never useful
+        exempt = (self.shown >= config.guard_min_shown) & (self.rate < config.guard_max_rate)
+        order_by = self._order_by(config)
+        return select(
+            p,
+            order_by,
+            self.tokens,
+            k=self.k,
+            token_budget=self.token_budget,
+            p_floor=floors,
+            guard_top=config.guard_top,
+            guard_exempt=exempt,
+            method=config.selection,
+            item_cost=config.item_cost,
+            exclude=key_twins(self.text_keys, p, order_by),
+            include=include,
+        )
+
+    def twins(self, p: NDArray[np.float64], config: RememConfig) -> NDArray[np.bool_] | None:
+        """The candidates :meth:`choose` leaves out as copies of a better-scored text."""
+        return key_twins(self.text_keys, p, self._order_by(config))
+
+    def priority(self, config: RememConfig, p: NDArray[np.float64], chosen: Sequence[int]) -> list[int]:
+        """``chosen`` in the order selection takes them: the guard's first (most similar first), then by ``p``.
+        Its prefixes are what a smaller ``k``, a higher floor or a dearer memory would serve."""
+        order_by = self._order_by(config)
+        exempt = (self.shown >= config.guard_min_shown) & (self.rate < config.guard_max_rate)
+        taken = set(chosen)
+        guard = guarded(order_by, config.guard_top, exempt, key_twins(self.text_keys, p, order_by))
+        first = [i for i in guard if i in taken]
+        rest = sorted(taken - set(first), key=lambda i: (-float(p[i]), -float(order_by[i]), i))
+        return first + rest
+
+    def _order_by(self, config: RememConfig) -> NDArray[np.float64]:
+        """What the guard and the final order follow: the retrieval score, or the cosine without static features."""
+        return np.asarray(
+            self.features["retrieval"] if "static" in config.features.groups else self.similarity, dtype=np.float64
+        )
+
+    # -- the stored form ---------------------------------------------------------------------------
+    def record(self) -> dict[str, Any]:
+        """A JSON-ready form, features rounded to :data:`FEATURE_DECIMALS` decimals."""
+        return {
+            "features": {
+                name: np.round(np.asarray(v, dtype=np.float64), FEATURE_DECIMALS).tolist()
+                for name, v in sorted(self.features.items())
+            },
+            "similarity": np.round(self.similarity, FEATURE_DECIMALS).tolist(),
+            "tokens": self.tokens.tolist(),
+            "shown": self.shown.tolist(),
+            "rate": np.round(self.rate, FEATURE_DECIMALS).tolist(),
+            "text_keys": list(self.text_keys),
+            "k": self.k,
+            "token_budget": self.token_budget,
+        }
+
+    @classmethod
+    def from_record(cls, rec: Mapping[str, Any]) -> PoolView:
+        """The view :meth:`record` wrote; a record of another shape is a ``UserInputError``."""
+        try:
+            tokens = np.asarray(rec["tokens"], dtype=np.int64)
+            n = len(tokens)
+            feats = {str(k): np.asarray(v, dtype=np.float64) for k, v in rec["features"].items()}
+            view = cls(
+                features=feats,
+                similarity=np.asarray(rec["similarity"], dtype=np.float64),
+                tokens=tokens,
+                shown=np.asarray(rec["shown"], dtype=np.int64),
+                rate=np.asarray(rec["rate"], dtype=np.float64),
+                text_keys=tuple(int(x) for x in rec["text_keys"]),
+                k=int(rec["k"]),
+                token_budget=None if rec["token_budget"] is None else int(rec["token_budget"]),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise UserInputError(f"not a stored pool: {exc}") from exc
+        arrays: Sequence[Any] = (view.similarity, view.shown, view.rate, view.text_keys, *feats.values())
+        if any(len(a) != n for a in arrays):
+            raise UserInputError("not a stored pool: its arrays differ in length")
+        return view
