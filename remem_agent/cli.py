@@ -241,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", required=True)
     _add_tool_parsers(sub)
     _add_store_parsers(sub)
+    _add_policy_parser(sub)
     from remem_agent.viz.ledger_cli import add_ledger_parser
 
     add_ledger_parser(sub)
@@ -288,6 +289,25 @@ def _add_tool_parsers(sub: Any) -> None:
     p_doctor.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
+def _add_policy_parser(sub: Any) -> None:
+    """``remem evaluate-policy``: off-policy evaluation of another configuration on a store's logged searches."""
+    p_ope = sub.add_parser(
+        "evaluate-policy",
+        help="estimate how another ranking configuration would have done on the searches logged with propensities",
+        description="Off-policy evaluation (IPS, self-normalised IPS, doubly robust, each with a 95%% interval) "
+        "of a target configuration on the judged searches a store logged with exploratory serving "
+        "(RememConfig(explore_serving > 0)). Prints JSON: the base configuration's estimate beside the target's.",
+    )
+    p_ope.add_argument("store")
+    p_ope.add_argument(
+        "--target", type=_overrides, required=True, help="RememConfig fields to change, as JSON: '{\"p_floor\": 0.5}'"
+    )
+    p_ope.add_argument(
+        "--base", type=_overrides, default={}, help="the fields the logging searches were made with (default: none)"
+    )
+    p_ope.add_argument("--scope", help="only this scope's searches (default: the whole store)")
+
+
 def _add_store_parsers(sub: Any) -> None:
     """The commands that read, trim or move a store: verify, stats, prune, erase, dashboard, migrate, reembed,
     backup."""
@@ -331,22 +351,6 @@ def _add_store_parsers(sub: Any) -> None:
         "--traces", nargs="+", help="trace files or folders to scrub (default: the store folder's traces)"
     )
     p_erase.add_argument("--no-scrub", action="store_true", help="do not rewrite the store's files afterwards")
-
-    p_ope = sub.add_parser(
-        "evaluate-policy",
-        help="estimate how another ranking configuration would have done on the searches logged with propensities",
-        description="Off-policy evaluation (IPS, self-normalised IPS, doubly robust, each with a 95%% interval) "
-        "of a target configuration on the judged searches a store logged with exploratory serving "
-        "(RememConfig(explore_serving > 0)). Prints JSON: the base configuration's estimate beside the target's.",
-    )
-    p_ope.add_argument("store")
-    p_ope.add_argument(
-        "--target", type=_overrides, required=True, help="RememConfig fields to change, as JSON: '{\"p_floor\": 0.5}'"
-    )
-    p_ope.add_argument(
-        "--base", type=_overrides, default={}, help="the fields the logging searches were made with (default: none)"
-    )
-    p_ope.add_argument("--scope", help="only this scope's searches (default: the whole store)")
 
     p_dash = sub.add_parser("dashboard", help="write a self-contained HTML dashboard of a store (read only)")
     p_dash.add_argument("store")
@@ -440,14 +444,11 @@ def _run(args: argparse.Namespace) -> int:
             return _erase(store, args)
         if args.cmd == "evaluate-policy":
             from remem_agent.config import RememConfig
-            from remem_agent.learning.ope import evaluate_policy
+            from remem_agent.learning.ope import evaluate_policies
 
             base = RememConfig().overriding(args.base)
-            target = base.overriding(args.target)
-            report = {
-                name: evaluate_policy(store, cfg, scope=args.scope).to_dict()
-                for name, cfg in (("base", base), ("target", target))
-            }
+            found = evaluate_policies(store, {"base": base, "target": base.overriding(args.target)}, scope=args.scope)
+            report = {name: est.to_dict() for name, est in found.items()}
             print(json.dumps(report, indent=2))
             return 0
         if args.cmd == "prune":

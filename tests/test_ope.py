@@ -359,3 +359,38 @@ def test_the_outcome_model_is_a_logistic_fit() -> None:
     model = ope.fit_outcome_model(X, y, lam=0.0)
     q = ope.predict(model, np.array([[0.0], [1.0]]))
     assert q.tolist() == pytest.approx([1 / 3, 2 / 3], abs=1e-4)  # the group means, unpenalised
+
+
+# -- both backends -----------------------------------------------------------------------------------------
+
+
+def test_decisions_are_logged_evaluated_pruned_and_copied_on_each_backend(store_location: Any, tmp_path: Path) -> None:
+    import time
+
+    from remem_agent.store.copy import copy_store
+    from remem_agent.store.pruning import GrowthLimits
+
+    loc = store_location("s")
+    with ReMem(loc, config=EXPLORING, embedder="hash") as mem:
+        ids = mem.add_many([{"text": t, "timestamp": T0 - 3600} for t in NOTES])
+        for i in range(12):
+            w = "abcdefghij"[i % 10]
+            res = mem.search(f"where does service {w} run?", k=3, now=T0 + i)
+            if i < 8:  # the last four stay unjudged
+                gold = ids["abcdefghij".index(w)]
+                mem.feedback(res.search_id, success=gold in res.ids, now=T0 + i)
+        decisions, without = read_decisions(mem.store)
+        assert len(decisions) == 8 and without == 0
+        before = evaluate_policy(mem.store, RememConfig(p_floor=0.5)).to_dict()
+        with mem.store.read() as tx:
+            assert len(list(tx.decisions())) == 12
+        copy = tmp_path / "copy"
+        copy_store(loc, copy)  # the decisions travel with their searches, and verify there
+        with ReMem(copy, embedder="hash") as other:
+            assert other.verify().ok
+            assert evaluate_policy(other.store, RememConfig(p_floor=0.5)).to_dict() == before
+        report = mem.store.prune(GrowthLimits(answer_ttl_s=86_400, retention_s=86_400), now=time.time() + 10 * 86_400)
+        assert report.pruned_searches == 4
+        with mem.store.read() as tx:
+            assert len(list(tx.decisions())) == 8  # the unjudged searches' decisions went with them
+        assert mem.verify().ok

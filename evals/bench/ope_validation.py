@@ -1,7 +1,7 @@
 """Off-policy evaluation checked against online runs in the simulator (plan: ``results/ope/PLAN.md``).
 
-For each test seed, system C with exploratory serving (``explore_serving`` 0.3, ``explore_width`` 2) answers the seven core
-families' tasks and logs its decisions; then every target configuration is (a) estimated from those logs with
+For each test seed, system C with exploratory serving (``explore_serving`` 0.3, ``explore_width`` 2) answers the
+seven core families' tasks and logs its decisions; then every target configuration is (a) estimated from those logs with
 IPS, SNIPS and DR (``remem_agent.learning.ope``) and (b) run online, serving and learning, on the same worlds.
 A (target, seed) pair is covered when the estimate's 95 % interval holds the online success rate.
 

@@ -26,7 +26,7 @@ target's learning is not simulated either: it is judged on the posteriors the lo
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -64,14 +64,17 @@ def _se(terms: NDArray[np.float64]) -> float:
     return float(np.std(terms, ddof=1) / math.sqrt(n)) if n > 1 else math.inf
 
 
-def ips(rewards: Sequence[float], weights: Sequence[float]) -> Estimate:
+Values = Sequence[float] | NDArray[np.float64]
+
+
+def ips(rewards: Values, weights: Values) -> Estimate:
     """Inverse propensity scoring: the mean of ``w r``."""
     terms = np.asarray(weights, dtype=np.float64) * np.asarray(rewards, dtype=np.float64)
     _check(terms)
     return Estimate.normal(float(terms.mean()), _se(terms))
 
 
-def snips(rewards: Sequence[float], weights: Sequence[float]) -> Estimate:
+def snips(rewards: Values, weights: Values) -> Estimate:
     """Self-normalised IPS: ``sum(w r) / sum(w)``, its interval by the delta method. With no weight at all
     (the target never chose a logged set) the value is NaN and the interval unbounded."""
     w = np.asarray(weights, dtype=np.float64)
@@ -87,9 +90,7 @@ def snips(rewards: Sequence[float], weights: Sequence[float]) -> Estimate:
     return Estimate.normal(value, math.sqrt(var / n) if n > 1 else math.inf)
 
 
-def doubly_robust(
-    rewards: Sequence[float], weights: Sequence[float], q_target: Sequence[float], q_logged: Sequence[float]
-) -> Estimate:
+def doubly_robust(rewards: Values, weights: Values, q_target: Values, q_logged: Values) -> Estimate:
     """The doubly robust estimate: the mean of ``q(x, S_pi) + w (r - q(x, S))``."""
     terms = np.asarray(q_target, dtype=np.float64) + np.asarray(weights, dtype=np.float64) * (
         np.asarray(rewards, dtype=np.float64) - np.asarray(q_logged, dtype=np.float64)
@@ -152,13 +153,11 @@ def set_features(view: PoolView, chosen: Iterable[int]) -> list[float]:
     if not idx:
         return [0.0] * (width - 1) + [1.0]
     f = view.features
-    out: list[float] = []
-    for name in SET_FEATURES:
-        col = np.asarray(f[name])[idx] if name in f else np.zeros(len(idx))
-        out += [float(col.max()), float(col.mean())]
+    table = np.array([np.asarray(f[name])[idx] if name in f else np.zeros(len(idx)) for name in SET_FEATURES])
+    pairs = np.column_stack([table.max(axis=1), table.mean(axis=1)]).ravel().tolist()
     budget = view.token_budget
     used = float(view.tokens[idx].sum()) / budget if budget else 0.0
-    return [*out, float(view.similarity[idx].min()), len(idx) / max(view.k, 1), used, 0.0]
+    return [*pairs, float(view.similarity[idx].min()), len(idx) / max(view.k, 1), used, 0.0]
 
 
 def fit_outcome_model(
@@ -223,8 +222,8 @@ def evaluate_decisions(
         in_support.append(chosen in d.support)
         x_logged.append(set_features(d.view, d.served))
         x_target.append(set_features(d.view, chosen))
-    r = np.asarray(rewards)
-    w = np.asarray(weights)
+    r = np.asarray(rewards, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
     q_logged, q_target = _cross_fit(np.asarray(x_logged), np.asarray(x_target), r)
     n = len(r)
     total_sq = float((w**2).sum())
@@ -288,6 +287,13 @@ def evaluate_policy(
 
     A store with judged searches but none logged with propensities raises ``NoPropensitiesError``: decisions
     are stored from ledger schema 15 on, by searches made with ``RememConfig(explore_serving > 0)``."""
+    return evaluate_policies(store, {"target": target}, scope=scope, k=k)["target"]
+
+
+def evaluate_policies(
+    store: Any, targets: Mapping[str, RememConfig], *, scope: str | None = None, k: int | None = None
+) -> dict[str, PolicyEvaluation]:
+    """:func:`evaluate_policy` for several targets, reading the logged decisions once."""
     decisions, without = read_decisions(store, scope=scope)
     if not decisions:
         raise NoPropensitiesError(
@@ -295,4 +301,4 @@ def evaluate_policy(
             "with propensities: searches store their decision from ledger schema 15 on (migration 15, "
             "search_decisions), and only when made with RememConfig(explore_serving > 0)"
         )
-    return evaluate_decisions(decisions, target, k=k)
+    return {name: evaluate_decisions(decisions, cfg, k=k) for name, cfg in targets.items()}

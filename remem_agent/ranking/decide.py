@@ -9,6 +9,8 @@ served on that same pool, which is what off-policy evaluation needs (``remem_age
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +23,7 @@ from remem_agent.errors import UserInputError
 from remem_agent.ranking.select import guarded, key_twins, select
 from remem_agent.ranking.utility import UtilityModel
 
-FEATURE_DECIMALS = 6  # a stored pool's features are rounded to this many decimals
+POOL_ENCODING = "f4-base64"  # how a stored pool writes its real-valued arrays
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,16 +116,18 @@ class PoolView:
 
     # -- the stored form ---------------------------------------------------------------------------
     def record(self) -> dict[str, Any]:
-        """A JSON-ready form, features rounded to :data:`FEATURE_DECIMALS` decimals."""
+        """A JSON-ready form: the real-valued arrays as little-endian float32, base64 (a pool of 40 candidates
+        and 20 features is ~4 KB and decodes in microseconds; JSON numbers took 0.5 ms per search to parse)."""
+        names = sorted(self.features)
+        matrix = np.array([np.asarray(self.features[n], dtype=np.float64) for n in names]).reshape(len(names), -1)
         return {
-            "features": {
-                name: np.round(np.asarray(v, dtype=np.float64), FEATURE_DECIMALS).tolist()
-                for name, v in sorted(self.features.items())
-            },
-            "similarity": np.round(self.similarity, FEATURE_DECIMALS).tolist(),
+            "encoding": POOL_ENCODING,
+            "names": names,
+            "features": _pack(matrix),
+            "similarity": _pack(self.similarity),
+            "rate": _pack(self.rate),
             "tokens": self.tokens.tolist(),
             "shown": self.shown.tolist(),
-            "rate": np.round(self.rate, FEATURE_DECIMALS).tolist(),
             "text_keys": list(self.text_keys),
             "k": self.k,
             "token_budget": self.token_budget,
@@ -133,22 +137,33 @@ class PoolView:
     def from_record(cls, rec: Mapping[str, Any]) -> PoolView:
         """The view :meth:`record` wrote; a record of another shape is a ``UserInputError``."""
         try:
+            if rec["encoding"] != POOL_ENCODING:
+                raise ValueError(f"unknown encoding {rec['encoding']!r}")
             tokens = np.asarray(rec["tokens"], dtype=np.int64)
             n = len(tokens)
-            feats = {str(k): np.asarray(v, dtype=np.float64) for k, v in rec["features"].items()}
+            names = [str(x) for x in rec["names"]]
+            matrix = _unpack(rec["features"]).reshape(len(names), n)
             view = cls(
-                features=feats,
-                similarity=np.asarray(rec["similarity"], dtype=np.float64),
+                features={name: matrix[j] for j, name in enumerate(names)},
+                similarity=_unpack(rec["similarity"]),
                 tokens=tokens,
                 shown=np.asarray(rec["shown"], dtype=np.int64),
-                rate=np.asarray(rec["rate"], dtype=np.float64),
+                rate=_unpack(rec["rate"]),
                 text_keys=tuple(int(x) for x in rec["text_keys"]),
                 k=int(rec["k"]),
                 token_budget=None if rec["token_budget"] is None else int(rec["token_budget"]),
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, binascii.Error) as exc:
             raise UserInputError(f"not a stored pool: {exc}") from exc
-        arrays: Sequence[Any] = (view.similarity, view.shown, view.rate, view.text_keys, *feats.values())
+        arrays: Sequence[Any] = (view.similarity, view.shown, view.rate, view.text_keys)
         if any(len(a) != n for a in arrays):
             raise UserInputError("not a stored pool: its arrays differ in length")
         return view
+
+
+def _pack(values: NDArray[np.float64]) -> str:
+    return base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode("ascii")
+
+
+def _unpack(text: str) -> NDArray[np.float64]:
+    return np.frombuffer(base64.b64decode(text.encode("ascii"), validate=True), dtype="<f4").astype(np.float64)

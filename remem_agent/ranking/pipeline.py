@@ -170,30 +170,7 @@ def rank_and_select(
         token_budget=token_budget,
     )
     p, comps = view.scores(utility)
-    decision: dict[str, object] | None = None
-    if explore_u is None or config.explore_serving <= 0:
-        chosen = view.choose(config, p)
-    else:
-        budget = token_budget
-        fits = np.ones(len(cands), dtype=bool) if budget is None else view.tokens <= budget
-        served = draw(
-            lambda j: view.choose(config, p, include=j),
-            p,
-            priority=lambda chosen: view.priority(config, p, chosen),
-            epsilon=config.explore_serving,
-            width=config.explore_width,
-            u=explore_u,
-            excluded=view.twins(p, config),
-            fits=fits,
-        )
-        chosen = list(served.chosen)
-        decision = {
-            "ids": [m.id for m in cands],
-            "pool": view.record(),
-            "policy": served.record(
-                epsilon=config.explore_serving, width=config.explore_width, seed=config.explore_seed, u=explore_u
-            ),
-        }
+    chosen, decision = _serve(view, config, p, explore_u, ids=[m.id for m in cands])
     # the feature snapshots of the served rows only (a search records them; the rest of the pool is not kept):
     # one (features x pool) stack and one column pick, the same values in the same FEATURE_NAMES order as
     # stacking each feature's served rows, and rounded elementwise alike
@@ -229,3 +206,30 @@ def rank_and_select(
             )
         )
     return Ranking(hits=tuple(hits), features=tuple(snapshots), decision=decision)
+
+
+def _serve(
+    view: PoolView, config: RememConfig, p: NDArray[np.float64], explore_u: float | None, *, ids: list[str]
+) -> tuple[list[int], dict[str, object] | None]:
+    """The served indices, and with exploratory serving (``explore_u`` given) the decision a search stores."""
+    if explore_u is None or config.explore_serving <= 0:
+        return view.choose(config, p), None
+    fits = np.ones(view.size, dtype=bool) if view.token_budget is None else view.tokens <= view.token_budget
+    served = draw(
+        lambda j: view.choose(config, p, include=j),
+        p,
+        priority=lambda chosen: view.priority(config, p, chosen),
+        epsilon=config.explore_serving,
+        width=config.explore_width,
+        u=explore_u,
+        excluded=view.twins(p, config),
+        fits=fits,
+    )
+    decision: dict[str, object] = {
+        "ids": ids,
+        "pool": view.record(),
+        "policy": served.record(
+            epsilon=config.explore_serving, width=config.explore_width, seed=config.explore_seed, u=explore_u
+        ),
+    }
+    return list(served.chosen), decision
