@@ -16,6 +16,7 @@ match and support rates, and the timing of the off-policy step).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         per_seed = list(pool.map(_seed, [(seed, explore) for seed in seeds]))
     summary = summarise(per_seed)
     report = {
-        "command": "python -m evals.bench.ope_validation " + " ".join(argv if argv is not None else []),
+        "command": " ".join(["python -m evals.bench.ope_validation", *(sys.argv[1:] if argv is None else argv)]),
         "plan": "results/ope/PLAN.md",
         "logging": {"system": "C", **explore},
         "targets": {t.name: {"overrides": t.overrides, "k": t.k} for t in TARGETS},

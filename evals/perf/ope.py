@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 import warnings
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         explore.close()
     worst = max(t["seconds"] for t in ope["targets"].values())
     report = {
-        "command": "python -m evals.perf.ope " + " ".join(argv if argv is not None else []),
+        "command": " ".join(["python -m evals.perf.ope", *(sys.argv[1:] if argv is None else argv)]),
         "size": args.size,
         "k": args.k,
         "explore": {"explore_serving": EXPLORE.explore_serving, "explore_width": EXPLORE.explore_width},
