@@ -53,6 +53,11 @@ class RememConfig:
     # strength, in exposures, of each bin's starting value; 0 uses the uncalibrated prior. Chosen on dev seeds
     # (evals/bench/tune_contribution.py, results/benchmark/tuning/contribution_dev.json).
     contribution_calibration: float = 5.0
+    # The contribution utility's prior for a memory's contribution factor: its kind's (role's) factor in the scope,
+    # ``(g + uses) / (g + expected uses)`` over that kind's judged exposures, with ``g`` this strength in expected
+    # uses (ranking/utility.py ContributionUtility); 0 starts every memory at 1. Chosen on dev seeds
+    # (evals/bench/tune_contribution.py).
+    contribution_group: float = 5.0
     # What each served memory costs under a token budget, in utility: the knapsack maximises the sum of
     # (p - item_cost), so a memory is worth serving only if it is likely enough to be used.
     item_cost: float = 0.0
@@ -123,6 +128,8 @@ class RememConfig:
             )
         if not (isinstance(self.contribution_calibration, int | float) and 0 <= self.contribution_calibration < 1e6):
             raise UserInputError("contribution_calibration must be a number in [0, 1e6) (0: no calibration)")
+        if not (isinstance(self.contribution_group, int | float) and 0 <= self.contribution_group < 1e6):
+            raise UserInputError("contribution_group must be a number in [0, 1e6) (0: every memory starts at 1)")
         if self.abstain not in ("off", "null"):
             raise UserInputError(f"abstain must be 'off' or 'null', got {self.abstain!r}")
         q, m = self.abstain_quantile, self.abstain_margin

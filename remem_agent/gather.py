@@ -194,6 +194,7 @@ class Gather:
                     )
                     if needs.calibration
                     else None,
+                    groups=tx.group_contribution(scope) if needs.groups else None,
                     keys=tx.key_summary(keyed) if keyed and needs.keys else {},
                     changing_attributes=frozenset(
                         a for a, info in tx.attributes([key[2] for key in keyed]).items() if info.changes > 0

@@ -4,10 +4,10 @@ The upgrade tests build a store with this version, undo the newest migrations wi
 with ``search_path`` set to the ledger's schema), then reopen it and check that the migrations bring it back
 with its rows intact (``downgrade`` runs them; one step, the version-9 hashes of credit rows, is Python). The
 statements exist once, here, because two tests start from the same undoing of
-migrations 14 to 5: tests/test_lexical_store.py (a version-4 store gains the lexical index) and
+migrations 16 to 5: tests/test_lexical_store.py (a version-4 store gains the lexical index) and
 tests/test_postgres_store.py (a version-2 store upgrades through every later migration); tests/test_key_index.py
-undoes migrations 14 to 7, tests/test_gateway_responses.py migrations 14 to 8, tests/test_lexical_parity.py
-migrations 14 to 9. A change to those migrations is
+undoes migrations 16 to 7, tests/test_gateway_responses.py migrations 16 to 8, tests/test_lexical_parity.py
+migrations 16 to 9. A change to those migrations is
 then one edit here.
 """
 
@@ -19,7 +19,19 @@ from typing import Any
 from remem_agent.store import hashing
 
 REHASH_CREDITS_V9 = "-- credit rows hashed as version 9 wrote them"  # done in Python by downgrade()
-DOWNGRADE_14_TO_13 = [  # what migration 14 (erasure) changed: the state CHECK and the triggers' functions
+DOWNGRADE_16_TO_15 = [  # what migration 16 (each kind's contribution) added
+    "DROP TABLE group_contribution",
+    "DELETE FROM schema_migrations WHERE version = 16",
+]
+DOWNGRADE_15_TO_14 = [  # migration 16 undone first, then what migration 15 (exploratory serving's decisions) added
+    *DOWNGRADE_16_TO_15,
+    "DROP TABLE search_decisions",
+    "DROP FUNCTION remem_decision_fixed()",
+    "DELETE FROM schema_migrations WHERE version = 15",
+]
+DOWNGRADE_14_TO_13 = [  # migration 15 undone first, then what migration 14 (erasure) changed: the state CHECK
+    # and the triggers' functions
+    *DOWNGRADE_15_TO_14,
     "ALTER TABLE memories DROP CONSTRAINT memories_state_check",
     "ALTER TABLE memories ADD CONSTRAINT memories_state_check "
     "CHECK (state IN ('ACTIVE', 'LOW_VALUE', 'COMPRESSED', 'ARCHIVED', 'INVALIDATED'))",

@@ -1,7 +1,7 @@
 """SQL that turns a current SQLite ledger back into the schema an older remem-agent wrote.
 
 The upgrade tests undo the newest migrations with these statements on a raw connection, then reopen the store
-and check that the migrations bring it back with its rows intact. Every such test undoes migrations 14 to 7
+and check that the migrations bring it back with its rows intact. Every such test undoes migrations 16 to 7
 first (tests/test_key_index.py, test_lexical_store.py, test_scopes.py, test_gateway_responses.py), so their
 undoing exists once, here, as in tests/_pg_downgrades.py for PostgreSQL.
 """
@@ -22,8 +22,20 @@ _CREDITS_TRIGGER = (
     "OR NEW.credit IS NOT OLD.credit OR NEW.blame IS NOT OLD.blame "
     "BEGIN SELECT RAISE(ABORT, 'credits are append-only'); END"
 )
-SQLITE_14_TO_13 = [  # what migration 14 (erasure) changed: its triggers. The state CHECK keeps admitting
-    # 'ERASED' (SQLite edits a CHECK only through writable_schema; migration 14 leaves an admitting one as it is).
+SQLITE_16_TO_15 = [  # what migration 16 (each kind's contribution) added
+    "DROP TABLE group_contribution",
+    "PRAGMA user_version = 15",
+]
+SQLITE_15_TO_14 = [  # migration 16 undone first, then what migration 15 (exploratory serving's decisions) added
+    *SQLITE_16_TO_15,
+    "DROP TRIGGER search_decisions_fixed",
+    "DROP TABLE search_decisions",
+    "PRAGMA user_version = 14",
+]
+SQLITE_14_TO_13 = [  # migration 15 undone first, then what migration 14 (erasure) changed: its triggers. The
+    # state CHECK keeps admitting 'ERASED' (SQLite edits a CHECK only through writable_schema; migration 14 leaves
+    # an admitting one as it is).
+    *SQLITE_15_TO_14,
     "DROP TRIGGER memories_erased_final",
     "DROP TRIGGER memories_embedding_fixed",
     "CREATE TRIGGER memories_embedding_fixed BEFORE UPDATE OF embedding, id, original_text ON memories "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -99,3 +100,91 @@ def test_the_config_builds_it_and_refuses_bad_settings() -> None:
     for bad in ({"contribution_kappa": 0.0}, {"contribution_other_weight": 1.5}, {"item_cost": -0.1}):
         with pytest.raises(UserInputError):
             RememConfig(**bad)  # type: ignore[arg-type]
+
+
+# -- each kind's contribution (ledger schema 16) -------------------------------------------------------------
+
+
+def test_a_kinds_factor_is_the_gamma_poisson_mean_of_its_uses_over_expected_uses() -> None:
+    from remem_agent.ranking.utility import group_factors
+
+    groups = {"note": (0.0, 10.0), "state": (6.0, 4.0)}
+    got = group_factors(groups, ["note", "state", "preference"], 5.0)
+    assert got.tolist() == pytest.approx([5 / 15, 11 / 9, 1.0])  # a kind never judged starts at 1
+    assert group_factors(groups, ["note"], 0.0).tolist() == pytest.approx([0.0])
+
+
+def test_an_unseen_memory_of_a_kind_that_never_helps_starts_below_one_of_a_kind_that_does() -> None:
+    u = ContributionUtility(kappa=1.0, explore="none")
+    feats = _features([0.8, 0.7], [0, 0], [0, 0])
+    plain, _ = u.score(feats)
+    assert plain[0] > plain[1]  # by relevance alone the look-alike note leads
+    feats["group_factor"] = np.array([0.2, 1.3])  # notes of this scope were never used, states were
+    p, comps = u.score(feats)
+    assert p[1] > p[0] and comps["contribution"].tolist() == pytest.approx([0.2, 1.3])
+    # its own evidence still decides: a note of that kind used on each of 5 exposures rises past the state
+    used = _features([0.8, 0.7], [5, 0], [5, 0])
+    used["group_factor"] = np.array([0.2, 1.3])
+    p2, _ = u.score(used)
+    assert p2[0] > p2[1]
+
+
+def _served_and_judged(mem: Any) -> None:
+    ids = mem.add_many(
+        [
+            {"text": "The billing service runs in eu-west-1.", "entity": "billing", "attribute": "region"},
+            {"text": "Where does billing run? Ask the billing team.", "role": "note"},
+        ]
+    )
+    for _ in range(3):
+        res = mem.search("Where does the billing service run?", k=2)
+        mem.feedback(res.search_id, success=True, used_ids=[ids[0]] if ids[0] in res.ids else None)
+
+
+def test_feedback_counts_each_kinds_uses_and_verify_checks_them(store_location: Any) -> None:
+    from remem_agent import ReMem
+
+    cfg = RememConfig(utility="contribution")
+    with ReMem(store_location("s"), config=cfg, embedder="hash") as mem:
+        _served_and_judged(mem)
+        with mem.store.read() as tx:
+            groups = tx.group_contribution("default")
+            rows = tx.run(
+                "SELECT m.role, c.credit, c.expected FROM credits c JOIN memories m ON m.id = c.memory_id"
+            ).fetchall()
+        assert len(rows) == 6 and set(groups) == {"state", "note"}
+        for role in ("state", "note"):  # the credit rows' uses (capped at 1) and expected uses, summed per kind
+            mine = [(min(1.0, cr), ex) for r, cr, ex in rows if r == role]
+            assert groups[role] == pytest.approx((sum(u for u, _ in mine), sum(e for _, e in mine)))
+        assert groups["state"][0] > 0 and groups["note"][0] == 0.0 and groups["note"][1] > 0
+        assert mem.verify().ok
+        with mem.store.write() as tx:
+            tx.run("UPDATE group_contribution SET uses = uses + 1 WHERE role = 'note'")
+        problems = mem.verify().problems
+        assert any("contribution of note memories" in p for p in problems)
+
+
+def test_migration_16_counts_the_credits_already_written(tmp_path: Any) -> None:
+    import sqlite3
+
+    import _sqlite_downgrades
+    from _sqlite_downgrades import SQLITE_16_TO_15
+
+    from remem_agent import ReMem
+
+    cfg = RememConfig(utility="contribution")
+    with ReMem(tmp_path / "s", config=cfg, embedder="hash") as mem:
+        _served_and_judged(mem)
+        with mem.store.read() as tx:
+            before = tx.group_contribution("default")
+    conn = sqlite3.connect(tmp_path / "s" / "ledger.db")
+    _sqlite_downgrades.downgrade(conn, SQLITE_16_TO_15)
+    conn.close()
+    with ReMem(tmp_path / "s", config=cfg, embedder="hash") as mem:
+        assert mem.store.schema_version == 16
+        with mem.store.read() as tx:
+            after = tx.group_contribution("default")
+        assert after.keys() == before.keys()
+        for role, (uses, expected) in before.items():
+            assert after[role] == pytest.approx((uses, expected))
+        assert mem.verify().ok

@@ -159,7 +159,7 @@ def test_contribution_ranking_uses_the_recorded_priors(tmp_path: Path) -> None:
 
 
 def test_a_version_9_sqlite_store_upgrades_with_no_priors_for_its_old_feedback(tmp_path: Path) -> None:
-    assert migrations.LATEST == pg_migrations.LATEST == 14
+    assert migrations.LATEST == pg_migrations.LATEST == 16
     loc = tmp_path / "s"
     with ReMem(loc) as mem:
         mem.add_many(NOTES)
@@ -169,7 +169,7 @@ def test_a_version_9_sqlite_store_upgrades_with_no_priors_for_its_old_feedback(t
     _sqlite_downgrades.downgrade(conn, SQLITE_10_TO_9)
     conn.close()
     with ReMem(loc) as mem:
-        assert mem.stats() == before and mem.stats().schema_version == 14
+        assert mem.stats() == before and mem.stats().schema_version == 16
         assert mem.verify().ok, mem.verify().problems
         with mem.store.read() as tx:
             assert all(c.expected is None for c in tx.credits_for_search(old_sid))
@@ -197,7 +197,7 @@ def test_postgres_records_the_same_priors_and_upgrades_from_version_9(tmp_path: 
     with psycopg.connect(pg_url, autocommit=True) as conn:
         _pg_downgrades.downgrade(conn, DOWNGRADE_10_TO_9)
     with ReMem(pg_url) as pg, ReMem(tmp_path / "lite") as lite:
-        assert pg.stats().schema_version == 14 and pg.verify().ok, pg.verify().problems
+        assert pg.stats().schema_version == 16 and pg.verify().ok, pg.verify().problems
         for mem in (pg, lite):
             _judge(mem, "where does the deploy service run", "deploy", used=False)
         got = []

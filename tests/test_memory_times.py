@@ -118,7 +118,7 @@ def test_a_store_of_another_resolver_version_is_resolved_again_on_open(tmp_path:
 
 
 def test_a_version_10_sqlite_store_upgrades_and_resolves_its_memories(tmp_path: Path) -> None:
-    assert migrations.LATEST == pg_migrations.LATEST == 14
+    assert migrations.LATEST == pg_migrations.LATEST == 16
     loc = tmp_path / "s"
     with ReMem(loc) as mem:
         mem.add_many(_turns())
@@ -128,7 +128,7 @@ def test_a_version_10_sqlite_store_upgrades_and_resolves_its_memories(tmp_path: 
     assert conn.execute("PRAGMA user_version").fetchone() == (10,)
     conn.close()
     with ReMem(loc) as mem:
-        assert mem.stats() == before and mem.stats().schema_version == 14
+        assert mem.stats() == before and mem.stats().schema_version == 16
         assert _rows(mem) == want and mem.verify().ok
 
 
@@ -147,7 +147,7 @@ def test_postgres_stores_the_same_rows_upgrades_and_copies(tmp_path: Path, pg_ur
     with psycopg.connect(pg_url, autocommit=True) as conn:
         _pg_downgrades.downgrade(conn, DOWNGRADE_11_TO_10)
     with ReMem(pg_url) as pg:
-        assert pg.stats().schema_version == 14 and _rows(pg) == want and pg.verify().ok
+        assert pg.stats().schema_version == 16 and _rows(pg) == want and pg.verify().ok
     report = copy_store(pg_url, tmp_path / "back")
     assert report["verify_ok"], report["problems"]
     assert report["rows"]["memory_times"] == len(want) == 5

@@ -265,7 +265,7 @@ def test_version_12_store_upgrades_and_prunes(tmp_path: Path) -> None:
     _sqlite_downgrades.downgrade(conn, SQLITE_13_TO_12)
     conn.close()
     with ReMem(tmp_path / "s", embedder="hash") as mem:
-        assert mem.store.schema_version == 14
+        assert mem.store.schema_version == 16
         assert mem.prune(answer_ttl_s=DAY, retention_s=DAY, now=1_000.0 + 2 * DAY).pruned_searches == 1
         assert mem.verify().ok
 

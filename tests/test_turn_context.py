@@ -153,7 +153,7 @@ def test_a_bad_weight_is_refused(bad: object) -> None:
 
 
 def test_a_version_11_store_with_memories_keeps_its_vectors_without_context(tmp_path: Path) -> None:
-    assert migrations.LATEST == pg_migrations.LATEST == 14
+    assert migrations.LATEST == pg_migrations.LATEST == 16
     loc = tmp_path / "s"
     with ReMem(loc, config=RememConfig(turn_context=0)) as mem:  # vectors as version 11 built them
         mem.add_many(TURNS[:2])
@@ -163,7 +163,7 @@ def test_a_version_11_store_with_memories_keeps_its_vectors_without_context(tmp_
     assert conn.execute("PRAGMA user_version").fetchone() == (11,)
     conn.close()
     with ReMem(loc) as mem:
-        assert mem.stats() == before and mem.stats().schema_version == 14
+        assert mem.stats() == before and mem.stats().schema_version == 16
         assert mem.turn_context == 0.0 and mem.verify().ok
         with mem.store.read() as tx:
             names = {r[0] for r in tx.run("SELECT name FROM sqlite_master WHERE type = 'index'")}

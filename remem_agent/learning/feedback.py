@@ -118,6 +118,14 @@ def apply_feedback(tx: LedgerTx, plan: FeedbackPlan, config: RememConfig) -> Fee
     tx.add_to_calibration(
         plan.scope, [(calibration_bin(r.prior), min(1.0, r.credit)) for r in records if r.prior is not None]
     )
+    tx.add_to_groups(
+        plan.scope,
+        [
+            (mems[r.memory_id].role, min(1.0, r.credit), r.expected)
+            for r in records
+            if r.expected is not None and r.memory_id in mems
+        ],
+    )
     transitions: list[Event] = config.staleness.after_feedback(tx, mems, records, at=plan.at)
     if transitions:
         mems = tx.memories(served)

@@ -19,7 +19,7 @@ from remem_agent.ranking.decide import PoolView
 from remem_agent.ranking.explore import draw
 from remem_agent.ranking.features import FEATURE_NAMES, Pool, build_features
 from remem_agent.ranking.select import text_keys
-from remem_agent.ranking.utility import PriorCalibration, UtilityModel, relevance_prior
+from remem_agent.ranking.utility import PriorCalibration, UtilityModel, group_factors, relevance_prior
 from remem_agent.types import SERVABLE_STATES, Hit, Memory, State, TaskStats
 
 Key = tuple[str, str, str]  # (scope, entity, attribute)
@@ -67,6 +67,7 @@ class EvidenceNeeds:
     keys: bool
     attributes: bool
     calibration: bool = False  # the store's calibration of the relevance prior (the contribution utility)
+    groups: bool = False  # what each kind of memory contributed in the scope (the contribution utility)
 
     @classmethod
     def of(cls, config: RememConfig) -> EvidenceNeeds:
@@ -77,6 +78,7 @@ class EvidenceNeeds:
             keys=config.staleness.mode == "learned" and "contradiction" in groups,
             attributes="static" in groups,
             calibration=config.calibrates(),
+            groups=config.utility == "contribution" and config.contribution_group > 0,
         )
 
 
@@ -97,6 +99,7 @@ class Candidates:
     keys: Mapping[Key, tuple[int, float]] = field(default_factory=dict)
     changing_attributes: frozenset[str] = frozenset()
     calibration: PriorCalibration | None = None  # read when RememConfig.calibrates()
+    groups: Mapping[str, tuple[float, float]] | None = None  # {role: (uses, expected uses)} in the search's scope
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,6 +161,9 @@ def rank_and_select(
     if candidates.calibration is not None:
         # the store's calibrated relevance prior, for the contribution utility (ranking/utility.py)
         feats["calibrated_prior"] = candidates.calibration(relevance_prior(config.relevance_static, feats))
+    if candidates.groups is not None:
+        # each candidate's kind's contribution factor, the prior mean of its own (ranking/utility.py)
+        feats["group_factor"] = group_factors(candidates.groups, [m.role for m in cands], config.contribution_group)
     by_task = pool.by_task
     view = PoolView(
         features=feats,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -148,6 +148,16 @@ class PriorCalibration:
         return (self.strength * mid + uses) / (self.strength + n)
 
 
+def group_factors(
+    groups: Mapping[str, tuple[float, float]], roles: Sequence[str], strength: float
+) -> NDArray[np.float64]:
+    """Each role's contribution factor in the scope, ``(strength + uses) / (strength + expected uses)`` over the
+    judged exposures of memories of that role (``group_contribution``): 1 for a kind never judged, below 1 for a
+    kind used less than its relevance promised (look-alike notes), above 1 for one used more."""
+    table = {role: (strength + u) / (strength + e) for role, (u, e) in groups.items()}
+    return np.array([table.get(role, 1.0) for role in roles], dtype=np.float64)
+
+
 def relevance_prior(static: HeuristicUtility, features: Features) -> NDArray[np.float64]:
     """``m0 = sigmoid(bias + static terms)``: how likely a memory this relevant is to be used, before any outcome
     says otherwise (the retrieval score, the gap to the best, the stale flag and the evidence-gated recency,
@@ -222,7 +232,8 @@ class ContributionUtility:
         e_all = features.get("expected_all", zero) + m0 * np.maximum(n_all - features.get("expected_n_all", zero), 0)
         a_o, n_o, e_o = np.maximum(a_all - a_c, 0.0), np.maximum(n_all - n_c, 0.0), np.maximum(e_all - e_c, 0.0)
         ow = self.other_weight
-        shape = self.kappa + a_c + ow * a_o
+        # the prior mean of theta is the memory's kind's factor (group_factors), 1 without one
+        shape = self.kappa * features.get("group_factor", np.ones_like(m0)) + a_c + ow * a_o
         rate = self.kappa + e_c + ow * e_o
         theta = shape / rate
         u = np.minimum(m0 * theta, 1.0)

@@ -103,6 +103,7 @@ TABLES: dict[str, tuple[str, ...]] = {
     "memory_times": ("memory_id", "lo", "hi", "grain", "expr"),
     "retrieval_base": ("memory_id", "task", "retrieved"),
     "search_decisions": ("search_id", "decision", "hash"),
+    "group_contribution": ("scope", "role", "uses", "expected", "exposures"),
 }
 JSON_COLUMNS = frozenset(
     {
@@ -188,6 +189,7 @@ def export_rows(tx: LedgerTx, table: str, batch: int = 2000) -> Iterator[list[tu
         "memory_times": "memory_id, lo, hi",
         "retrieval_base": "memory_id, task",
         "search_decisions": "search_id",
+        "group_contribution": "scope, role",
     }
     cur = tx.run(f"SELECT {', '.join(cols)} FROM {table} ORDER BY {order.get(table, 'seq')}")
     json_idx = [i for i, c in enumerate(cols) if (table, c) in JSON_COLUMNS]

@@ -410,6 +410,28 @@ MIGRATIONS: list[tuple[int, str]] = [
             BEGIN SELECT RAISE(ABORT, 'a search decision never changes'); END;
         """,
     ),
+    (
+        16,
+        """
+        -- What each kind of memory contributes in a scope (ranking/utility.py ContributionUtility): per scope and
+        -- role, the credit (capped at 1) and the expected uses (the calibrated prior recorded with each credit
+        -- row) of every judged exposure. A memory's contribution factor starts at its kind's, not at 1, so a
+        -- look-alike note never served before starts as low as the notes of its scope have proved. Derived from
+        -- the credit rows (verify() sums them again); the migration's statement counts those already written.
+        CREATE TABLE group_contribution (
+            scope     TEXT NOT NULL,
+            role      TEXT NOT NULL,
+            uses      REAL NOT NULL DEFAULT 0,
+            expected  REAL NOT NULL DEFAULT 0,
+            exposures INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (scope, role)
+        ) WITHOUT ROWID;
+        INSERT INTO group_contribution (scope, role, uses, expected, exposures)
+            SELECT s.scope, m.role, SUM(MIN(1.0, c.credit)), SUM(c.expected), COUNT(*)
+            FROM credits c JOIN searches s ON s.search_id = c.search_id JOIN memories m ON m.id = c.memory_id
+            WHERE c.expected IS NOT NULL GROUP BY s.scope, m.role;
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

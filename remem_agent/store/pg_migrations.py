@@ -433,6 +433,24 @@ MIGRATIONS: list[tuple[int, str]] = [
             FOR EACH ROW EXECUTE FUNCTION remem_decision_fixed();
         """,
     ),
+    (
+        16,
+        """
+        -- What each kind of memory contributes in a scope: see the SQLite migration 16 (store/migrations.py).
+        CREATE TABLE group_contribution (
+            scope     text NOT NULL,
+            role      text NOT NULL,
+            uses      double precision NOT NULL DEFAULT 0,
+            expected  double precision NOT NULL DEFAULT 0,
+            exposures bigint NOT NULL DEFAULT 0,
+            PRIMARY KEY (scope, role)
+        );
+        INSERT INTO group_contribution (scope, role, uses, expected, exposures)
+            SELECT s.scope, m.role, SUM(LEAST(1.0, c.credit)), SUM(c.expected), COUNT(*)
+            FROM credits c JOIN searches s ON s.search_id = c.search_id JOIN memories m ON m.id = c.memory_id
+            WHERE c.expected IS NOT NULL GROUP BY s.scope, m.role;
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -211,6 +211,30 @@ class OutcomeQueries(TxHooks):
                 [(scope, b, u, int(n)) for b, (u, n) in sorted(per_bin.items())],  # one lock order for every writer
             )
 
+    def group_contribution(self, scope: str) -> dict[str, tuple[float, float]]:
+        """What each kind of memory contributed in ``scope``: ``{role: (uses, expected uses)}`` of its judged
+        exposures (ranking/utility.py ``ContributionUtility``)."""
+        rows = self.run("SELECT role, uses, expected FROM group_contribution WHERE scope = ?", (scope,))
+        return {str(r): (float(u), float(e)) for r, u, e in rows}
+
+    def add_to_groups(self, scope: str, exposures: Iterable[tuple[str, float, float]]) -> None:
+        """Count judged exposures, each ``(role of the memory, use in [0, 1], expected uses)``, into ``scope``'s
+        per-role contribution."""
+        per_role: dict[str, list[float]] = {}
+        for role, use, expected in exposures:
+            acc = per_role.setdefault(role, [0.0, 0.0, 0.0])
+            acc[0] += use
+            acc[1] += expected
+            acc[2] += 1
+        if per_role:
+            self.run_many(
+                "INSERT INTO group_contribution (scope, role, uses, expected, exposures) VALUES (?,?,?,?,?) "
+                "ON CONFLICT (scope, role) DO UPDATE SET uses = group_contribution.uses + excluded.uses, "
+                "expected = group_contribution.expected + excluded.expected, "
+                "exposures = group_contribution.exposures + excluded.exposures",
+                [(scope, r, u, e, int(n)) for r, (u, e, n) in sorted(per_role.items())],  # one lock order
+            )
+
     def credits_for(self, memory_id: str) -> list[CreditRecord]:
         return self._credit_rows("memory_id", memory_id)
 

@@ -71,6 +71,8 @@ TABLES = (
     "prior_calibration",
     "memory_times",
     "retrieval_base",
+    "search_decisions",
+    "group_contribution",
 )
 TRIGGERS = (
     "events_append_only_u",
@@ -83,6 +85,7 @@ TRIGGERS = (
     "searches_scope_fixed",
     "memories_conversation_fixed",
     "memories_erased_final",
+    "search_decisions_fixed",
 )
 # The triggers that keep the full-text index equal to the served text (schema 5): without them a write
 # would leave the lexical channel stale, which verify() reports.

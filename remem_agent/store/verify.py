@@ -214,6 +214,32 @@ def _check_stats(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
     for (scope, b), want in sorted(want_cal.items())[:_LIMIT]:
         problems.append(f"credits of scope {scope} in prior bin {b} ({want[1]}) have no calibration row")
 
+    # 6d. each kind's contribution == its judged exposures, per scope and role
+    want_group: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+    for scope, role, credit, expected in c(
+        "SELECT s.scope, m.role, c.credit, c.expected FROM credits c JOIN searches s ON s.search_id = c.search_id "
+        "JOIN memories m ON m.id = c.memory_id WHERE c.expected IS NOT NULL"
+    ):
+        acc = want_group[(str(scope), str(role))]
+        acc[0] += min(1.0, float(credit))
+        acc[1] += float(expected)
+        acc[2] += 1
+    for scope, role, uses, expected, exposures in c(
+        "SELECT scope, role, uses, expected, exposures FROM group_contribution"
+    ):
+        want = want_group.pop((str(scope), str(role)), [0.0, 0.0, 0])
+        if (
+            int(exposures) != int(want[2])
+            or abs(float(uses) - float(want[0])) > 1e-6
+            or abs(float(expected) - float(want[1])) > 1e-6
+        ):
+            problems.append(
+                f"contribution of {role} memories in scope {scope} = ({uses}, {expected}, {exposures}) but their "
+                f"credits sum to ({want[0]}, {want[1]}, {want[2]})"
+            )
+    for (scope, role), want in sorted(want_group.items())[:_LIMIT]:
+        problems.append(f"credits of {role} memories in scope {scope} ({want[2]}) have no contribution row")
+
     # 6b. retrieval counters == how often the searches served each memory, the pruned ones included
     served_counts: dict[tuple[str, str], int] = defaultdict(int, pruning.retrieval_base(tx))
     for task, served in c("SELECT task, served FROM searches"):
