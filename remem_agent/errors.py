@@ -261,6 +261,7 @@ __all__ = [
     "MissingExtensionError",
     "ModelError",
     "ModelNotAvailableError",
+    "NoPropensitiesError",
     "OutputValidationError",
     "RememError",
     "SchemaVersionError",

@@ -189,11 +189,7 @@ class Gather:
                     lexical=fused.lexical if mode != "dense" else None,
                     retrieval=fused.retrieval if mode != "dense" else None,
                     stats=tx.stats(fused.ids, tasks) if needs.stats else {},  # the ids of cands
-                    calibration=PriorCalibration.from_rows(
-                        tx.prior_calibration(scope), strength=self.config.contribution_calibration
-                    )
-                    if needs.calibration
-                    else None,
+                    calibration=self._calibration(tx, scope) if needs.calibration else None,
                     groups=tx.group_contribution(scope) if needs.groups else None,
                     keys=tx.key_summary(keyed) if keyed and needs.keys else {},
                     changing_attributes=frozenset(
@@ -202,6 +198,10 @@ class Gather:
                     if keyed and needs.attributes
                     else frozenset(),
                 )
+
+    def _calibration(self, tx: LedgerTx, scope: str) -> PriorCalibration:
+        """The relevance prior's calibration in ``scope`` (the contribution utility)."""
+        return PriorCalibration.from_rows(tx.prior_calibration(scope), strength=self.config.contribution_calibration)
 
     def _lifts(
         self,

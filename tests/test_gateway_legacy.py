@@ -134,4 +134,3 @@ async def test_what_generate_refuses(
         r = await http.post("/api/generate", json={"model": MODEL, "stream": False, **body})
     assert r.status_code == 400 and where in r.json()["error"], r.text
     assert mem.stats().searches == searches and not model.requests
-

@@ -44,8 +44,11 @@ Fact = MemoryInput | dict[str, Any] | str
 # turn_context = 0.7 (the workload's one conversation turn is the first of its session, so its vector is its own;
 # without the row the digest is 683969bb150ecd1fcba4e5ec16effd30bfb9c3991ba4b83dc548d98fe6f066ea), and schema 13's
 # table retrieval_base (empty: nothing is pruned; without it the digest is
-# 9fa35b0094d24999ade34ef1a1a7cf4123b0107befbfe6ee6fb949e5e6f31311, byte for byte).
-GOLDEN = "4eeea9b9043136e112e028ade0c6708d7ac6c20f039c6ac2e05bba69f455c6e4"
+# 9fa35b0094d24999ade34ef1a1a7cf4123b0107befbfe6ee6fb949e5e6f31311, byte for byte), and schema 15's table
+# search_decisions and 16's group_contribution (both empty: no exploring search, no feedback; without them the
+# digest is BEFORE_15, which the test checks too).
+GOLDEN = "0432d39e4beb6d95440bec09eb2ae25eecca2cb2088f8763d1d4c79d16197220"
+BEFORE_15 = "4eeea9b9043136e112e028ade0c6708d7ac6c20f039c6ac2e05bba69f455c6e4"
 
 
 @pytest.fixture()
@@ -192,7 +195,12 @@ def test_the_ledger_contents_are_those_the_row_by_row_writer_stored(
     with ReMem(store_location("s")) as mem:
         _workload(mem, batched=True)
         assert mem.verify().ok
-        assert _digest(dump_ledger(mem)) == GOLDEN
+        dump = dump_ledger(mem)
+        assert _digest(dump) == GOLDEN
+        assert dump["search_decisions"] == dump["group_contribution"] == []
+        assert _digest(
+            {t: rows for t, rows in dump.items() if t not in ("search_decisions", "group_contribution")}
+        ) == (BEFORE_15)
 
 
 _json_scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)

@@ -49,6 +49,7 @@ EXPECTED_ROOT = {
     "AnswerExpiredError",
     "FeedbackConflictError",
     "EmbeddingError",
+    "NoPropensitiesError",
     "InvalidTransition",
     "StoreError",
     "SchemaVersionError",

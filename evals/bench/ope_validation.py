@@ -1,4 +1,4 @@
-"""Off-policy evaluation checked against online runs in the simulator (plan: ``results/ope/PLAN.md``).
+"""Off-policy evaluation checked against online runs in the simulator (plan: ``results/benchmark/ope/PLAN.md``).
 
 For each test seed, system C with exploratory serving (``explore_serving`` 0.3, ``explore_width`` 2) answers the
 seven core families' tasks and logs its decisions; then every target configuration is (a) estimated from those logs with
@@ -7,7 +7,7 @@ A (target, seed) pair is covered when the estimate's 95 % interval holds the onl
 
 Usage::
 
-    python -m evals.bench.ope_validation [--seeds 0-14] [--workers 2] [--out results/ope/validation.json]
+    python -m evals.bench.ope_validation [--seeds 0-14] [--workers 2] [--out results/benchmark/ope/validation.json]
 
 Prints a table per target and writes the JSON (per pair: the three estimates, the online and logged rates,
 match and support rates, and the timing of the off-policy step).
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="0-14", help="test seeds, e.g. 0-14 or 0,3,5")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=Path("results/ope/validation.json"))
+    ap.add_argument("--out", type=Path, default=Path("results/benchmark/ope/validation.json"))
     ap.add_argument("--epsilon", type=float, default=EXPLORE["explore_serving"], help="the logging exploration")
     ap.add_argument("--width", type=int, default=EXPLORE["explore_width"], help="candidates an exploration may put in")
     args = ap.parse_args(argv)
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(per_seed)
     report = {
         "command": " ".join(["python -m evals.bench.ope_validation", *(sys.argv[1:] if argv is None else argv)]),
-        "plan": "results/ope/PLAN.md",
+        "plan": "results/benchmark/ope/PLAN.md",
         "logging": {"system": "C", **explore},
         "targets": {t.name: {"overrides": t.overrides, "k": t.k} for t in TARGETS},
         "families": list(CORE_FAMILIES),

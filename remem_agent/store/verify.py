@@ -56,6 +56,7 @@ def verify_ledger(tx: LedgerTx, dim: int | None, problems: list[str] | None = No
         ("one current fact per key", _check_keys),
         ("embeddings", _check_embeddings),
         ("statistics", _check_stats),
+        ("contribution per kind", _check_groups),
         ("credits per search", _check_credits),
         ("content hashes", _check_hashes),
         ("meta", _check_meta),
@@ -214,7 +215,31 @@ def _check_stats(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
     for (scope, b), want in sorted(want_cal.items())[:_LIMIT]:
         problems.append(f"credits of scope {scope} in prior bin {b} ({want[1]}) have no calibration row")
 
-    # 6d. each kind's contribution == its judged exposures, per scope and role
+    # 6b. retrieval counters == how often the searches served each memory, the pruned ones included
+    served_counts: dict[tuple[str, str], int] = defaultdict(int, pruning.retrieval_base(tx))
+    for task, served in c("SELECT task, served FROM searches"):
+        for item in from_json(served):
+            mid = item["id"]
+            served_counts[(mid, ALL_TASKS)] += 1
+            if task not in (None, ALL_TASKS):
+                served_counts[(mid, task)] += 1
+    have_row = set()
+    for mid, task, retrieved in c("SELECT memory_id, task, retrieved FROM stats"):
+        have_row.add((mid, task))
+        if retrieved != served_counts.get((mid, task), 0):
+            problems.append(
+                f"stats ({mid}, {task}) retrieved={retrieved} but searches served it "
+                f"{served_counts.get((mid, task), 0)} times"
+            )
+    for mid, task in sorted(served_counts.keys() - have_row)[:_LIMIT]:
+        problems.append(
+            f"searches served {mid} (task {task}) {served_counts[(mid, task)]} times but it has no stats row"
+        )
+
+
+def _check_groups(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
+    """6d. each kind's contribution (``group_contribution``) == its judged exposures, per scope and role."""
+    c = tx.run
     want_group: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
     for scope, role, credit, expected in c(
         "SELECT s.scope, m.role, c.credit, c.expected FROM credits c JOIN searches s ON s.search_id = c.search_id "
@@ -239,27 +264,6 @@ def _check_stats(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
             )
     for (scope, role), want in sorted(want_group.items())[:_LIMIT]:
         problems.append(f"credits of {role} memories in scope {scope} ({want[2]}) have no contribution row")
-
-    # 6b. retrieval counters == how often the searches served each memory, the pruned ones included
-    served_counts: dict[tuple[str, str], int] = defaultdict(int, pruning.retrieval_base(tx))
-    for task, served in c("SELECT task, served FROM searches"):
-        for item in from_json(served):
-            mid = item["id"]
-            served_counts[(mid, ALL_TASKS)] += 1
-            if task not in (None, ALL_TASKS):
-                served_counts[(mid, task)] += 1
-    have_row = set()
-    for mid, task, retrieved in c("SELECT memory_id, task, retrieved FROM stats"):
-        have_row.add((mid, task))
-        if retrieved != served_counts.get((mid, task), 0):
-            problems.append(
-                f"stats ({mid}, {task}) retrieved={retrieved} but searches served it "
-                f"{served_counts.get((mid, task), 0)} times"
-            )
-    for mid, task in sorted(served_counts.keys() - have_row)[:_LIMIT]:
-        problems.append(
-            f"searches served {mid} (task {task}) {served_counts[(mid, task)]} times but it has no stats row"
-        )
 
 
 def _check_credits(tx: LedgerTx, dim: int | None, problems: list[str]) -> None:
