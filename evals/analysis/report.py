@@ -170,6 +170,23 @@ def write_report(bench: dict[str, Any], path: Path) -> None:
                 + _cell(pf, fam, "C", "tokens_per_task", 1.0)
                 + f" | {fi.get('mean', float('nan')):.2f} / {mi.get('mean', float('nan')):.2f} |"
             )
+        served = [
+            f for f in bench["families"] if f in pf and any("gold_never_served" in pf[f].get(s, {}) for s in systems)
+        ]
+        if served:
+            lines += [
+                "",
+                "Gold served (share of tasks whose gold fact was in the served set, %):",
+                "",
+                "| family | " + " | ".join(f"{s} gold served" for s in systems) + " |",
+                "| --- | " + " | ".join(["---"] * len(systems)) + " |",
+            ]
+            for fam in served:
+                cells = []
+                for s in systems:
+                    g = pf[fam].get(s, {}).get("gold_never_served")
+                    cells.append("–" if not g else f"{100 * (1 - g['mean']):.1f} ± {100 * g['ci95']:.1f}")
+                lines.append(f"| {fam} | " + " | ".join(cells) + " |")
         hist = [(s, pf.get("state_change", {}).get(s, {}).get("historical_success")) for s in systems]
         if any(h for _, h in hist):
             lines += [
