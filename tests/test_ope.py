@@ -394,3 +394,20 @@ def test_decisions_are_logged_evaluated_pruned_and_copied_on_each_backend(store_
         with mem.store.read() as tx:
             assert len(list(tx.decisions())) == 8  # the unjudged searches' decisions went with them
         assert mem.verify().ok
+
+
+def test_a_cut_short_set_keeps_the_rankings_order() -> None:
+    p = np.array([0.9, 0.8, 0.7])
+    # selection takes 2 first (the guard's), then 0 and 1; S* is served by score: 0, 1, 2
+    d = draw(
+        _choose({None: [0, 1, 2]}),
+        p,
+        priority=lambda chosen: [2, 0, 1],
+        epsilon=0.5,
+        width=0,
+        u=0.99,
+        excluded=None,
+        fits=np.ones(3, dtype=bool),
+    )
+    assert dict(d.support) == pytest.approx({(0, 1, 2): 0.5, (2,): 0.25, (0, 2): 0.25})
+    assert d.chosen == (0, 2)  # the prefix {2, 0}, served in S*'s order

@@ -115,7 +115,8 @@ def draw(
             tuple(choose(j)) for j in explore_candidates(p, greedy, width=width, excluded=excluded, fits=fits)
         ]
         order = tuple(priority(greedy))
-        alternatives += [order[:m] for m in range(1, len(order))]
+        # each prefix is served in S*'s own order (the ranking's), only shorter
+        alternatives += [tuple(i for i in greedy if i in order[:m]) for m in range(1, len(order))]
     if not alternatives:
         inclusion = np.zeros(n)
         inclusion[list(greedy)] = 1.0
