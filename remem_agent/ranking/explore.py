@@ -9,7 +9,7 @@ with probability ``eps / m``:
   is put in whatever its score (the ranking then fills the rest of ``k`` and of the token budget as usual);
 * *cut short*: each proper prefix of ``S*``, in the order selection takes its members (the guard's first,
   then by score), that holds at least one memory: what a higher floor, a smaller ``k`` or a dearer memory
-  would serve.
+  would serve. It is served in ``S*``'s own order, only shorter.
 
 Alternatives that coincide are one set whose probabilities add up. So the whole distribution over served sets
 is finite and written out:
