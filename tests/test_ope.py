@@ -356,8 +356,7 @@ def test_overriding_a_configuration_checks_names_and_types() -> None:
 def test_the_outcome_model_is_a_logistic_fit() -> None:
     X = np.array([[0.0], [0.0], [1.0], [1.0], [1.0], [0.0]])
     y = np.array([0.0, 0.0, 1.0, 1.0, 0.0, 1.0])
-    model = ope.fit_outcome_model(X, y, lam=0.0)
-    q = ope.predict(model, np.array([[0.0], [1.0]]))
+    q = ope.OutcomeModel.fit(X, y, lam=0.0).predict(np.array([[0.0], [1.0]]))
     assert q.tolist() == pytest.approx([1 / 3, 2 / 3], abs=1e-4)  # the group means, unpenalised
 
 

@@ -160,21 +160,27 @@ def set_features(view: PoolView, chosen: Iterable[int]) -> list[float]:
     return [*pairs, float(view.similarity[idx].min()), len(idx) / max(view.k, 1), used, 0.0]
 
 
-def fit_outcome_model(
-    X: NDArray[np.float64], y: NDArray[np.float64], *, lam: float = 1.0
-) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], float]:
-    """An L2 logistic regression of success on set features: (mean, scale, weights, intercept)."""
-    mean = X.mean(axis=0)
-    scale = X.std(axis=0)
-    scale[scale == 0] = 1.0
-    w, b, _ = irls((X - mean) / scale, y, lam)
-    return mean, scale, w, b
+@dataclass(frozen=True, kw_only=True)
+class OutcomeModel:
+    """An L2 logistic regression of success on set features (:func:`set_features`), on standardised columns."""
 
+    mean: NDArray[np.float64]
+    scale: NDArray[np.float64]
+    weights: NDArray[np.float64]
+    intercept: float
 
-def predict(model: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], float], X: Any) -> Any:
-    mean, scale, w, b = model
-    z = ((np.asarray(X, dtype=np.float64) - mean) / scale) @ w + b
-    return 1.0 / (1.0 + np.exp(-np.clip(z, -40, 40)))
+    @classmethod
+    def fit(cls, X: NDArray[np.float64], y: NDArray[np.float64], *, lam: float = 1.0) -> OutcomeModel:
+        mean = X.mean(axis=0)
+        scale = X.std(axis=0)
+        scale[scale == 0] = 1.0
+        w, b, _ = irls((X - mean) / scale, y, lam)
+        return cls(mean=mean, scale=scale, weights=w, intercept=b)
+
+    def predict(self, X: NDArray[np.float64]) -> NDArray[np.float64]:
+        """P(success) of each row."""
+        z = ((np.asarray(X, dtype=np.float64) - self.mean) / self.scale) @ self.weights + self.intercept
+        return np.asarray(1.0 / (1.0 + np.exp(-np.clip(z, -40, 40))), dtype=np.float64)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -257,9 +263,9 @@ def _cross_fit(
         if len(set(r[train].tolist())) < 2:  # one outcome throughout: the model is that constant
             q_logged[test] = q_target[test] = float(r[train].mean())
             continue
-        model = fit_outcome_model(x_logged[train], r[train])
-        q_logged[test] = predict(model, x_logged[test])
-        q_target[test] = predict(model, x_target[test])
+        model = OutcomeModel.fit(x_logged[train], r[train])
+        q_logged[test] = model.predict(x_logged[test])
+        q_target[test] = model.predict(x_target[test])
     return q_logged, q_target
 
 
