@@ -25,6 +25,7 @@ target's learning is not simulated either: it is judged on the posteriors the lo
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -118,6 +119,11 @@ class LoggedDecision:
     probability: float  # the logging policy's probability of that set
     support: frozenset[frozenset[int]]  # every set the logging policy could have served
     reward: float  # 1.0 success, 0.0 failure
+
+    @functools.cached_property
+    def served_features(self) -> list[float]:
+        """The logged set's :func:`set_features`, the same for every target evaluated on this decision."""
+        return set_features(self.view, self.served)
 
     @classmethod
     def parse(cls, search_id: str, task: str | None, feedback: Any, decision: Any) -> LoggedDecision:
@@ -226,7 +232,7 @@ def evaluate_decisions(
         rewards.append(d.reward)
         weights.append(1.0 / d.probability if chosen == d.served else 0.0)
         in_support.append(chosen in d.support)
-        x_logged.append(set_features(d.view, d.served))
+        x_logged.append(d.served_features)
         x_target.append(set_features(d.view, chosen))
     r = np.asarray(rewards, dtype=np.float64)
     w = np.asarray(weights, dtype=np.float64)
@@ -273,16 +279,9 @@ def read_decisions(store: Any, *, scope: str | None = None) -> tuple[list[Logged
     """The judged searches of ``store`` (of ``scope``) that stored a decision, and how many judged searches of
     it did not (made before ledger schema 15 or without exploratory serving). ``store`` is a ``Store``."""
     with store.read() as tx:
-        rows = list(tx.decisions(scope))
-        where, args = (
-            ("WHERE scope = ? AND feedback IS NOT NULL", (scope,)) if scope else ("WHERE feedback IS NOT NULL", ())
-        )
-        judged = int(tx.run(f"SELECT COUNT(*) FROM searches {where}", args).fetchone()[0])
-    decisions = [
-        LoggedDecision.parse(sid, task, feedback, decision)
-        for sid, task, _, feedback, decision in rows
-        if feedback is not None
-    ]
+        rows = list(tx.decisions(scope, judged=True))
+        judged = tx.search_counts(scope)[1]
+    decisions = [LoggedDecision.parse(sid, task, feedback, decision) for sid, task, _, feedback, decision in rows]
     return decisions, judged - len(decisions)
 
 

@@ -62,12 +62,17 @@ class PoolView:
         *,
         include: int | None = None,
     ) -> list[int]:
-        """The indices ``config`` serves given scores ``p`` (best first); ``include`` is served whatever its score.
+        """The indices ``config`` serves given scores ``p`` (best first); ``include`` is served whatever its score
+        (:meth:`Selection.choose`)."""
+        return self.selection(config, p).choose(include)
+
+    def selection(self, config: RememConfig, p: NDArray[np.float64]) -> Selection:
+        """``config``'s selection rules on this pool scored ``p``, worked out once for any number of choices.
 
         The ``p_floor`` grows with each candidate's outcome evidence (``evidence_all`` = n / (n + 2) exposures)
         under the default cold-start rule: a never-shown candidate's score only restates its retrieval score, so
         it has no floor and a fresh store serves ``k``. The guard and the final order follow the retrieval score
-        (the fused one in hybrid mode).
+        (the fused one in hybrid mode, the cosine without static features).
         """
         feats = self.features
         floors = (
@@ -75,43 +80,18 @@ class PoolView:
             if config.static_prior == "with_evidence" and "outcome" in config.features.groups
             else np.full(self.size, config.p_floor)
         )
-        # the guard's exemption: shown often enough for this task class and (almost) never useful
-        exempt = (self.shown >= config.guard_min_shown) & (self.rate < config.guard_max_rate)
-        order_by = self._order_by(config)
-        return select(
-            p,
-            order_by,
-            self.tokens,
-            k=self.k,
-            token_budget=self.token_budget,
-            p_floor=floors,
-            guard_top=config.guard_top,
-            guard_exempt=exempt,
-            method=config.selection,
-            item_cost=config.item_cost,
-            exclude=key_twins(self.text_keys, p, order_by),
-            include=include,
+        order_by = np.asarray(
+            feats["retrieval"] if "static" in config.features.groups else self.similarity, dtype=np.float64
         )
-
-    def twins(self, p: NDArray[np.float64], config: RememConfig) -> NDArray[np.bool_] | None:
-        """The candidates :meth:`choose` leaves out as copies of a better-scored text."""
-        return key_twins(self.text_keys, p, self._order_by(config))
-
-    def priority(self, config: RememConfig, p: NDArray[np.float64], chosen: Sequence[int]) -> list[int]:
-        """``chosen`` in the order selection takes them: the guard's first (most similar first), then by ``p``.
-        Its prefixes are what a smaller ``k``, a higher floor or a dearer memory would serve."""
-        order_by = self._order_by(config)
-        exempt = (self.shown >= config.guard_min_shown) & (self.rate < config.guard_max_rate)
-        taken = set(chosen)
-        guard = guarded(order_by, config.guard_top, exempt, key_twins(self.text_keys, p, order_by))
-        first = [i for i in guard if i in taken]
-        rest = sorted(taken - set(first), key=lambda i: (-float(p[i]), -float(order_by[i]), i))
-        return first + rest
-
-    def _order_by(self, config: RememConfig) -> NDArray[np.float64]:
-        """What the guard and the final order follow: the retrieval score, or the cosine without static features."""
-        return np.asarray(
-            self.features["retrieval"] if "static" in config.features.groups else self.similarity, dtype=np.float64
+        return Selection(
+            view=self,
+            config=config,
+            p=p,
+            floors=floors,
+            order_by=order_by,
+            # the guard's exemption: shown often enough for this task class and (almost) never useful
+            exempt=(self.shown >= config.guard_min_shown) & (self.rate < config.guard_max_rate),
+            twins=key_twins(self.text_keys, p, order_by),
         )
 
     # -- the stored form ---------------------------------------------------------------------------
@@ -159,6 +139,47 @@ class PoolView:
         if any(len(a) != n for a in arrays):
             raise UserInputError("not a stored pool: its arrays differ in length")
         return view
+
+
+@dataclass(frozen=True, kw_only=True)
+class Selection:
+    """The selection rules of one configuration on one scored pool (:meth:`PoolView.selection`): the floors,
+    the guard's order and exemptions, and the copies of a better-scored text (``twins``, excluded)."""
+
+    view: PoolView
+    config: RememConfig
+    p: NDArray[np.float64]
+    floors: NDArray[np.float64]
+    order_by: NDArray[np.float64]
+    exempt: NDArray[np.bool_]
+    twins: NDArray[np.bool_] | None
+
+    def choose(self, include: int | None = None) -> list[int]:
+        """The indices served (best first); ``include`` is served whatever its score."""
+        view, config = self.view, self.config
+        return select(
+            self.p,
+            self.order_by,
+            view.tokens,
+            k=view.k,
+            token_budget=view.token_budget,
+            p_floor=self.floors,
+            guard_top=config.guard_top,
+            guard_exempt=self.exempt,
+            method=config.selection,
+            item_cost=config.item_cost,
+            exclude=self.twins,
+            include=include,
+        )
+
+    def priority(self, chosen: Sequence[int]) -> list[int]:
+        """``chosen`` in the order selection takes them: the guard's first (most similar first), then by ``p``.
+        Its prefixes are what a smaller ``k``, a higher floor or a dearer memory would serve."""
+        p, order_by = self.p, self.order_by
+        taken = set(chosen)
+        first = [i for i in guarded(order_by, self.config.guard_top, self.exempt, self.twins) if i in taken]
+        rest = sorted(taken - set(first), key=lambda i: (-float(p[i]), -float(order_by[i]), i))
+        return first + rest
 
 
 def _pack(values: NDArray[np.float64]) -> str:

@@ -218,17 +218,18 @@ def _serve(
     view: PoolView, config: RememConfig, p: NDArray[np.float64], explore_u: float | None, *, ids: list[str]
 ) -> tuple[list[int], dict[str, object] | None]:
     """The served indices, and with exploratory serving (``explore_u`` given) the decision a search stores."""
+    rules = view.selection(config, p)
     if explore_u is None or config.explore_serving <= 0:
-        return view.choose(config, p), None
+        return rules.choose(), None
     fits = np.ones(view.size, dtype=bool) if view.token_budget is None else view.tokens <= view.token_budget
     served = draw(
-        lambda j: view.choose(config, p, include=j),
+        rules.choose,
         p,
-        priority=lambda chosen: view.priority(config, p, chosen),
+        priority=rules.priority,
         epsilon=config.explore_serving,
         width=config.explore_width,
         u=explore_u,
-        excluded=view.twins(p, config),
+        excluded=rules.twins,
         fits=fits,
     )
     decision: dict[str, object] = {

@@ -167,9 +167,7 @@ def kept(tx: LedgerTx, scope: str | None = None) -> dict[str, int]:
     """What the ledger keeps of its traffic (of ``scope``, when given), for ``stats``: searches judged and
     not, answers waiting, settled and expired, and stored responses."""
     where, args = ("WHERE scope = ?", (scope,)) if scope is not None else ("", ())
-    searches, judged = (
-        int(v) for v in tx.run(f"SELECT COUNT(*), COUNT(feedback) FROM searches {where}", args).fetchone()
-    )
+    searches, judged = tx.search_counts(scope)
     waiting, expired, total = (
         int(v or 0)
         for v in tx.run(

@@ -102,10 +102,15 @@ class OutcomeQueries(TxHooks):
         for sid, served, feedback in rows:
             yield str(sid), from_json(served), from_json(feedback)
 
-    def decisions(self, scope: str | None = None) -> Iterator[tuple[str, str | None, str, Any, dict[str, Any]]]:
+    def decisions(
+        self, scope: str | None = None, *, judged: bool = False
+    ) -> Iterator[tuple[str, str | None, str, Any, dict[str, Any]]]:
         """(search_id, task, scope, feedback or None, decision) of every search that stored a decision (of
-        ``scope``, when given), in the order they were made."""
-        where, args = ("WHERE s.scope = ?", (scope,)) if scope is not None else ("", ())
+        ``scope``, when given; only those with a verdict when ``judged``), in the order they were made."""
+        conds, args = (["s.scope = ?"], (scope,)) if scope is not None else ([], ())
+        if judged:
+            conds.append("s.feedback IS NOT NULL")
+        where = f"WHERE {' AND '.join(conds)}" if conds else ""
         rows = self.run(
             "SELECT s.search_id, s.task, s.scope, s.feedback, d.decision FROM searches s "
             f"JOIN search_decisions d ON d.search_id = s.search_id {where} ORDER BY s.{self.search_order}",
@@ -114,9 +119,10 @@ class OutcomeQueries(TxHooks):
         for sid, task, sc, feedback, decision in rows:
             yield str(sid), task, str(sc), None if feedback is None else from_json(feedback), json.loads(decision)
 
-    def search_counts(self) -> tuple[int, int]:
-        """(searches, answered searches)."""
-        r = self.run("SELECT COUNT(*), COUNT(feedback) FROM searches").fetchone()
+    def search_counts(self, scope: str | None = None) -> tuple[int, int]:
+        """(searches, answered searches), of ``scope`` when given."""
+        where, args = ("WHERE scope = ?", (scope,)) if scope is not None else ("", ())
+        r = self.run(f"SELECT COUNT(*), COUNT(feedback) FROM searches {where}", args).fetchone()
         return int(r[0]), int(r[1])
 
     def record_feedback(self, search_id: str, payload: Mapping[str, Any], at: float) -> bool:
