@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 from remem_agent.config import RememConfig
 from remem_agent.index.base import IndexBackend
 from remem_agent.index.flat import FlatIndex, Scan
-from remem_agent.ranking.fusion import fuse
+from remem_agent.ranking.fusion import FusedPool, fuse
 from remem_agent.ranking.lifts import QueryContext, lifts
 from remem_agent.ranking.pipeline import Candidates, EvidenceNeeds, eligible_rows
 from remem_agent.ranking.utility import PriorCalibration
@@ -132,7 +132,6 @@ class Gather:
         size = len(self.index)
         want = max(self.config.min_pool, k * self.config.pool_factor)
         pool = min(size, want)
-        needs = EvidenceNeeds.of(self.config)
         scopes = self.readable_scopes(scope)
         mode = self.config.retrieval if query is not None else "dense"
         lex_limit = self.config.lexical_pool or want
@@ -144,17 +143,7 @@ class Gather:
         lifted = query is not None and mode != "dense" and (anchor is not None or cfg.speaker_weight > 0)
         context = QueryContext.of(query, anchor, words=cfg.speaker_weight > 0) if lifted and query is not None else None
         while True:
-            ids: Sequence[str] = []
-            sims: Sequence[float] | NDArray[np.float32] = []
-            scan: Scan | None = None
-            if mode != "lexical":
-                if self._flat is not None:
-                    scan = self._flat.scan(qvec, pool, groups=scopes)
-                    ids, sims = scan.ids, scan.sims
-                elif self._index_synced_by_ledger:  # the ledger's own index (pgvector) filters by scope itself
-                    ids, sims = cast(VectorSearch, self.index).candidates(qvec, pool, scopes=scopes)
-                else:  # a caller's backend knows no scopes: filtered below, widening if needed
-                    ids, sims = cast(IndexBackend, self.index).candidates(qvec, pool)
+            ids, sims, scan = self._dense(qvec, pool, scopes) if mode != "lexical" else ([], [], None)
             with self.store.read() as tx:
                 lexical: list[tuple[str, float]] = []
                 if mode != "dense" and query is not None:
@@ -181,23 +170,44 @@ class Gather:
                 if not fused.ids:
                     return Candidates(memories=(), similarities=np.zeros(0, dtype=np.float64))
                 cands = list(map(eligible.__getitem__, fused.ids))
-                tasks = (ALL_TASKS, task) if task else (ALL_TASKS,)
-                keyed = [(m.scope, *m.key) for m in cands if m.key is not None and m.role == "state"]
-                return Candidates(
-                    memories=cands,
-                    similarities=fused.similarity,
-                    lexical=fused.lexical if mode != "dense" else None,
-                    retrieval=fused.retrieval if mode != "dense" else None,
-                    stats=tx.stats(fused.ids, tasks) if needs.stats else {},  # the ids of cands
-                    calibration=self._calibration(tx, scope) if needs.calibration else None,
-                    groups=tx.group_contribution(scope) if needs.groups else None,
-                    keys=tx.key_summary(keyed) if keyed and needs.keys else {},
-                    changing_attributes=frozenset(
-                        a for a, info in tx.attributes([key[2] for key in keyed]).items() if info.changes > 0
-                    )
-                    if keyed and needs.attributes
-                    else frozenset(),
-                )
+                return self._evidence(tx, cands, fused, task=task, scope=scope, lexical=mode != "dense")
+
+    def _dense(
+        self, qvec: NDArray[np.float32], pool: int, scopes: frozenset[str]
+    ) -> tuple[Sequence[str], Sequence[float] | NDArray[np.float32], Scan | None]:
+        """The dense channel's ``pool`` nearest ids and their cosines (and the flat index's scan, when flat)."""
+        if self._flat is not None:
+            scan = self._flat.scan(qvec, pool, groups=scopes)
+            return scan.ids, scan.sims, scan
+        if self._index_synced_by_ledger:  # the ledger's own index (pgvector) filters by scope itself
+            ids, sims = cast(VectorSearch, self.index).candidates(qvec, pool, scopes=scopes)
+            return ids, sims, None
+        # a caller's backend knows no scopes: filtered by the caller, widening if needed
+        ids, sims = cast(IndexBackend, self.index).candidates(qvec, pool)
+        return ids, sims, None
+
+    def _evidence(
+        self, tx: LedgerTx, cands: list[Memory], fused: FusedPool, *, task: str | None, scope: str, lexical: bool
+    ) -> Candidates:
+        """The fused pool with what the ledger knows about it, as far as the ranking reads it (``EvidenceNeeds``)."""
+        needs = EvidenceNeeds.of(self.config)
+        tasks = (ALL_TASKS, task) if task else (ALL_TASKS,)
+        keyed = [(m.scope, *m.key) for m in cands if m.key is not None and m.role == "state"]
+        return Candidates(
+            memories=cands,
+            similarities=fused.similarity,
+            lexical=fused.lexical if lexical else None,
+            retrieval=fused.retrieval if lexical else None,
+            stats=tx.stats(fused.ids, tasks) if needs.stats else {},  # the ids of cands
+            calibration=self._calibration(tx, scope) if needs.calibration else None,
+            groups=tx.group_contribution(scope) if needs.groups else None,
+            keys=tx.key_summary(keyed) if keyed and needs.keys else {},
+            changing_attributes=frozenset(
+                a for a, info in tx.attributes([key[2] for key in keyed]).items() if info.changes > 0
+            )
+            if keyed and needs.attributes
+            else frozenset(),
+        )
 
     def _calibration(self, tx: LedgerTx, scope: str) -> PriorCalibration:
         """The relevance prior's calibration in ``scope`` (the contribution utility)."""

@@ -328,26 +328,9 @@ def insert_fact(tx: LedgerTx, c: CleanFact, vec: np.ndarray, warn: list[str], st
             current, claims = tx.current_and_claims(c.entity, c.attribute, c.t, c.scope)
         else:
             current = tx.current_for_key(c.entity, c.attribute, c.scope)
-        for old in current:
-            if normalise(old.original_text) == normalise(c.text):
-                if old.state in (State.ACTIVE, State.LOW_VALUE, State.COMPRESSED):
-                    tx.transition(
-                        old.id,
-                        LifecycleEvent.RECONFIRM,
-                        reason="the same fact was stated again",
-                        at=c.t,
-                        evidence={"text": c.text},
-                    )
-                else:  # an archived fact stated again is in use again
-                    tx.transition(
-                        old.id,
-                        LifecycleEvent.REVIVE,
-                        reason="revived: the same fact was stated again",
-                        at=c.t,
-                        evidence={"text": c.text},
-                        updates={"text": old.original_text, "token_cost": count_tokens(old.original_text)},
-                    )
-                return old.id
+        restated = _restate(tx, c, current)
+        if restated is not None:
+            return restated
     replayed = same_claim(tx, c, claims)
     if replayed is not None:
         # The same claim again (e.g. a script run twice): nothing new is known, so nothing is written; a
@@ -358,7 +341,41 @@ def insert_fact(tx: LedgerTx, c: CleanFact, vec: np.ndarray, warn: list[str], st
                 f"stored task tags {list(replayed.tasks)} and confidence {replayed.confidence} are kept"
             )
         return replayed.id
-    mem = Memory(
+    mem = _new_memory(c)
+    tx.insert_memory(mem, vec, reason="added", at=c.t)
+    if current:
+        _supersede(tx, c, mem, current, warn, staleness)
+    return mem.id
+
+
+def _restate(tx: LedgerTx, c: CleanFact, current: list[Memory]) -> str | None:
+    """The current fact of ``c``'s key with ``c``'s text, reconfirmed (or revived if archived); None if none."""
+    for old in current:
+        if normalise(old.original_text) == normalise(c.text):
+            if old.state in (State.ACTIVE, State.LOW_VALUE, State.COMPRESSED):
+                tx.transition(
+                    old.id,
+                    LifecycleEvent.RECONFIRM,
+                    reason="the same fact was stated again",
+                    at=c.t,
+                    evidence={"text": c.text},
+                )
+            else:  # an archived fact stated again is in use again
+                tx.transition(
+                    old.id,
+                    LifecycleEvent.REVIVE,
+                    reason="revived: the same fact was stated again",
+                    at=c.t,
+                    evidence={"text": c.text},
+                    updates={"text": old.original_text, "token_cost": count_tokens(old.original_text)},
+                )
+            return old.id
+    return None
+
+
+def _new_memory(c: CleanFact) -> Memory:
+    """The ledger row of a new fact: active, valid from its time, its text's token cost."""
+    return Memory(
         id=new_id("m"),
         text=c.text,
         original_text=c.text,
@@ -377,9 +394,13 @@ def insert_fact(tx: LedgerTx, c: CleanFact, vec: np.ndarray, warn: list[str], st
         speaker=c.speaker,
         session=c.session,
     )
-    tx.insert_memory(mem, vec, reason="added", at=c.t)
-    if not current:
-        return mem.id
+
+
+def _supersede(
+    tx: LedgerTx, c: CleanFact, mem: Memory, current: list[Memory], warn: list[str], staleness: StalenessPolicy
+) -> None:
+    """After inserting ``mem`` beside the ``current`` facts of its key: learn the schema from an update's wording,
+    then retire the current facts (or ``mem`` itself when a newer one already holds)."""
     assert c.entity is not None and c.attribute is not None
     wording = update_wording(c.text)
     if wording:
@@ -392,14 +413,14 @@ def insert_fact(tx: LedgerTx, c: CleanFact, vec: np.ndarray, warn: list[str], st
         if any(e.memory_id == mem.id for e in learned):
             # The new fact was not the newest of its key (a backdated update): the retroactive supersession
             # just retired it in favour of the newest one, which is where it ends anyway.
-            return mem.id
+            return
         if learned:
             current = tx.current_for_key(c.entity, c.attribute, c.scope)
             current = [m for m in current if m.id != mem.id]
             if not current:
-                return mem.id
+                return
     if not staleness.supersedes_on_key(tx, c.attribute, wording):
-        return mem.id  # learned-schema mode: a pending conflict until the attribute is known single-valued
+        return  # learned-schema mode: a pending conflict until the attribute is known single-valued
     additive = additive_wording(c.text)
     if additive:
         warn.append(
@@ -419,7 +440,7 @@ def insert_fact(tx: LedgerTx, c: CleanFact, vec: np.ndarray, warn: list[str], st
             evidence={"by": repl.id, "key": [c.entity, c.attribute]},
             updates={"valid_to": repl.valid_from, "superseded_by": repl.id},
         )
-        return mem.id
+        return
     for old in current:
         reason = "superseded by a newer fact with the same entity+attribute"
         if wording:
@@ -433,7 +454,6 @@ def insert_fact(tx: LedgerTx, c: CleanFact, vec: np.ndarray, warn: list[str], st
             updates={"valid_to": c.t, "superseded_by": mem.id},
         )
         tx.bump_attribute(c.attribute, changes=1)
-    return mem.id
 
 
 def conversation_items(

@@ -158,79 +158,97 @@ def build_features(
     on = set(config.groups)
     f: dict[str, NDArray[np.float64]] = {}
     if "static" in on:
+        conf = pool.confidence
+        age_days = np.maximum(0.0, now - pool.valid_from) / DAY
+        if changing_attributes:
+            decays = np.array([m.attribute in changing_attributes for m in memories])
+            conf = np.where(decays, conf * np.power(0.5, age_days / decay_half_life_days), conf)
         f["similarity"] = sim
         f["retrieval"] = ret
         f["lexical"] = np.zeros(n) if lexical is None else np.asarray(lexical, dtype=np.float64)
         f["gap"] = ret.max() - ret
         f["rank"] = np.arange(n, dtype=np.float64) / max(1, n - 1)
-        age_days = np.maximum(0.0, now - pool.valid_from) / DAY
         f["recency"] = np.power(0.5, age_days / config.recency_half_life_days)
-        conf = pool.confidence
-        if changing_attributes:
-            decays = np.array([m.attribute in changing_attributes for m in memories])
-            conf = np.where(decays, conf * np.power(0.5, age_days / decay_half_life_days), conf)
         f["confidence"] = conf
         f["tokens"] = np.log1p(pool.tokens.astype(np.float64))  # a fresh array; int -> float is exact
     # Stats are sparse (most of a pool was never served): arrays start at the no-stats defaults and only
     # the candidates with stats are written, the same values the per-candidate expressions gave.
     overall = [(i, s) for i, s in enumerate(pool.overall) if s is not None]
     if "history" in on:
-        retrieved = np.zeros(n)
-        last = _filled(n, -np.inf)
-        for i, s in overall:
-            retrieved[i] = s.retrieved
-            if s.last_retrieved_at:  # 0 / None: never retrieved (as before: falsy -> -inf)
-                last[i] = s.last_retrieved_at
-        f["retrievals"] = np.log1p(retrieved)
-        seen = np.isfinite(last)
-        age = np.where(seen, np.maximum(0.0, now - np.where(seen, last, now)), 0.0)
-        f["retrieval_recency"] = np.where(seen, np.power(0.5, age / DAY), 0.0)
+        f.update(_history_features(n, overall, now))
+    exposures: tuple[NDArray[np.float64], ...] = (np.zeros(n),) * 4
     if "outcome" in on:
-        by_task = (
-            overall if pool.by_task is pool.overall else [(i, s) for i, s in enumerate(pool.by_task) if s is not None]
-        )
-        rate_all, shown_all = _filled(n, 0.5), np.zeros(n)
-        for i, s in overall:
-            rate_all[i], shown_all[i] = s.contribution_rate, s.shown
-        rate_class, shown, wasted, blame = _filled(n, 0.5), np.zeros(n), np.zeros(n), np.zeros(n)
-        post_std = _filled(n, 0.2887)
-        for i, s in by_task:
-            rate_class[i], shown[i], wasted[i], blame[i] = s.contribution_rate, s.shown, s.wasted, s.blame_sum
-            post_std[i] = s.posterior_std
-        f["rate_all"], f["rate_class"] = rate_all, rate_class
-        denom = np.maximum(shown, 1.0)
-        f["waste_rate"] = wasted / denom
-        f["blame_rate"] = blame / denom
-        f["post_std"] = post_std
-        f["evidence"] = shown / (shown + config.evidence_k)
-        f["evidence_all"] = shown_all / (shown_all + config.evidence_k)
-        exp_all, exp_n_all = np.zeros(n), np.zeros(n)
-        for i, s in overall:
-            exp_all[i], exp_n_all[i] = s.expected_sum, s.expected_n
-        if by_task is overall:
-            exp_class, exp_n_class = exp_all, exp_n_all
-        else:
-            exp_class, exp_n_class = np.zeros(n), np.zeros(n)
-            for i, s in by_task:
-                exp_class[i], exp_n_class[i] = s.expected_sum, s.expected_n
-        exposures = (exp_class, exp_n_class, exp_all, exp_n_all)
-    else:
-        exposures = (np.zeros(n),) * 4
+        exposures = _outcome_features(f, n, pool, overall, config)
     if "contradiction" in on:
-        stale = (pool.valid_to <= now).astype(np.float64)  # retired since (only reachable through as_of)
-        contra = np.zeros(n)
-        if keys:
-            for i, m in enumerate(memories):
-                if m.role != "state" or (key := m.key) is None:
-                    continue
-                scoped = (m.scope, *key)
-                if scoped in keys:
-                    count, latest = keys[scoped]
-                    contra[i] = max(0, count - 1)
-                    if m.state.value not in ("INVALIDATED", "ERASED") and m.valid_from < latest <= now:
-                        stale[i] = 1.0  # a newer same-key fact is current: a pending conflict
-        f["stale"], f["contradictions"] = stale, contra
+        f["stale"], f["contradictions"] = _contradiction_features(memories, pool, keys, now)
     # FEATURE_NAMES order (explain output and snapshots follow it); a disabled group's features are zeros
     out = {name: f[name] if name in f else np.zeros(n) for name in FEATURE_NAMES}
     out.update(zip(EXPOSURE_FEATURES, exposures, strict=True))
     return out
+
+
+def _history_features(n: int, overall: list[tuple[int, TaskStats]], now: float) -> dict[str, NDArray[np.float64]]:
+    """How often and how lately each candidate was retrieved (in any task class)."""
+    retrieved = np.zeros(n)
+    last = _filled(n, -np.inf)
+    for i, s in overall:
+        retrieved[i] = s.retrieved
+        if s.last_retrieved_at:  # 0 / None: never retrieved (as before: falsy -> -inf)
+            last[i] = s.last_retrieved_at
+    seen = np.isfinite(last)
+    age = np.where(seen, np.maximum(0.0, now - np.where(seen, last, now)), 0.0)
+    return {"retrievals": np.log1p(retrieved), "retrieval_recency": np.where(seen, np.power(0.5, age / DAY), 0.0)}
+
+
+def _outcome_features(
+    f: dict[str, NDArray[np.float64]],
+    n: int,
+    pool: Pool,
+    overall: list[tuple[int, TaskStats]],
+    config: FeatureConfig,
+) -> tuple[NDArray[np.float64], ...]:
+    """Write the outcome group's features into ``f``; return the exposure sums (class, then all classes)."""
+    by_task = overall if pool.by_task is pool.overall else [(i, s) for i, s in enumerate(pool.by_task) if s is not None]
+    rate_all, shown_all = _filled(n, 0.5), np.zeros(n)
+    for i, s in overall:
+        rate_all[i], shown_all[i] = s.contribution_rate, s.shown
+    rate_class, shown, wasted, blame = _filled(n, 0.5), np.zeros(n), np.zeros(n), np.zeros(n)
+    post_std = _filled(n, 0.2887)
+    for i, s in by_task:
+        rate_class[i], shown[i], wasted[i], blame[i] = s.contribution_rate, s.shown, s.wasted, s.blame_sum
+        post_std[i] = s.posterior_std
+    f["rate_all"], f["rate_class"] = rate_all, rate_class
+    denom = np.maximum(shown, 1.0)
+    f["waste_rate"] = wasted / denom
+    f["blame_rate"] = blame / denom
+    f["post_std"] = post_std
+    f["evidence"] = shown / (shown + config.evidence_k)
+    f["evidence_all"] = shown_all / (shown_all + config.evidence_k)
+    exp_all, exp_n_all = np.zeros(n), np.zeros(n)
+    for i, s in overall:
+        exp_all[i], exp_n_all[i] = s.expected_sum, s.expected_n
+    if by_task is overall:
+        return exp_all, exp_n_all, exp_all, exp_n_all
+    exp_class, exp_n_class = np.zeros(n), np.zeros(n)
+    for i, s in by_task:
+        exp_class[i], exp_n_class[i] = s.expected_sum, s.expected_n
+    return exp_class, exp_n_class, exp_all, exp_n_all
+
+
+def _contradiction_features(
+    memories: Sequence[Memory], pool: Pool, keys: Mapping[tuple[str, str, str], tuple[int, float]] | None, now: float
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """``stale`` (retired, or a newer same-key fact is current) and ``contradictions`` (other current facts)."""
+    stale = (pool.valid_to <= now).astype(np.float64)  # retired since (only reachable through as_of)
+    contra = np.zeros(len(memories))
+    if keys:
+        for i, m in enumerate(memories):
+            if m.role != "state" or (key := m.key) is None:
+                continue
+            scoped = (m.scope, *key)
+            if scoped in keys:
+                count, latest = keys[scoped]
+                contra[i] = max(0, count - 1)
+                if m.state.value not in ("INVALIDATED", "ERASED") and m.valid_from < latest <= now:
+                    stale[i] = 1.0  # a newer same-key fact is current: a pending conflict
+    return stale, contra

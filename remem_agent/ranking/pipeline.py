@@ -138,10 +138,22 @@ def rank_and_select(
     retrieval score, and a floor on it would drop good matches for no reason, so a fresh store serves ``k``.
     The guard and the final order follow the retrieval score (the fused one in hybrid mode).
     """
-    cands, sims = candidates.memories, candidates.similarities
+    cands = candidates.memories
     if not cands:
         return Ranking(hits=(), features=())
-    stats = candidates.stats
+    view = _pool_view(candidates, config=config, task=task, at=at, k=k, token_budget=token_budget)
+    p, comps = view.scores(utility)
+    chosen, decision = _serve(view, config, p, explore_u, ids=[m.id for m in cands])
+    hits, snapshots = _hits(cands, chosen, view, p, comps if explain else None)
+    return Ranking(hits=hits, features=snapshots, decision=decision)
+
+
+def _pool_view(
+    candidates: Candidates, *, config: RememConfig, task: str | None, at: float, k: int, token_budget: int | None
+) -> PoolView:
+    """The pool's features (with the calibrated prior and the kind's factor when the store has them) and what
+    selection needs of it."""
+    cands, sims, stats = candidates.memories, candidates.similarities, candidates.stats
     # one pass over the pool's rows and stats, shared by the features, the guard and the token costs
     pool = Pool.read(cands, stats, task)
     feats = build_features(
@@ -165,7 +177,7 @@ def rank_and_select(
         # each candidate's kind's contribution factor, the prior mean of its own (ranking/utility.py)
         feats["group_factor"] = group_factors(candidates.groups, [m.role for m in cands], config.contribution_group)
     by_task = pool.by_task
-    view = PoolView(
+    return PoolView(
         features=feats,
         similarity=np.asarray(sims, dtype=np.float64),
         tokens=pool.tokens,
@@ -175,8 +187,18 @@ def rank_and_select(
         k=k,
         token_budget=token_budget,
     )
-    p, comps = view.scores(utility)
-    chosen, decision = _serve(view, config, p, explore_u, ids=[m.id for m in cands])
+
+
+def _hits(
+    cands: Sequence[Memory],
+    chosen: list[int],
+    view: PoolView,
+    p: NDArray[np.float64],
+    comps: Mapping[str, NDArray[np.float64]] | None,
+) -> tuple[tuple[Hit, ...], tuple[tuple[float, ...], ...]]:
+    """The served rows as hits (with every feature and component when ``comps`` is given, for explain) and
+    their feature snapshots."""
+    feats, sims = view.features, view.similarity
     # the feature snapshots of the served rows only (a search records them; the rest of the pool is not kept):
     # one (features x pool) stack and one column pick, the same values in the same FEATURE_NAMES order as
     # stacking each feature's served rows, and rounded elementwise alike
@@ -184,14 +206,14 @@ def rank_and_select(
     # the served rows' scores and cosines as floats, each array converted once (float64 -> float is exact: the
     # values float(p[i]) and float(sims[i]) give)
     scores = np.asarray(p, dtype=np.float64)[chosen].tolist() if chosen else []
-    cosines = np.asarray(sims, dtype=np.float64)[chosen].tolist() if chosen else []
+    cosines = sims[chosen].tolist() if chosen else []
     hits: list[Hit] = []
     snapshots: list[tuple[float, ...]] = []
     for rank, i in enumerate(chosen):
         m = cands[i]
         snapshots.append(tuple(picked[rank]))
         detail = None
-        if explain:
+        if comps is not None:
             detail = {f"feature.{n}": float(v[i]) for n, v in feats.items()}
             detail.update({f"component.{n}": float(v[i]) for n, v in comps.items()})
         hits.append(
@@ -211,7 +233,7 @@ def rank_and_select(
                 explain=detail,
             )
         )
-    return Ranking(hits=tuple(hits), features=tuple(snapshots), decision=decision)
+    return tuple(hits), tuple(snapshots)
 
 
 def _serve(
