@@ -5,12 +5,12 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from evals.bench import run_locomo, run_longmemeval
+from evals.bench import locomo_transfer_bound, run_locomo, run_longmemeval
 from evals.bench.bm25 import BM25, tokenize
 from evals.bench.retrieval import parse_date, select_systems
 from evals.harness.embedders import make_embedder
@@ -279,3 +279,36 @@ def test_locomo_session_order_and_timestamps():
     assert turns[-1]["t"] == datetime(2023, 7, 2, 19, 30, 1, tzinfo=UTC)
     assert all(a["t"] < b["t"] for a, b in itertools.pairwise(turns))
     assert counts["undated_sessions"] == 0 and counts["duplicate_dia_ids"] == 0
+
+
+def test_transfer_bound_orderings_by_hand():
+    top = [{"D1:1"}, {"D1:2"}, {"D1:3"}, {"D1:4"}, {"D1:5"}, {"D1:6"}]
+    used = {"D1:6", "D1:2"}
+    moved = locomo_transfer_bound.reorder(top, lambda s: 0 if s & used else 1)
+    assert moved == [{"D1:2"}, {"D1:6"}, {"D1:1"}, {"D1:3"}, {"D1:4"}, {"D1:5"}]  # stable
+    # evidence D1:6 (rank 6, used) and D1:9 (never served): the ceiling counts the used one at any k
+    got = locomo_transfer_bound.ceiling(top, {"D1:6", "D1:9"}, used)
+    assert got == {"recall@1": 0.5, "recall@5": 0.5, "recall@10": 0.5}
+    assert locomo_transfer_bound.ceiling(top, {"D1:1"}, set())["recall@1"] == 1.0
+
+
+def test_transfer_bound_fixture_matches_the_transfer_protocol(tmp_path):
+    argv = ["--data", str(LOCOMO), "--system", "C", "--embedder", "hash", "--out", str(tmp_path), "--quiet"]
+    assert locomo_transfer_bound.main(argv) == 0
+    result = json.loads((tmp_path / "transfer_bound.json").read_text())
+    rows = result["questions"]
+    sample = json.loads(LOCOMO.read_text())[0]
+    turns, _ = run_locomo.sample_turns(sample)
+    questions, _ = run_locomo.sample_questions(sample, {t["dia"] for t in turns})
+    now = max(t["t"] for t in turns) + timedelta(hours=1)
+    ((_, system),) = select_systems("C")
+    assert system is not None
+    protocol = run_locomo.transfer_sample(system, make_embedder("hash"), turns, questions, now)
+    # the same odd questions, and the cold and learned arms give the protocol's own figures
+    assert [r["qa_index"] for r in rows] == [r["qa_index"] for r in protocol]
+    for mine, theirs in zip(rows, protocol, strict=True):
+        assert mine["recall"]["cold"] == theirs["cold"]
+        assert mine["recall"]["learned"] == theirs["learned"]
+        assert sum(mine["evidence"].values()) == pytest.approx(1.0)
+        assert mine["recall"]["ceiling"]["recall@5"] >= mine["recall"]["cold"]["recall@5"]
+    assert "| ceiling |" in (tmp_path / "transfer_bound.md").read_text()

@@ -1,0 +1,240 @@
+"""How much can outcome feedback on some LoCoMo questions lift recall on the others? Bounds, not a learner.
+
+    python -m evals.bench.locomo_transfer_bound --data locomo-dev.json [--system ReMem] [--embedder minilm]
+        [--out results/locomo]
+
+The learning-transfer protocol of ``evals.bench.run_locomo --transfer`` gives feedback on the even-index
+questions of each conversation (``used_ids`` = the served evidence turns) and measures recall@k on the odd-index
+ones. Whatever a learner keeps per memory, what it learned is a partition of the turns by that feedback:
+
+* ``used``: served for some even question and evidence of it (the only turns feedback calls useful);
+* ``unused``: served for some even question and never evidence of one it was served for;
+* ``unseen``: never served.
+
+This script runs the protocol's learning arm (the same searches and feedback) and records that partition, then
+re-orders each odd question's cold top-10 (the cold arm's searches, exactly as the protocol's) by it and reports
+recall@k of each re-ordering beside the cold and the learned figures:
+
+* ``promote used``: used turns first (a learner that trusts positive feedback across questions);
+* ``demote unused``: unused turns last (a learner that trusts negative feedback across questions);
+* ``promote used, demote unused``: both;
+* ``oracle: promote used evidence``: only the used turns that are evidence of *this* odd question move first
+  (needs the odd question's answer: no learner can do it, an upper bound within the top-10);
+* ``ceiling``: the cold top-k's evidence plus every used turn that is evidence of this question, wherever it
+  ranks, as if the top-k had room for all of them (looser still: a bound for any re-ranking by what feedback
+  taught, capacity ignored).
+
+Also reported: the shares of the odd questions' evidence turns in each part of the partition. Paired
+differences against cold carry their 95% t-interval (``evals/harness/stats.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from evals.bench.retrieval import KS, command_line, select_systems, write_outputs
+from evals.bench.run_locomo import CATEGORIES, SCORED, TASK, recall_at, sample_questions, sample_turns, store_turns
+from evals.harness.embedders import make_embedder
+from evals.harness.replay import temp_store
+from evals.harness.stats import estimate, paired
+from evals.harness.systems import System
+
+Ranked = list[set[str]]
+ORDERINGS = (
+    "cold",
+    "learned",
+    "promote used",
+    "demote unused",
+    "promote used, demote unused",
+    "oracle: promote used evidence",
+    "ceiling",
+)
+
+
+def sample_bound(
+    system: System, embedder: Any, turns: list[dict[str, Any]], questions: list[dict[str, Any]], now: datetime
+) -> list[dict[str, Any]]:
+    """Per odd question: recall@k of each ordering, and where its evidence turns fall in the partition."""
+    kmax = max(KS)
+    train = [q for q in questions if q["index"] % 2 == 0]
+    test = [q for q in questions if q["index"] % 2 == 1]
+    used: set[str] = set()
+    served: set[str] = set()
+    tops: dict[str, list[Ranked]] = {}
+    for arm in ("cold", "learned"):
+        with temp_store(system.config, embedder, prefix="remem_bound_") as mem:
+            dias = store_turns(mem, turns)
+            for q in train:
+                res = mem.search(q["question"], k=kmax, now=now, task=TASK)
+                if arm == "learned":
+                    hits = [h.id for h in res.items if dias.get(h.id, set()) & set(q["evidence"])]
+                    mem.feedback(res.search_id, success=bool(hits), used_ids=hits)
+                    for h in res.items:
+                        turn = dias.get(h.id, set())
+                        served |= turn
+                        used |= turn & set(q["evidence"])
+            tops[arm] = [
+                [dias.get(h.id, set()) for h in mem.search(q["question"], k=kmax, now=now, task=TASK).items]
+                for q in test
+            ]
+    unused = served - used
+    rows = []
+    for q, cold, learned in zip(test, tops["cold"], tops["learned"], strict=True):
+        evidence = set(q["evidence"])
+        orders: dict[str, Ranked] = {
+            "cold": cold,
+            "learned": learned,
+            "promote used": promote(cold, used),
+            "demote unused": reorder(cold, lambda s: 1 if s & unused and not s & used else 0),
+            "promote used, demote unused": reorder(cold, lambda s: 0 if s & used else (2 if s & unused else 1)),
+            "oracle: promote used evidence": promote(cold, used & evidence),
+        }
+        recall = {name: recall_at(top, q["evidence"]) for name, top in orders.items()}
+        recall["ceiling"] = ceiling(cold, evidence, used)
+        rows.append(
+            {
+                "qa_index": q["index"],
+                "category": q["category"],
+                "recall": recall,
+                "evidence": {
+                    "used": len(evidence & used) / len(evidence),
+                    "unused": len(evidence & unused) / len(evidence),
+                    "unseen": len(evidence - served) / len(evidence),
+                },
+            }
+        )
+    return rows
+
+
+def promote(top: Ranked, wanted: set[str]) -> Ranked:
+    """``top`` with the members that hold a turn of ``wanted`` first (stable)."""
+    return reorder(top, lambda s: 0 if s & wanted else 1)
+
+
+def reorder(top: Ranked, key: Callable[[set[str]], int]) -> Ranked:
+    """``top`` stably sorted by ``key`` (ties keep the cold order)."""
+    return sorted(top, key=key)
+
+
+def ceiling(cold: Ranked, evidence: set[str], used: set[str]) -> dict[str, float]:
+    """Recall@k if the cold top-k also held every used turn that is evidence of this question (room ignored)."""
+    out = {}
+    for k in KS:
+        got = set().union(*cold[:k]) if cold[:k] else set()
+        out[f"recall@{k}"] = len((got | (used & evidence)) & evidence) / len(evidence)
+    return out
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per group: each ordering's mean recall@k and its paired difference against cold; evidence shares."""
+    out: dict[str, Any] = {}
+    for group in ["overall", *(CATEGORIES[c] for c in SCORED)]:
+        sel = [r for r in rows if group == "overall" or CATEGORIES[r["category"]] == group]
+        cell: dict[str, Any] = {"questions": len(sel)}
+        for k in KS:
+            m = f"recall@{k}"
+            cold = [r["recall"]["cold"][m] for r in sel]
+            cell[m] = {
+                name: {
+                    "mean": estimate([r["recall"][name][m] for r in sel]).to_dict(),
+                    "minus_cold": paired(cold, [r["recall"][name][m] for r in sel]).to_dict(),
+                }
+                for name in ORDERINGS
+            }
+        cell["evidence_share"] = {
+            part: estimate([r["evidence"][part] for r in sel]).to_dict() for part in ("used", "unused", "unseen")
+        }
+        out[group] = cell
+    return out
+
+
+def run(samples: Sequence[dict[str, Any]], system: System, embedder: Any) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    for si, sample in enumerate(samples):
+        sid = str(sample.get("sample_id", si))
+        turns, _ = sample_turns(sample)
+        questions, _ = sample_questions(sample, {t["dia"] for t in turns})
+        if not turns or not questions:
+            continue
+        now = max(t["t"] for t in turns) + timedelta(hours=1)
+        rows += [{"sample_id": sid, **r} for r in sample_bound(system, embedder, turns, questions, now)]
+    meta = {
+        "system": system.name,
+        "embedder": embedder.name,
+        "samples": len(samples),
+        "questions": len(rows),
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+    return {"meta": meta, "summary": summary(rows), "questions": rows}
+
+
+def markdown(result: dict[str, Any]) -> str:
+    meta, overall = result["meta"], result["summary"]["overall"]
+    share = overall["evidence_share"]
+    lines = [
+        f"# LoCoMo learning transfer: what feedback can teach ({meta['system']}, {meta['embedder']})",
+        "",
+        f"Command: `{meta.get('command', '')}`",
+        "",
+        f"{meta['questions']} odd-index questions. Their evidence turns were, after feedback on the even ones: "
+        f"used {100 * share['used']['mean']:.1f}%, served unused {100 * share['unused']['mean']:.1f}%, "
+        f"never served {100 * share['unseen']['mean']:.1f}%.",
+        "",
+        "| ordering | " + " | ".join(f"recall@{k}" for k in KS) + " | recall@5 − cold (95% CI) |",
+        "| --- | " + " | ".join("---:" for _ in KS) + " | ---: |",
+    ]
+    for name in ORDERINGS:
+        cells = [f"{100 * overall[f'recall@{k}'][name]['mean']['mean']:.1f}" for k in KS]
+        d = overall["recall@5"][name]["minus_cold"]
+        diff = "–" if name == "cold" else f"{100 * d['mean']:+.1f} ± {100 * d['ci95']:.1f}"
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {diff} |")
+    lines += [
+        "",
+        "Feedback on the even questions (`used_ids` = the served evidence turns) splits the turns into used, served",
+        "unused and never served. `cold` and `learned` are the transfer protocol's two arms; the next three re-order",
+        "the cold top-10 by that split, as a learner that carries per-turn verdicts across questions would. The",
+        "`oracle` also needs the odd question's own answer, and the `ceiling` further ignores the top-k's room: no",
+        "re-ranking by what feedback said about each turn can beat it. Learning that generalises through features",
+        "rather than turns is not bounded by it.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", required=True, help="a LoCoMo JSON file (list of samples)")
+    ap.add_argument("--system", default="ReMem", help="a ReMem system (evals/harness/systems.yaml or library)")
+    ap.add_argument("--embedder", choices=("hash", "minilm"), default="minilm")
+    ap.add_argument("--out", default="results/locomo")
+    ap.add_argument("--name", default="transfer_bound")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    samples = json.loads(Path(args.data).read_text(encoding="utf-8"))
+    if isinstance(samples, dict):
+        samples = [samples]
+    if not isinstance(samples, list):
+        print(f"{args.data}: expected a list of LoCoMo samples", file=sys.stderr)
+        return 2
+    ((_, system),) = select_systems(args.system)
+    if system is None:
+        raise SystemExit("--system needs a ReMem system, not BM25")
+    result = run(samples, system, make_embedder(args.embedder))
+    result["meta"] = {
+        "command": command_line("evals.bench.locomo_transfer_bound", sys.argv[1:] if argv is None else argv),
+        "data": Path(args.data).name,
+        **result["meta"],
+    }
+    write_outputs(result, markdown(result), Path(args.out) / args.name, quiet=args.quiet)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
