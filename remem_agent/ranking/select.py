@@ -18,6 +18,7 @@ served whatever its score, before the guard: what an exploratory serving puts in
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Hashable, Sequence
 
@@ -79,7 +80,19 @@ def knapsack(values: NDArray[np.float64], weights: NDArray[np.int64], budget: in
 def text_keys(texts: Sequence[str]) -> list[int]:
     """One group number per text: texts equal up to case and blanks share the number of the first of them."""
     first: dict[str, int] = {}
-    return [first.setdefault(" ".join(t.casefold().split()), i) for i, t in enumerate(texts)]
+    return [first.setdefault(_text_key(t), i) for i, t in enumerate(texts)]
+
+
+@functools.lru_cache(maxsize=16384)
+def _text_key(text: str) -> str:
+    """``text`` up to case and blanks. Memoised: a pool's texts recur from search to search, and folding ~80 of
+    them cost about 2% of a search at 10k memories. Erasure empties the memo (:func:`forget_text_keys`)."""
+    return " ".join(text.casefold().split())
+
+
+def forget_text_keys() -> None:
+    """Empty the memo of folded texts, so that no erased text stays in this process's memory through it."""
+    _text_key.cache_clear()
 
 
 def text_twins(texts: list[str], p: NDArray[np.float64], similarity: NDArray[np.float64]) -> NDArray[np.bool_] | None:
