@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from evals.analysis import call_path
@@ -18,3 +20,23 @@ def test_a_chat_request_is_followed_from_the_route_through_the_memory_to_the_mod
     assert any(b == "remem_agent.memory" for _, b in edges)  # entered from another module
     assert report["distinct_crossings"] == len(edges) and all(a != b for a, b in edges)
     assert report["distinct_modules"] == len(modules)
+
+
+@pytest.mark.parametrize("protocol", ["openai", "ollama"])
+def test_the_spine_from_the_gateway_to_the_model_crosses_at_most_ten_modules(protocol: str) -> None:
+    report = call_path.measure(protocol)
+    spine = report["spine"]
+    assert spine[0] == "remem_agent.gateway.app" and spine[-1] == "remem_agent.adapters.fakes"
+    assert "remem_agent.agent.chat" in spine and "remem_agent.gateway.upstream" in spine
+    assert all(a != b for a, b in itertools.pairwise(spine))
+    assert report["spine_crossings"] == len(spine) - 1 <= 10
+
+
+def test_the_spine_keeps_each_run_of_one_module_once() -> None:
+    import sys
+
+    def inner() -> list[str]:
+        return call_path.spine(sys._getframe())
+
+    assert call_path.spine(None) == []
+    assert inner() == []  # a test module is not remem_agent: nothing on its stack counts

@@ -9,6 +9,12 @@ executor, so that they are profiled too); a call counts as a crossing when the n
 below it belongs to another module. The report lists each crossing (caller -> callee) once with how often it
 happened, the modules entered, and their numbers: what a request costs a reader who follows it through the
 code. Calls into the standard library and third-party packages are not counted.
+
+The *spine* is the chain of ``remem_agent`` frames on the stack when the model is called: the path from the
+gateway's outermost layer to the upstream call, which the reply retraces on its way back. Its crossings are the
+module changes along that chain (each call into another module counted once). The stages the orchestrator
+calls on the way (recall, prompt, enforce, learn, trace) return before the model call or after it, so they are
+branches off the spine, listed with the crossings but not in it.
 """
 
 from __future__ import annotations
@@ -33,8 +39,20 @@ from remem_agent.adapters import FunctionChatModel
 from remem_agent.gateway import GatewayConfig, create_app
 
 MODEL = "fake"
+ANSWER = "It is in west-2 [M1]."
 PACKAGE = "remem_agent"
 QUESTION = "Where is our server hosted these days?"
+
+
+def spine(frame: FrameType | None) -> list[str]:
+    """The ``remem_agent`` modules on the stack at ``frame``, outermost first, each run of one module once."""
+    names: list[str] = []
+    while frame is not None:
+        name = str(frame.f_globals.get("__name__", ""))
+        if (name == PACKAGE or name.startswith(PACKAGE + ".")) and (not names or names[-1] != name):
+            names.append(name)
+        frame = frame.f_back
+    return names[::-1]
 
 
 def _module(frame: FrameType | None) -> str | None:
@@ -79,7 +97,13 @@ class Recorder:
 async def _measure(protocol: str, folder: Path) -> dict[str, Any]:
     with ReMem(folder / "store") as mem:
         mem.add("Our server moved to west-2.", entity="server", attribute="region")
-        model = FunctionChatModel(lambda req: "It is in west-2 [M1].", name=MODEL)
+        spines: list[list[str]] = []
+
+        def answer(_req: object) -> str:
+            spines.append(spine(sys._getframe(1)))
+            return ANSWER
+
+        model = FunctionChatModel(answer, name=MODEL)
         app = create_app(GatewayConfig(models=(MODEL,), trace="off"), memory=mem, model=model)
         path = "/v1/chat/completions" if protocol == "openai" else "/api/chat"
         body: dict[str, Any] = {"model": MODEL, "messages": [{"role": "user", "content": QUESTION}]}
@@ -99,7 +123,14 @@ async def _measure(protocol: str, folder: Path) -> dict[str, Any]:
                 sys.setprofile(None)
                 threading.setprofile(None)
             reply.raise_for_status()
-        return {"protocol": protocol, "path": path, **rec.report()}
+        path_modules = spines[-1]
+        return {
+            "protocol": protocol,
+            "path": path,
+            "spine": path_modules,
+            "spine_crossings": len(path_modules) - 1,
+            **rec.report(),
+        }
 
 
 def measure(protocol: str = "openai") -> dict[str, Any]:
@@ -119,6 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for c in report["crossings"]:
         print(f"{c['from']} -> {c['to']}  x{c['calls']}")
     print(f"{report['distinct_crossings']} distinct crossings between {report['distinct_modules']} modules")
+    print("spine, from the gateway's outermost layer to the model call:")
+    print("  " + "\n  -> ".join(report["spine"]))
+    print(f"{report['spine_crossings']} crossings on the spine")
     return 0
 
 
