@@ -2,7 +2,7 @@
 
 The upgrade tests undo the newest migrations with these statements on a raw connection, then reopen the store
 and check that the migrations bring it back with its rows intact. Every such test undoes migrations 16 to 7
-first (tests/test_key_index.py, test_lexical_store.py, test_scopes.py, test_gateway_responses.py), so their
+first (tests/store/test_key_index.py, test_lexical_store.py, test_scopes.py, test_gateway_responses.py), so their
 undoing exists once, here, as in tests/_pg_downgrades.py for PostgreSQL.
 """
 

@@ -119,4 +119,4 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         "the dashboard's script and escaping were not checked in a browser.",
         yellow=True,
     )
-    terminalreporter.write_line("Install it (Debian/Ubuntu: apt-get install chromium) and rerun tests/test_viz.py.")
+    terminalreporter.write_line("Install it (Debian/Ubuntu: apt-get install chromium) and rerun tests/viz/test_viz.py.")

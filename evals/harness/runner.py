@@ -6,7 +6,7 @@ the hidden facts behind the *served* memories. Systems never see truth.
 
 Shared candidate pool: every system's store is filled with the same facts in the same order and
 embedded by the same deterministic embedder, and ``FlatIndex`` is exact, so each query's over-fetched
-pool is identical across systems (``tests/test_eval_harness.py`` checks it); systems differ only in
+pool is identical across systems (``tests/evals/test_eval_harness.py`` checks it); systems differ only in
 ranking, selection and lifecycle.
 """
 

@@ -15,7 +15,7 @@ Reported per run: the server's deadlock count for the database (``pg_stat_databa
 transactions and how many reruns they needed, the workers that gave up (their last error), the wall time and
 ``verify()``. ``--base REV`` runs the same workloads with the package as of commit ``REV`` (exported beside the
 working tree and imported as ``remem_base`` by the workers), so a fix can be shown against its parent on one
-machine in one run. A benchmark, not a test: the tests in ``tests/test_postgres_concurrency.py`` check the
+machine in one run. A benchmark, not a test: the tests in ``tests/store/test_postgres_concurrency.py`` check the
 properties; this measures how often contention costs a retry, a deadlock or a give-up.
 """
 

@@ -24,7 +24,7 @@ MINILM_FAMILY = "all-MiniLM-L6-v2/mean-pool/l2"
 VECTOR_FAMILIES: MappingProxyType[str, str] = MappingProxyType(
     {
         "st:all-MiniLM-L6-v2": MINILM_FAMILY,  # sentence-transformers (torch), fp32
-        ONNX_MINILM_NAME: MINILM_FAMILY,  # onnxruntime, int8 (tests/test_embedder_onnx.py: parity)
+        ONNX_MINILM_NAME: MINILM_FAMILY,  # onnxruntime, int8 (tests/embedders/test_embedder_onnx.py: parity)
     }
 )
 """Embedder name -> vector family, for the embedders whose vectors are parity-tested to agree."""

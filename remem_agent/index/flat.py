@@ -56,7 +56,7 @@ def _matvec(cols: NDArray[np.float32], q: NDArray[np.float32], threads: int | No
     With the column-major product BLAS may split one memory's sum across threads, so with more than one
     thread a score can differ in float32's last bit (1.5e-8 seen) and an exact tie at the k-th place could
     break the other way; with the default single thread a store serves the same on every run
-    (tests/test_flat_index.py).
+    (tests/index/test_flat_index.py).
     """
     global _blas_controller
     if threads is None:

@@ -264,7 +264,7 @@ def _compare_committed(tmp_path: Path, sets: dict[str, str], cell: str) -> dict[
     from evals.analysis import compare_traces
 
     out = tmp_path / "cmp.json"
-    root = Path(__file__).resolve().parent.parent / "traces"
+    root = Path(__file__).resolve().parents[2] / "traces"
     arg = ",".join(f"{name}={root / folder}" for name, folder in sets.items())
     compare_traces.main(["--sets", arg, "--cells", cell, "--out", str(out)])
     result: dict[str, Any] = json.loads(out.read_text())["cells"][cell]
@@ -294,6 +294,6 @@ def test_compare_traces_recognises_alias_answers_in_the_committed_alias_traces(t
     # t0022 answered "M2" (the mallory memory, not the gold one)
     assert cell["aliases"]["memid_alias"] == 1 and cell["aliases"]["primary"]["answered_memory_id"] == 1
     assert cell["aliases"]["memid_is_gold"] == 0
-    traces = Path(__file__).resolve().parent.parent / "traces"
+    traces = Path(__file__).resolve().parents[2] / "traces"
     for rec in load_traces(traces / "llm_aliases" / "state_change_0_A.jsonl"):
         assert set(rec["citations"]) <= set(rec["aliases"].values()) == {s["id"] for s in rec["served"]}

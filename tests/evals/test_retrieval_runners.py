@@ -15,7 +15,7 @@ from evals.bench.bm25 import BM25, tokenize
 from evals.bench.retrieval import parse_date, select_systems
 from evals.harness.embedders import make_embedder
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LME = FIXTURES / "longmemeval_tiny.json"
 LOCOMO = FIXTURES / "locomo_tiny.json"
 
@@ -76,7 +76,7 @@ def test_bm25_scores_do_not_depend_on_the_hash_seed():
         "print([repr(x) for x in BM25(docs).scores('alpha beta gamma delta epsilon zeta eta theta iota kappa "
         "lambda mu')])\n"
     )
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     outs = {
         subprocess.run(
             [sys.executable, "-c", code],

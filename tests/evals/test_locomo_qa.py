@@ -18,7 +18,7 @@ from remem_agent.adapters.fakes import FunctionChatModel
 from remem_agent.extract import LLMFactExtractor
 from remem_agent.tokens import count_tokens
 
-LOCOMO = Path(__file__).parent / "fixtures" / "locomo_tiny.json"
+LOCOMO = Path(__file__).resolve().parents[1] / "fixtures" / "locomo_tiny.json"
 
 
 # -- scores, by hand ------------------------------------------------------------------------------------

@@ -225,7 +225,7 @@ def test_concurrent_processes_end_with_one_correct_file(tmp_path: Path, no_lock:
     dest = tmp_path / "cache" / "model.gguf"
     go = time.time() + 1.0
     args = [str(go), str(dest), _sha(whole), str(len(whole)), "1" if no_lock else "0", *map(str, parts)]
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
     procs = [
         subprocess.Popen([sys.executable, "-c", _CHILD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)

@@ -52,7 +52,7 @@ from remem_agent.store.factory import open_store
 from remem_agent.store.pg_migrations import LATEST as PG_LATEST
 from remem_agent.types import State
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # -- helpers -----------------------------------------------------------------------------------

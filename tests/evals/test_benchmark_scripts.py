@@ -135,7 +135,7 @@ def _run_module(module: str, argv: list[str], *, timeout_s: float) -> None:
 
     proc = subprocess.run(
         [sys.executable, "-m", module, *argv],
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=Path(__file__).resolve().parents[2],
         capture_output=True,
         text=True,
         timeout=timeout_s,

@@ -8,7 +8,7 @@ from pathlib import Path
 from evals.bench import locomo_loco
 from evals.bench.run_locomo import sample_turns
 
-LOCOMO = Path(__file__).parent / "fixtures" / "locomo_tiny.json"
+LOCOMO = Path(__file__).resolve().parents[1] / "fixtures" / "locomo_tiny.json"
 
 
 def _two_conversations(tmp_path: Path) -> Path:

@@ -25,7 +25,7 @@ from evals.analysis.comparison import (
 )
 from evals.harness.families import CORE_FAMILIES, WORLDS_VERSION
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = sorted(p.parent for p in (ROOT / "results").rglob("benchmark.json") if (p.parent / "RESULTS.md").exists())
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from evals.bench import locomo_facts
 from evals.harness.embedders import make_embedder
 
-LOCOMO = Path(__file__).parent / "fixtures" / "locomo_tiny.json"
+LOCOMO = Path(__file__).resolve().parents[1] / "fixtures" / "locomo_tiny.json"
 
 
 def test_facts_are_ranked_beside_the_turns_and_stand_for_what_they_cite() -> None:
