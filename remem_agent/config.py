@@ -27,8 +27,14 @@ class RememConfig:
     k: int = 5
     pool_factor: int = 4  # over-fetch k * pool_factor candidates ...
     min_pool: int = 40  # ... but never fewer than this
-    p_floor: float = 0.35  # chosen on dev seeds 200-201 of the synthetic benchmark (see evals/)
-    guard_top: int = 3
+    p_floor: float = 0.35  # chosen on dev seeds (evals/bench/tune_contribution.py, with LoCoMo's transfer)
+    # "absolute": a candidate with outcome evidence needs p >= p_floor * evidence; "best": p >= p_floor *
+    # evidence * the pool's best p, so a question that every memory matches weakly is not left with nothing.
+    p_floor_reference: Literal["absolute", "best"] = "best"
+    # The similarity guard: the guard_top most similar candidates are served whatever their utility. Off by
+    # default: it kept a never-used look-alike in every served set until its exemption (below) came, and on
+    # dev seeds the contribution utility did better without it.
+    guard_top: int = 0
     guard_min_shown: int = 3  # guard exemption: shown at least this often ...
     guard_max_rate: float = 0.2  # ... with class contribution rate below this
     # Under a token budget: "knapsack" maximises the summed utility exactly; "greedy" fills the budget in
@@ -38,16 +44,19 @@ class RememConfig:
     credit: CreditPolicy = field(default_factory=CreditPolicy)
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     staleness: StalenessPolicy = field(default_factory=StalenessPolicy)
-    # Which utility model ranks candidates when none is passed to ReMem: the documented heuristic, or a
-    # LearnedUtility loaded from ``utility_path`` (JSON written by LearnedUtility.save).
-    utility: Literal["heuristic", "contribution", "learned", "similarity"] = "heuristic"
+    # Which utility model ranks candidates when none is passed to ReMem: the contribution utility (relevance
+    # scaled by what each memory and its kind contributed), the documented heuristic, or a LearnedUtility
+    # loaded from ``utility_path`` (JSON written by LearnedUtility.save).
+    utility: Literal["heuristic", "contribution", "learned", "similarity"] = "contribution"
     utility_path: str | None = None
     # Exploration of the heuristic utility: "ucb" adds explore_c * posterior std; "thompson" samples.
     explore: Literal["ucb", "thompson", "none"] = "ucb"
     explore_c: float = 0.1
-    # The contribution utility (ranking/utility.py ContributionUtility): the similarity prior's weight in
-    # exposures, and how much an exposure in another task class counts.
-    contribution_kappa: float = 1.0
+    # The contribution utility (ranking/utility.py ContributionUtility): the weight, in uses, of the prior on a
+    # memory's contribution factor (its kind's factor), and how much an exposure in another task class counts.
+    # kappa 16 was chosen on dev seeds with LoCoMo's transfer as a constraint
+    # (results/benchmark/tuning/contribution_relative_dev.json).
+    contribution_kappa: float = 16.0
     contribution_other_weight: float = 0.5
     # The store's calibration of the relevance prior from outcomes (ranking/utility.py PriorCalibration): the
     # strength, in exposures, of each bin's starting value; 0 uses the uncalibrated prior. Chosen on dev seeds
@@ -130,6 +139,8 @@ class RememConfig:
             raise UserInputError("contribution_calibration must be a number in [0, 1e6) (0: no calibration)")
         if not (isinstance(self.contribution_group, int | float) and 0 <= self.contribution_group < 1e6):
             raise UserInputError("contribution_group must be a number in [0, 1e6) (0: every memory starts at 1)")
+        if self.p_floor_reference not in ("absolute", "best"):
+            raise UserInputError(f"p_floor_reference must be 'absolute' or 'best', got {self.p_floor_reference!r}")
         if self.abstain not in ("off", "null"):
             raise UserInputError(f"abstain must be 'off' or 'null', got {self.abstain!r}")
         q, m = self.abstain_quantile, self.abstain_margin

@@ -7,9 +7,16 @@ families; the report also lists, per setting, budget_tight's success and C - A o
 useless_frequent and the control family. Seeds are split in two folds: a setting is chosen on each fold and
 scored on the other, so the reported figure of a rule was not fitted on the seeds it is scored on.
 
+With ``--locomo FILE`` (LoCoMo dev conversations, never committed) each setting and C are also run on LoCoMo's
+learning-transfer protocol (``evals.bench.run_locomo --transfer``: feedback on the even-index questions, recall@5
+on the odd ones, MiniLM): a setting whose recall@5 learned − cold falls more than ``--locomo-margin`` points below
+C's is not eligible for the choice, so a rule that learns the synthetic worlds by forgetting real conversations
+is never chosen.
+
 Usage::
 
     python -m evals.bench.tune_contribution [--seeds 200-205] [--grid '{"item_cost": [0, 0.1]}']
+        [--locomo locomo-dev.json] [--locomo-margin 1.0] [--base '{"guard_top": 0}']
 
 Writes ``results/benchmark/tuning/contribution_dev.json``.
 """
@@ -40,17 +47,36 @@ DEFAULT_GRID: dict[str, list[Any]] = {
 BASE: dict[str, Any] = {"utility": "contribution"}
 
 
-def _system(setting: dict[str, Any]) -> System:
+def _system(setting: dict[str, Any], base: dict[str, Any] | None = None) -> System:
     c = load_systems()["C"]
-    fields: dict[str, Any] = {**BASE, **setting}
-    return replace(c, name="C*", config=replace(c.config, **fields))
+    fields: dict[str, Any] = {**BASE, **(base or {}), **setting}
+    return replace(c, name="C*", config=c.config.overriding(fields))
 
 
-def _one(job: tuple[str, int, str, dict[str, Any]]) -> tuple[str, int, str, float]:
-    family, seed, label, setting = job
+def _one(job: tuple[str, int, str, dict[str, Any], dict[str, Any]]) -> tuple[str, int, str, float]:
+    family, seed, label, setting, base = job
     world = make_world(family, seed)
-    system = load_systems()[label] if label in ("A", "C") else _system(setting)
+    system = load_systems()[label] if label in ("A", "C") else _system(setting, base)
     return family, seed, label, run(world, system, ReaderParams()).success
+
+
+def locomo_transfer(path: Path, system: System) -> float:
+    """Mean recall@5 learned − cold over the odd-index questions of LoCoMo's transfer protocol (MiniLM)."""
+    from datetime import timedelta
+
+    from evals.bench.run_locomo import sample_questions, sample_turns, transfer_sample
+    from evals.harness.embedders import make_embedder
+
+    samples = json.loads(path.read_text(encoding="utf-8"))
+    embedder = make_embedder("minilm")
+    diffs: list[float] = []
+    for sample in samples:
+        turns, _ = sample_turns(sample)
+        questions, _ = sample_questions(sample, {t["dia"] for t in turns})
+        now = max(t["t"] for t in turns) + timedelta(hours=1)
+        for r in transfer_sample(system, embedder, turns, questions, now):
+            diffs.append(r["learned"]["recall@5"] - r["cold"]["recall@5"])
+    return sum(diffs) / len(diffs)
 
 
 def summarise(rates: dict[tuple[str, int], float], base: dict[str, dict[tuple[str, int], float]]) -> dict[str, Any]:
@@ -73,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--families", default=",".join(ALL_FAMILIES))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default="results/benchmark/tuning/contribution_dev.json")
+    ap.add_argument("--locomo", type=Path, help="LoCoMo dev conversations: also run the transfer protocol")
+    ap.add_argument("--locomo-margin", type=float, default=1.0, help="points below C's transfer a choice may fall")
+    ap.add_argument("--base", default="{}", help="JSON of RememConfig fields every setting shares")
     args = ap.parse_args(argv)
     seeds = parse_seeds(args.seeds)
     if any(s < 100 for s in seeds):
@@ -80,10 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     grid: dict[str, list[Any]] = json.loads(args.grid)
     families = [f for f in args.families.split(",") if f]
     settings = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
-    jobs: list[tuple[str, int, str, dict[str, Any]]] = [
-        (f, s, label, {}) for label in ("A", "C") for f in families for s in seeds
+    base: dict[str, Any] = json.loads(args.base)
+    jobs: list[tuple[str, int, str, dict[str, Any], dict[str, Any]]] = [
+        (f, s, label, {}, base) for label in ("A", "C") for f in families for s in seeds
     ]
-    jobs += [(f, s, f"set{i}", st) for i, st in enumerate(settings) for f in families for s in seeds]
+    jobs += [(f, s, f"set{i}", st, base) for i, st in enumerate(settings) for f in families for s in seeds]
     t0 = time.perf_counter()
     with ProcessPoolExecutor(args.workers) as pool:
         done = list(pool.map(_one, jobs, chunksize=4))
@@ -103,10 +133,18 @@ def main(argv: list[str] | None = None) -> int:
             for fold in folds
         ]
         rows.append(row)
+    if args.locomo is not None:
+        for r in rows:
+            if r["label"] != "A":
+                system = load_systems()["C"] if r["label"] == "C" else _system(r["setting"], base)
+                r["locomo_transfer"] = locomo_transfer(args.locomo, system)
+        floor = next(r for r in rows if r["label"] == "C")["locomo_transfer"] - args.locomo_margin / 100
     # cross-fitted choice: best core mean on one fold, scored on the other
     chosen = []
     for i in (0, 1):
         cands = [r for r in rows if r["label"].startswith("set")]
+        if args.locomo is not None:
+            cands = [r for r in cands if r["locomo_transfer"] >= floor] or cands
         best = max(cands, key=lambda r: r["folds"][i])
         chosen.append({"chosen_on_fold": i, "setting": best["setting"], "scored_on_other": best["folds"][1 - i]})
     result = {
@@ -114,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": seeds,
         "families": families,
         "grid": grid,
+        "base": base,
+        "locomo": None if args.locomo is None else {"data": args.locomo.name, "margin_points": args.locomo_margin},
         "rows": rows,
         "cross_fitted": chosen,
         "seconds": round(time.perf_counter() - t0, 1),
@@ -126,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             f"bt {fam.get('budget_tight', 0):.3f} dis-A {r['all']['minus_A'].get('distractor', 0):+.3f} "
             f"uf-A {r['all']['minus_A'].get('useless_frequent', 0):+.3f} "
             f"ctl-A {r['all']['minus_A'].get('distractor_norecur', 0):+.3f}"
+            + (f" locomo {100 * r['locomo_transfer']:+.1f}" if "locomo_transfer" in r else "")
         )
     print(json.dumps(chosen))
     return 0

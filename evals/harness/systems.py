@@ -35,6 +35,7 @@ def _preset(name: str) -> RememConfig:
         return RememConfig.similarity_only()
     if name == "static":
         return RememConfig(
+            utility="heuristic",
             guard_top=0,
             p_floor=0.0,
             selection="greedy",

@@ -71,7 +71,8 @@ class PoolView:
 
         The ``p_floor`` grows with each candidate's outcome evidence (``evidence_all`` = n / (n + 2) exposures)
         under the default cold-start rule: a never-shown candidate's score only restates its retrieval score, so
-        it has no floor and a fresh store serves ``k``. The guard and the final order follow the retrieval score
+        it has no floor and a fresh store serves ``k``. With ``p_floor_reference="best"`` the floor is a share of
+        the pool's best score rather than a score of its own. The guard and the final order follow the retrieval score
         (the fused one in hybrid mode, the cosine without static features).
         """
         feats = self.features
@@ -80,6 +81,10 @@ class PoolView:
             if config.static_prior == "with_evidence" and "outcome" in config.features.groups
             else np.full(self.size, config.p_floor)
         )
+        if config.p_floor_reference == "best" and self.size:
+            # relative to the pool's best score: a floor on how much worse than the best candidate a memory may
+            # be, so that a pool whose scores are all low (a question every memory matches weakly) is not emptied
+            floors = floors * float(np.max(p))
         order_by = np.asarray(
             feats["retrieval"] if "static" in config.features.groups else self.similarity, dtype=np.float64
         )

@@ -178,19 +178,23 @@ class ContributionUtility:
     * **Contribution factor.** Each memory has a multiplier ``theta`` of that chance, 1 when it behaves as its
       relevance predicts, near 0 for a look-alike that is never used. Uses are Poisson with mean ``theta``
       times the expected uses of its exposures, ``E`` (``m0 * n`` if each was as relevant as this query), and
-      ``theta`` has a Gamma(kappa, kappa) prior (mean 1, worth ``kappa`` expected uses). The posterior mean is
-      ``(kappa + a) / (kappa + E)``, with ``a`` the credit earned (a sum of per-exposure credits in [0, 1]:
-      cited or its value used, ``learning/credit.py``).
+      ``theta`` has a Gamma(kappa, kappa / g) prior: mean ``g``, the factor of the memory's kind in its scope
+      (:func:`group_factors`; 1 without one), worth ``kappa`` uses. The posterior mean is
+      ``(kappa + a) / (kappa / g + E)``, with ``a`` the credit earned (a sum of per-exposure credits in [0, 1]:
+      cited or its value used, ``learning/credit.py``). The prior's weight is counted in uses, not in expected
+      uses: a kind that is rarely used (g small) then asks as many uses of a memory as any other kind before its
+      own record outweighs the kind's, so one lucky use does not lift it several times above its peers.
     * **Context.** Counts in the search's task class (``n_c``, ``a_c``, ``E_c``) count fully; those of other
       classes (``n_o``, ``a_o``, ``E_o``) ``other_weight`` each: a note that helps "deploy" questions is weak
       evidence about "billing" ones. And the relevance of *this* query stays a factor, so a memory that
       helped other questions is not served on one it does not match.
 
-    So ``p = m0 * (kappa + a_c + w a_o) / (kappa + E_c + w E_o)``, capped at 1. A memory served n times in this
-    class, each time with a prior of at least ``m``, and never used has ``p <= m0 kappa / (kappa + n m)``: below
-    a never-shown candidate of prior ``m0'`` once ``n > kappa (m0 / m0' - 1) / m``, whatever its similarity;
-    one used on every exposure rises towards 1. Exploration adds ``explore_c`` times the posterior standard
-    deviation of ``p``, ``m0 * sqrt(kappa + a) / (kappa + E)``: largest for what has not been shown.
+    So ``p = m0 * (kappa + a_c + w a_o) / (kappa / g + E_c + w E_o)``, capped at 1. With g = 1, a memory served n
+    times in this class, each time with a prior of at least ``m``, and never used has
+    ``p <= m0 kappa / (kappa + n m)``: below a never-shown candidate of prior ``m0'`` once
+    ``n > kappa (m0 / m0' - 1) / m``, whatever its similarity; one used on every exposure rises towards 1.
+    Exploration adds ``explore_c`` times the posterior standard deviation of ``p``,
+    ``m0 * sqrt(kappa + a) / (kappa / g + E)``: largest for what has not been shown.
 
     ``E`` is the sum of each exposure's own prior, recorded at feedback from the search's feature snapshot
     (``TaskStats.expected_sum``): a gold fact served as filler to questions it did not match was expected to
@@ -232,9 +236,10 @@ class ContributionUtility:
         e_all = features.get("expected_all", zero) + m0 * np.maximum(n_all - features.get("expected_n_all", zero), 0)
         a_o, n_o, e_o = np.maximum(a_all - a_c, 0.0), np.maximum(n_all - n_c, 0.0), np.maximum(e_all - e_c, 0.0)
         ow = self.other_weight
-        # the prior mean of theta is the memory's kind's factor (group_factors), 1 without one
-        shape = self.kappa * features.get("group_factor", np.ones_like(m0)) + a_c + ow * a_o
-        rate = self.kappa + e_c + ow * e_o
+        # the prior mean of theta is the memory's kind's factor g (group_factors; 1 without one), worth kappa uses
+        g = np.maximum(features.get("group_factor", np.ones_like(m0)), 1e-6)
+        shape = self.kappa + a_c + ow * a_o
+        rate = self.kappa / g + e_c + ow * e_o
         theta = shape / rate
         u = np.minimum(m0 * theta, 1.0)
         std = m0 * np.sqrt(shape) / rate

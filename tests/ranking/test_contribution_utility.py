@@ -122,11 +122,31 @@ def test_an_unseen_memory_of_a_kind_that_never_helps_starts_below_one_of_a_kind_
     feats["group_factor"] = np.array([0.2, 1.3])  # notes of this scope were never used, states were
     p, comps = u.score(feats)
     assert p[1] > p[0] and comps["contribution"].tolist() == pytest.approx([0.2, 1.3])
-    # its own evidence still decides: a note of that kind used on each of 5 exposures rises past the state
-    used = _features([0.8, 0.7], [5, 0], [5, 0])
-    used["group_factor"] = np.array([0.2, 1.3])
-    p2, _ = u.score(used)
-    assert p2[0] > p2[1]
+    # its own evidence still decides: the kind's prior is worth kappa uses, so a note of that kind used on each
+    # of its exposures climbs, and passes the state fact once its own record outweighs the kind's (30 uses)
+    climb = []
+    for n in (5, 30):
+        used = _features([0.8, 0.7], [n, 0], [n, 0])
+        used["group_factor"] = np.array([0.2, 1.3])
+        p2, c2 = u.score(used)
+        m0 = _prior([0.8, 0.7])[0]
+        # theta = (kappa + a) / (kappa / g + E), E = m0 * n (no recorded priors), a = n
+        assert c2["contribution"][0] == pytest.approx((1.0 + n) / (1.0 / 0.2 + m0 * n))
+        climb.append(p2[0] > p2[1])
+    assert climb == [False, True]
+
+
+def test_one_lucky_use_lifts_a_memory_of_a_rarely_used_kind_no_more_than_one_of_a_common_kind() -> None:
+    """The kind's prior is worth kappa uses whatever its mean: one use moves theta by the same share of the
+    prior's mean for a rare kind (g = 0.2) as for a common one (g = 1), instead of several times more."""
+    u = ContributionUtility(kappa=4.0, explore="none")
+    lifts = []
+    for g in (0.2, 1.0):
+        f = _features([0.5, 0.5], [1, 0], [1, 0])
+        f["group_factor"] = np.array([g, g])
+        _, comps = u.score(f)
+        lifts.append(comps["contribution"][0] / comps["contribution"][1])  # used once vs unseen, same kind
+    assert lifts[0] == pytest.approx(lifts[1], rel=0.35) and lifts[0] < 1.3
 
 
 def _served_and_judged(mem: Any) -> None:

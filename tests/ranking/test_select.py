@@ -222,3 +222,38 @@ def test_an_excluded_twin_is_neither_guarded_nor_selected_and_frees_its_slot() -
     for budget in (None, 25):
         chosen = select(p, sim, tokens, k=2, token_budget=budget, guard_top=2, exclude=exclude)
         assert chosen == [0, 2]  # the twin (index 1) is skipped, the next candidate takes its place
+
+
+def test_a_floor_relative_to_the_best_keeps_a_weakly_matched_pool_and_still_drops_the_far_worse() -> None:
+    """``p_floor_reference="best"``: an exposed candidate needs p >= p_floor * evidence * max p, so a question every
+    memory matches weakly keeps its best candidates, while the absolute floor empties it."""
+    from remem_agent.config import RememConfig
+    from remem_agent.ranking.decide import PoolView
+
+    n = 4
+    view = PoolView(
+        features={"evidence_all": np.full(n, 0.8), "retrieval": np.array([0.4, 0.35, 0.3, 0.1])},
+        similarity=np.array([0.4, 0.35, 0.3, 0.1]),
+        tokens=np.full(n, 10, dtype=np.int64),
+        shown=np.full(n, 3, dtype=np.int64),
+        rate=np.full(n, 0.3),
+        text_keys=tuple(range(n)),
+        k=4,
+        token_budget=None,
+    )
+    p = np.array([0.2, 0.18, 0.15, 0.04])  # all below the absolute floor 0.35 * 0.8 = 0.28
+    base = RememConfig(guard_top=0, p_floor=0.35)
+    assert view.choose(base, p) == []
+    best = RememConfig(guard_top=0, p_floor=0.35, p_floor_reference="best")
+    # relative floor 0.35 * 0.8 * 0.2 = 0.056: the last one (0.04) is far worse than the best and goes
+    assert sorted(view.choose(best, p)) == [0, 1, 2]
+
+
+def test_the_floor_reference_is_checked() -> None:
+    import pytest
+
+    from remem_agent.config import RememConfig
+    from remem_agent.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="p_floor_reference"):
+        RememConfig(p_floor_reference="median")  # type: ignore[arg-type]
