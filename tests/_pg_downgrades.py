@@ -3,12 +3,11 @@
 The upgrade tests build a store with this version, undo the newest migrations with these statements (run
 with ``search_path`` set to the ledger's schema), then reopen it and check that the migrations bring it back
 with its rows intact (``downgrade`` runs them; one step, the version-9 hashes of credit rows, is Python). The
-statements exist once, here, because two tests start from the same undoing of
-migrations 16 to 5: tests/store/test_lexical_store.py (a version-4 store gains the lexical index) and
-tests/store/test_postgres_store.py (a version-2 store upgrades through every later migration); tests/store/test_key_index.py
-undoes migrations 16 to 7, tests/gateway/test_gateway_responses.py migrations 16 to 8, tests/store/test_lexical_parity.py
-migrations 16 to 9. A change to those migrations is
-then one edit here.
+statements exist once, here, because two tests start from the same undoing of migrations 16 to 5:
+tests/store/test_lexical_store.py (a version-4 store gains the lexical index) and
+tests/store/test_postgres_store.py (a version-2 store upgrades through every later migration);
+tests/store/test_key_index.py undoes migrations 16 to 7, tests/gateway/test_gateway_responses.py migrations 16
+to 8, tests/store/test_lexical_parity.py migrations 16 to 9. A change to those migrations is then one edit here.
 """
 
 from __future__ import annotations

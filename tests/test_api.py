@@ -204,7 +204,7 @@ def test_explain_returns_features(mem: ReMem) -> None:
     hit = mem.search("server", explain=True, now=2).items[0]
     assert hit.explain is not None
     assert hit.explain["feature.similarity"] == pytest.approx(hit.similarity)
-    assert "component.rate_class" in hit.explain
+    assert {"component.prior", "component.contribution", "component.posterior"} <= set(hit.explain)
 
 
 def test_list_and_stats(mem: ReMem) -> None:

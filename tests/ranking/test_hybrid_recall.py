@@ -108,7 +108,9 @@ def test_fresh_store_ranking_is_the_retrieval_order_and_serves_k(store_location:
         res = mem.search(query, k=10, now=NOW, explain=True)
         assert len(res.items) == 10
         assert res.ids == [m.id for m in pool.memories[:10]]
-        assert all(h.explain is not None and h.explain["component.recency"] == 0.0 for h in res.items)
+        # no evidence: no kind's factor and no record, so the contribution factor is 1 and only relevance ranks
+        assert all(h.explain is not None and h.explain["component.contribution"] == 1.0 for h in res.items)
+        assert all(h.explain is not None and h.explain["feature.evidence_all"] == 0.0 for h in res.items)
 
 
 def test_outcome_evidence_moves_the_ranking(tmp_path: Path) -> None:
@@ -152,13 +154,26 @@ def _ranked(cfg: RememConfig, stats: dict[tuple[str, str], TaskStats], sims: lis
 
 
 def test_cold_candidates_are_served_and_the_floor_grows_with_evidence() -> None:
-    cfg = RememConfig(guard_top=0)
+    """The cold-start rule of the floor, on the absolute floor of the heuristic utility."""
+    cfg = RememConfig(guard_top=0, utility="heuristic", p_floor_reference="absolute")
     sims = [0.30, 0.25, 0.20, 0.15]  # every p below the 0.35 floor
     assert _ranked(cfg, {}, sims) == ["m0", "m1", "m2", "m3"]
     judged = {("m3", ALL_TASKS): TaskStats(task=ALL_TASKS, shown=4, credit_sum=0.0)}
     assert _ranked(cfg, judged, sims) == ["m0", "m1", "m2"]  # shown 4 times, never useful: its floor bites
     always = replace(cfg, static_prior="always")
     assert len(_ranked(always, {}, sims)) < 4  # the old rule: the floor regardless of evidence
+
+
+def test_with_the_default_floor_a_weak_pool_is_served_and_only_the_far_worse_exposed_one_goes() -> None:
+    cfg = RememConfig()
+    sims = [0.30, 0.25, 0.20, 0.15]
+    assert _ranked(cfg, {}, sims) == ["m0", "m1", "m2", "m3"]  # cold: no floor at all
+    judged = {("m3", ALL_TASKS): TaskStats(task=ALL_TASKS, shown=4, credit_sum=0.0)}
+    # shown 4 times and never used: the relative floor still keeps it (a weak pool is not emptied) ...
+    assert _ranked(cfg, judged, sims) == ["m0", "m1", "m2", "m3"]
+    # ... until its record sinks it far enough below the best candidate
+    judged = {("m3", ALL_TASKS): TaskStats(task=ALL_TASKS, shown=60, credit_sum=0.0)}
+    assert _ranked(cfg, judged, sims) == ["m0", "m1", "m2"]
 
 
 def test_static_prior_only_with_evidence() -> None:

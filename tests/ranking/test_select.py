@@ -242,7 +242,7 @@ def test_a_floor_relative_to_the_best_keeps_a_weakly_matched_pool_and_still_drop
         token_budget=None,
     )
     p = np.array([0.2, 0.18, 0.15, 0.04])  # all below the absolute floor 0.35 * 0.8 = 0.28
-    base = RememConfig(guard_top=0, p_floor=0.35)
+    base = RememConfig(guard_top=0, p_floor=0.35, p_floor_reference="absolute")
     assert view.choose(base, p) == []
     best = RememConfig(guard_top=0, p_floor=0.35, p_floor_reference="best")
     # relative floor 0.35 * 0.8 * 0.2 = 0.056: the last one (0.04) is far worse than the best and goes

@@ -24,21 +24,24 @@ from remem_agent.store.backup import backup_store
 from remem_agent.store.factory import open_store
 from remem_agent.store.sqlite import LEDGER_FILE, MARKER_FILE, TABLES
 
-N_MEMORIES = 302
+N_MEMORIES = 303  # 302 facts and one note
 PAGE = 4096
 
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A store with history: 302 memories with supersessions, searches, feedback, credits, attributes."""
+    """A store with history: 303 memories with supersessions, searches, feedback, credits, attributes."""
     folder = tmp_path_factory.mktemp("pristine") / "store"
     with ReMem(folder) as mem:
-        for i in range(N_MEMORIES):
+        for i in range(N_MEMORIES - 1):
             mem.add(f"fact {i}: service s{i % 40} runs in region r{i}", entity=f"s{i % 40}", attribute="region")
         for i in range(30):
             res = mem.search(f"where does service s{i % 40} run?", k=3, task="ops" if i % 2 else None)
             if i % 3:
                 mem.feedback(res.search_id, success=i % 2 == 0, used_ids=res.ids[:1])
+        # a note no judged search served: retrieved, never judged (the case below deletes its stats rows)
+        mem.add("The cafeteria on floor two closes at nine.", role="note")
+        mem.search("when does the cafeteria close?", k=1, task="ops")
         assert mem.verify().ok
     return folder
 
