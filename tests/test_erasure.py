@@ -445,3 +445,19 @@ def test_an_erasure_empties_the_rankings_memo_of_folded_texts(world: tuple[ReMem
     mem.erase([ids["leak"]], scrub=False)
     assert select._text_key.cache_info().currsize == 0
     assert select.text_keys(["A  b", "a b", "c"]) == [0, 0, 2]  # the memo changes no key
+
+
+def test_the_trace_line_filter_by_hand() -> None:
+    """A line goes when it names an erased id anywhere in its JSON (a key or a value, nested) or quotes an erased
+    text, as written or JSON-escaped; another line stays, and so does a line that only contains an id as part of
+    a longer string."""
+    from remem_agent.erasure import line_filter
+    from remem_agent.store.erasure import Erased
+
+    drop = line_filter(Erased(memories=("m_1",), texts=frozenset({'the "vault" code 4711'}), search_ids=frozenset()))
+    assert drop(json.dumps({"served": [{"id": "m_1"}]}))
+    assert drop(json.dumps({"credit": {"m_1": 0.5}}))
+    assert drop(json.dumps({"prompt": 'the "vault" code 4711 is here'}))  # escaped quotes in JSON
+    assert not drop(json.dumps({"served": [{"id": "m_12"}], "text": "another"}))
+    assert drop("plain text naming m_1")  # not JSON: by substring
+    assert not line_filter(Erased())(json.dumps({"served": [{"id": "m_1"}]}))
