@@ -31,7 +31,6 @@ differences against cold carry their 95% t-interval (``evals/harness/stats.py``)
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -40,9 +39,16 @@ from pathlib import Path
 from typing import Any
 
 from evals.bench.retrieval import KS, command_line, select_systems, write_outputs
-from evals.bench.run_locomo import CATEGORIES, SCORED, TASK, recall_at, sample_questions, sample_turns, store_turns
+from evals.bench.run_locomo import (
+    CATEGORIES,
+    SCORED,
+    load_samples,
+    recall_at,
+    sample_questions,
+    sample_turns,
+    transfer_arms,
+)
 from evals.harness.embedders import make_embedder
-from evals.harness.replay import temp_store
 from evals.harness.stats import estimate, paired
 from evals.harness.systems import System
 
@@ -62,28 +68,8 @@ def sample_bound(
     system: System, embedder: Any, turns: list[dict[str, Any]], questions: list[dict[str, Any]], now: datetime
 ) -> list[dict[str, Any]]:
     """Per odd question: recall@k of each ordering, and where its evidence turns fall in the partition."""
-    kmax = max(KS)
-    train = [q for q in questions if q["index"] % 2 == 0]
+    tops, served, used = transfer_arms(system, embedder, turns, questions, now)
     test = [q for q in questions if q["index"] % 2 == 1]
-    used: set[str] = set()
-    served: set[str] = set()
-    tops: dict[str, list[Ranked]] = {}
-    for arm in ("cold", "learned"):
-        with temp_store(system.config, embedder, prefix="remem_bound_") as mem:
-            dias = store_turns(mem, turns)
-            for q in train:
-                res = mem.search(q["question"], k=kmax, now=now, task=TASK)
-                if arm == "learned":
-                    hits = [h.id for h in res.items if dias.get(h.id, set()) & set(q["evidence"])]
-                    mem.feedback(res.search_id, success=bool(hits), used_ids=hits)
-                    for h in res.items:
-                        turn = dias.get(h.id, set())
-                        served |= turn
-                        used |= turn & set(q["evidence"])
-            tops[arm] = [
-                [dias.get(h.id, set()) for h in mem.search(q["question"], k=kmax, now=now, task=TASK).items]
-                for q in test
-            ]
     unused = served - used
     rows = []
     for q, cold, learned in zip(test, tops["cold"], tops["learned"], strict=True):
@@ -217,11 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default="transfer_bound")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
-    samples = json.loads(Path(args.data).read_text(encoding="utf-8"))
-    if isinstance(samples, dict):
-        samples = [samples]
-    if not isinstance(samples, list):
-        print(f"{args.data}: expected a list of LoCoMo samples", file=sys.stderr)
+    samples = load_samples(args.data)
+    if samples is None:
         return 2
     ((_, system),) = select_systems(args.system)
     if system is None:

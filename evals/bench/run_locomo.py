@@ -61,6 +61,18 @@ _DIA_RE = re.compile(r"D(\d+):(\d+)")
 _SESSION_RE = re.compile(r"^session_(\d+)$")
 
 
+def load_samples(path: str | Path) -> list[dict[str, Any]] | None:
+    """The samples of a LoCoMo JSON file (a single sample becomes a list of one); None, said on stderr, when the
+    file holds something else."""
+    samples = json.loads(Path(path).read_text(encoding="utf-8"))
+    if isinstance(samples, dict):
+        samples = [samples]
+    if not isinstance(samples, list):
+        print(f"{path}: expected a list of LoCoMo samples", file=sys.stderr)
+        return None
+    return samples
+
+
 def normalise_dia_ids(value: object) -> list[str]:
     """Dia ids in ``value`` (a string or list), canonical "D<s>:<t>", in order, without duplicates."""
     items = value if isinstance(value, list | tuple) else [value]
@@ -186,26 +198,43 @@ def store_turns(mem: ReMem, turns: list[dict[str, Any]], extractor: FactExtracto
     return dias
 
 
-def transfer_sample(
+def transfer_arms(
     system: System, embedder: Any, turns: list[dict[str, Any]], questions: list[dict[str, Any]], now: datetime
-) -> list[dict[str, Any]]:
-    """Feedback on the even-index questions, then the odd ones' recall in that store and in a cold twin."""
+) -> tuple[dict[str, list[list[set[str]]]], set[str], set[str]]:
+    """The transfer protocol's two arms: feedback on the even-index questions in the learning store only, then the
+    odd ones' top-10 (as dia-id sets) in each store; also the dia ids the learning store served on the even
+    questions and those of them its feedback called used."""
     kmax = max(KS)
     train = [q for q in questions if q["index"] % 2 == 0]
     test = [q for q in questions if q["index"] % 2 == 1]
     tops: dict[str, list[list[set[str]]]] = {}
+    served: set[str] = set()
+    used: set[str] = set()
     for arm in ("cold", "learned"):
         with temp_store(system.config, embedder, prefix="remem_bench_") as mem:
             dias = store_turns(mem, turns)
             for q in train:
                 res = mem.search(q["question"], k=kmax, now=now, task=TASK)
                 if arm == "learned":
-                    used = [h.id for h in res.items if dias.get(h.id, set()) & set(q["evidence"])]
-                    mem.feedback(res.search_id, success=bool(used), used_ids=used)
+                    evidence = set(q["evidence"])
+                    hits = [h.id for h in res.items if dias.get(h.id, set()) & evidence]
+                    mem.feedback(res.search_id, success=bool(hits), used_ids=hits)
+                    for h in res.items:
+                        served |= dias.get(h.id, set())
+                        used |= dias.get(h.id, set()) & evidence
             tops[arm] = []
             for q in test:
                 res = mem.search(q["question"], k=kmax, now=now, task=TASK)
                 tops[arm].append([dias.get(h.id, set()) for h in res.items])
+    return tops, served, used
+
+
+def transfer_sample(
+    system: System, embedder: Any, turns: list[dict[str, Any]], questions: list[dict[str, Any]], now: datetime
+) -> list[dict[str, Any]]:
+    """Feedback on the even-index questions, then the odd ones' recall in that store and in a cold twin."""
+    tops, _, _ = transfer_arms(system, embedder, turns, questions, now)
+    test = [q for q in questions if q["index"] % 2 == 1]
     return [
         {
             "qa_index": q["index"],
@@ -384,11 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", help="output file stem (default: the data file's stem)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
-    samples = json.loads(Path(args.data).read_text(encoding="utf-8"))
-    if isinstance(samples, dict):
-        samples = [samples]
-    if not isinstance(samples, list):
-        print(f"{args.data}: expected a list of LoCoMo samples", file=sys.stderr)
+    samples = load_samples(args.data)
+    if samples is None:
         return 2
     systems = select_systems(args.systems)
     embedder = make_embedder(args.embedder)

@@ -64,10 +64,12 @@ def locomo_transfer(path: Path, system: System) -> float:
     """Mean recall@5 learned − cold over the odd-index questions of LoCoMo's transfer protocol (MiniLM)."""
     from datetime import timedelta
 
-    from evals.bench.run_locomo import sample_questions, sample_turns, transfer_sample
+    from evals.bench.run_locomo import load_samples, sample_questions, sample_turns, transfer_sample
     from evals.harness.embedders import make_embedder
 
-    samples = json.loads(path.read_text(encoding="utf-8"))
+    samples = load_samples(path)
+    if samples is None:
+        raise SystemExit(2)
     embedder = make_embedder("minilm")
     diffs: list[float] = []
     for sample in samples:
