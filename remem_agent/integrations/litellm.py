@@ -18,8 +18,8 @@ call's ``user`` as ``user:<user>``, else the callback's ``scope``. A call that i
 whose ``metadata`` says ``"remem": False``, passes untouched. A request the memory refuses (malformed messages)
 raises the library's ``UserInputError`` before anything is sent.
 
-The proxy runs the same deployment hooks, so a LiteLLM proxy config (``config.yaml``) should take it the same
-way; that path is not tested here yet (the tests run the LiteLLM SDK)::
+The proxy runs the same deployment hooks, so a LiteLLM proxy config (``config.yaml``) takes it the same way
+(tested with a real proxy in ``tests/integrations/test_litellm_proxy.py``)::
 
     litellm_settings:
       callbacks: my_memory.remem_callback      # a module of yours: remem_callback = RememCallback("store")
