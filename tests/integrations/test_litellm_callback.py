@@ -158,3 +158,41 @@ async def test_the_litellm_sdk_as_a_client_of_the_gateway_keeps_the_answer_id(tm
                     assert r.status_code == 200, r.text
     finally:
         mem.close()
+
+
+async def test_a_tool_call_passes_through_and_its_arguments_count_as_use(
+    upstream: FakeOllama, callback: RememCallback
+) -> None:
+    """Tools reach the model untouched, the tool call comes back to the caller, and the value the call carries
+    (west-2) counts as the served memory's use."""
+    tools = [{"type": "function", "function": {"name": "open_ticket", "description": "Open a ticket",
+              "parameters": {"type": "object", "properties": {"region": {"type": "string"}},
+                             "required": ["region"]}}}]  # fmt: skip
+    upstream.push(Reply(body={
+        "id": "chatcmpl-up", "object": "chat.completion", "model": "m",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": None,
+            "tool_calls": [{"id": "call_1", "type": "function",
+                            "function": {"name": "open_ticket", "arguments": '{"region": "west-2"}'}}]}}],
+        "usage": {"prompt_tokens": 30, "completion_tokens": 6, "total_tokens": 36},
+    }))  # fmt: skip
+    r = await _call(upstream, [{"role": "user", "content": "Open a ticket for our server's region."}], tools=tools)
+    sent = upstream.requests[-1].body
+    assert sent["tools"] == tools and "west-2" in sent["messages"][0]["content"]
+    call = r.choices[0].message.tool_calls[0]
+    assert call.function.name == "open_ticket" and call.function.arguments == '{"region": "west-2"}'
+    receipt = await callback.feedback(r.remem["answer_id"], success=True)
+    assert receipt.credit[r.remem["served"][0]] > 0  # used through the call's argument, not cited
+    await callback.aclose()
+
+
+async def test_structured_output_passes_through(upstream: FakeOllama, callback: RememCallback) -> None:
+    """A ``response_format`` JSON schema reaches the model as the caller wrote it, with the memory block."""
+    schema = {"type": "object", "properties": {"region": {"type": "string"}}, "required": ["region"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": True}}
+    upstream.push(_completion('{"region": "west-2"}'))
+    r = await _call(upstream, [{"role": "user", "content": QUESTION}], response_format=fmt)
+    sent = upstream.requests[-1].body
+    assert sent["response_format"]["json_schema"]["schema"] == schema and "west-2" in sent["messages"][0]["content"]
+    assert r.choices[0].message.content == '{"region": "west-2"}' and len(r.remem["served"]) == 1
+    await callback.aclose()
