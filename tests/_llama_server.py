@@ -45,11 +45,20 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve_process(cmd: list[str], ready_url: str, what: str, timeout_s: float = 90.0) -> Iterator[None]:
-    """Run ``cmd`` until the block ends; wait until ``ready_url`` answers 200 (its output kept for a failure)."""
+def serve_process(
+    cmd: list[str],
+    ready_url: str,
+    what: str,
+    timeout_s: float = 90.0,
+    *,
+    extra_env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Iterator[None]:
+    """Run ``cmd`` (in ``cwd``, with ``extra_env`` over this process's environment) until the block ends; wait
+    until ``ready_url`` answers 200 (its output kept for a failure)."""
     log_file = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
-    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-    proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()} | (extra_env or {})
+    proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     try:
         deadline = time.monotonic() + timeout_s
         with httpx.Client(trust_env=False, timeout=2.0) as probe:

@@ -9,15 +9,13 @@ reply carries ``remem`` through the proxy, and the next turn's correction is lea
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
+from _llama_server import free_port, serve_process
 from _ollama_server import FakeOllama, Reply
 
 from remem_agent import ReMem
@@ -54,12 +52,6 @@ def _reply(content: str) -> Reply:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture()
 def proxy(tmp_path: Path) -> Iterator[tuple[str, FakeOllama, Path, str]]:
     store = tmp_path / "store"
@@ -83,38 +75,26 @@ def proxy(tmp_path: Path) -> Iterator[tuple[str, FakeOllama, Path, str]]:
         "  callbacks: proxy_memory.remem_callback\n",
         encoding="utf-8",
     )
-    port = _free_port()
+    port = free_port()
     env = {
-        **os.environ,
         "REMEM_STORE": str(store),
         "LITELLM_MASTER_KEY": MASTER_KEY,
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
     }
-    log = (tmp_path / "proxy.log").open("w")
     cmd = [sys.executable, "-m", "litellm.proxy.proxy_cli", "--config", "config.yaml", "--host", "127.0.0.1"]
-    proc = subprocess.Popen([*cmd, "--port", str(port)], cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert proc.poll() is None, (tmp_path / "proxy.log").read_text()[-3000:]
-            try:
-                if httpx.get(f"{base}/health/liveliness", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the proxy did not start"
-            time.sleep(0.5)
-        yield base, fake, store, mid
+        with serve_process(
+            [*cmd, "--port", str(port)],
+            f"{base}/health/liveliness",
+            "the LiteLLM proxy",
+            180,
+            extra_env=env,
+            cwd=tmp_path,
+        ):
+            yield base, fake, store, mid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
         fake.stop()
 
 
