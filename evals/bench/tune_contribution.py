@@ -60,25 +60,13 @@ def _one(job: tuple[str, int, str, dict[str, Any], dict[str, Any]]) -> tuple[str
     return family, seed, label, run(world, system, ReaderParams()).success
 
 
-def locomo_transfer(path: Path, system: System) -> float:
-    """Mean recall@5 learned − cold over the odd-index questions of LoCoMo's transfer protocol (MiniLM)."""
-    from datetime import timedelta
+def locomo_transfer(samples: list[dict[str, Any]], system: System, embedder: Any) -> float:
+    """Mean recall@5 learned − cold over the odd-index questions of LoCoMo's transfer protocol
+    (``evals.bench.run_locomo.run`` with ``transfer=system`` and no other system)."""
+    from evals.bench.run_locomo import run as run_locomo
 
-    from evals.bench.run_locomo import load_samples, sample_questions, sample_turns, transfer_sample
-    from evals.harness.embedders import make_embedder
-
-    samples = load_samples(path)
-    if samples is None:
-        raise SystemExit(2)
-    embedder = make_embedder("minilm")
-    diffs: list[float] = []
-    for sample in samples:
-        turns, _ = sample_turns(sample)
-        questions, _ = sample_questions(sample, {t["dia"] for t in turns})
-        now = max(t["t"] for t in turns) + timedelta(hours=1)
-        for r in transfer_sample(system, embedder, turns, questions, now):
-            diffs.append(r["learned"]["recall@5"] - r["cold"]["recall@5"])
-    return sum(diffs) / len(diffs)
+    summary = run_locomo(samples, [], embedder, transfer=system)["transfer"]["summary"]
+    return float(summary["overall"]["recall@5"]["learned_minus_cold"]["mean"])
 
 
 def summarise(rates: dict[tuple[str, int], float], base: dict[str, dict[tuple[str, int], float]]) -> dict[str, Any]:
@@ -136,10 +124,17 @@ def main(argv: list[str] | None = None) -> int:
         ]
         rows.append(row)
     if args.locomo is not None:
+        from evals.bench.run_locomo import load_samples
+        from evals.harness.embedders import make_embedder
+
+        samples = load_samples(args.locomo)
+        if samples is None:
+            return 2
+        embedder = make_embedder("minilm")  # one cache of the turns' vectors for every setting
         for r in rows:
             if r["label"] != "A":
                 system = load_systems()["C"] if r["label"] == "C" else _system(r["setting"], base)
-                r["locomo_transfer"] = locomo_transfer(args.locomo, system)
+                r["locomo_transfer"] = locomo_transfer(samples, system, embedder)
         floor = next(r for r in rows if r["label"] == "C")["locomo_transfer"] - args.locomo_margin / 100
     # cross-fitted choice: best core mean on one fold, scored on the other
     chosen = []
