@@ -32,7 +32,7 @@ def test_the_spine_from_the_gateway_to_the_model_crosses_at_most_ten_modules(pro
     assert report["spine_crossings"] == len(spine) - 1 <= 10
 
 
-def test_the_spine_keeps_each_run_of_one_module_once() -> None:
+def test_the_spine_counts_only_frames_of_the_library() -> None:
     import sys
 
     def inner() -> list[str]:
