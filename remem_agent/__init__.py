@@ -41,7 +41,6 @@ from remem_agent.errors import (
     UnknownSearchError,
     UserInputError,
 )
-from remem_agent.ingest import MemoryInput
 from remem_agent.memory import ReMem, RememConfig
 from remem_agent.types import (
     Event,
@@ -56,6 +55,7 @@ from remem_agent.types import (
     TaskStats,
     VerifyReport,
 )
+from remem_agent.validate import MemoryInput
 
 try:
     __version__ = _dist_version("remem-agent")

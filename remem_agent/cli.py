@@ -17,11 +17,11 @@ from typing import Any
 
 from remem_agent.embedders.registry import EMBEDDER_NAMES
 from remem_agent.errors import RememError, UserInputError
-from remem_agent.ingest import check_scope
 from remem_agent.store.base import Store
 from remem_agent.store.factory import open_store
 from remem_agent.store.pruning import GrowthLimits
 from remem_agent.types import ROLES
+from remem_agent.validate import check_scope
 
 
 def _open_store(location: str) -> Any:

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from remem_agent.errors import UserInputError
-from remem_agent.ingest import check_ids, check_scope, check_text
 from remem_agent.ranking.select import forget_text_keys
 from remem_agent.store import erasure as ledger
 from remem_agent.store.base import Store
@@ -30,6 +29,7 @@ from remem_agent.store.erasure import Erased, ScrubReport
 from remem_agent.store.sql import LedgerTx
 from remem_agent.trace_io import files_of, remove_lines
 from remem_agent.types import ROLES
+from remem_agent.validate import check_ids, check_scope, check_text
 
 MIN_CONTAINS = 4  # characters: a shorter ``contains`` would match unrelated memories
 DEFAULT_REASON = "erased on request"

@@ -26,8 +26,8 @@ from remem_agent.adapters.retry import RetryPolicy, call_with_retries
 from remem_agent.agent.enforce import check_reply
 from remem_agent.agent.prompt import reask_message
 from remem_agent.errors import OutputValidationError, UserInputError
-from remem_agent.ingest import MemoryInput
 from remem_agent.types import Role
+from remem_agent.validate import MemoryInput
 
 T = TypeVar("T")
 

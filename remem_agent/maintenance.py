@@ -20,10 +20,10 @@ from remem_agent.embedders.base import Embedder
 from remem_agent.erasure import EraseRequest, ErasureReport
 from remem_agent.errors import LedgerIntegrityError, UnknownMemoryError, UserInputError
 from remem_agent.index.base import IndexBackend
-from remem_agent.ingest import check_int, check_scope, check_text
 from remem_agent.store.base import Store, VectorSearch
 from remem_agent.store.pruning import GrowthLimits, PruneReport
 from remem_agent.types import ROLES, Memory, MemoryInfo, Role, State, StoreStats, VerifyReport
+from remem_agent.validate import check_int, check_scope, check_text
 
 
 def store_stats(store: Store, scope: str | None, *, embedder: str, dim: int) -> StoreStats:

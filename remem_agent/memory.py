@@ -30,22 +30,7 @@ from remem_agent.errors import UserInputError
 from remem_agent.gather import Gather, NewRows
 from remem_agent.index.base import IndexBackend
 from remem_agent.index.flat import FlatIndex
-from remem_agent.ingest import (
-    FactExtractor,
-    MemoryInput,
-    check_ids,
-    check_int,
-    check_items,
-    check_scope,
-    check_task,
-    check_text,
-    check_weight,
-    conversation_items,
-    insert_fact,
-    new_id,
-    state_keys,
-    validate_facts,
-)
+from remem_agent.ingest import FactExtractor, conversation_items, insert_fact, new_id, state_keys
 from remem_agent.learning.credit import Replay
 from remem_agent.learning.feedback import apply_feedback, plan_feedback
 from remem_agent.maintenance import Maintenance
@@ -65,6 +50,17 @@ from remem_agent.types import (
     OutcomeSource,
     Role,
     SearchResult,
+)
+from remem_agent.validate import (
+    MemoryInput,
+    check_ids,
+    check_int,
+    check_items,
+    check_scope,
+    check_task,
+    check_text,
+    check_weight,
+    validate_facts,
 )
 
 __all__ = ["ReMem", "RememConfig"]  # RememConfig lives in remem_agent.config; re-exported for old imports

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from remem_agent.embedders import hashing
 from remem_agent.embedders.hashing import ConceptHashEmbedder
-from remem_agent.learning.staleness import normalise, normalise_key
+from remem_agent.learning.staleness import normalise
+from remem_agent.validate import normalise_key
 
 
 def _texts(seed: int, n: int = 200) -> list[str]:

@@ -275,7 +275,7 @@ def test_unknown_ids_are_key_errors_too(mem: ReMem) -> None:
 def test_a_transition_that_need_not_wait_is_a_transition_when_nothing_holds_the_row(mem: ReMem) -> None:
     """``transition_unless_busy`` skips only a row another writer holds (PostgreSQL; see
     test_postgres_concurrency): otherwise it moves the state and logs the event as ``transition`` does."""
-    from remem_agent.learning.lifecycle import LifecycleEvent
+    from remem_agent.store.lifecycle import LifecycleEvent
 
     fact = mem.add("The billing service runs in eu-west-1.", entity="billing", attribute="region", timestamp=1)
     with mem.store.write() as tx:

@@ -22,17 +22,17 @@ from remem_agent._time import MAX_EPOCH, MIN_EPOCH, to_epoch
 from remem_agent.agent.prompt import render_memories
 from remem_agent.embedders.hashing import ConceptHashEmbedder
 from remem_agent.errors import RememError, StoreError, UserInputError
-from remem_agent.ingest import (
+from remem_agent.ingest import insert_fact
+from remem_agent.types import iso_time
+from remem_agent.validate import (
     MAX_INT,
     MAX_TEXT_CHARS,
     CleanFact,
     check_fraction,
     check_int,
     check_weight,
-    insert_fact,
     validate_facts,
 )
-from remem_agent.types import iso_time
 
 StoreLocation = Callable[[str], "str | Path"]
 SURROGATE = "\ud800"

@@ -39,8 +39,8 @@ from remem_agent._time import MAX_EPOCH, MIN_EPOCH, to_epoch
 from remem_agent.agent.prompt import render_memories
 from remem_agent.embedders.hashing import ConceptHashEmbedder
 from remem_agent.errors import RememError, UserInputError
-from remem_agent.ingest import MAX_INT, MAX_TEXT_CHARS
 from remem_agent.types import iso_time
+from remem_agent.validate import MAX_INT, MAX_TEXT_CHARS
 
 mcp_server = pytest.importorskip("remem_agent.integrations.mcp_server")
 mcp_tools = pytest.importorskip("remem_agent.integrations.mcp_tools")

@@ -14,8 +14,8 @@ from remem_agent import ReMem
 from remem_agent.agent.prompt import build_messages, is_temporal_question, render_memories
 from remem_agent.conversation import BadTurnError, parse_conversation, parse_when
 from remem_agent.errors import UserInputError
-from remem_agent.ingest import MemoryInput
 from remem_agent.types import State
+from remem_agent.validate import MemoryInput
 from tests.conftest import StoreLocation
 
 LOCOMO: dict[str, Any] = {

@@ -35,7 +35,6 @@ NOT_IMPORTED_BY_NAME = {
     "remem_agent.gateway.metrics",
     "remem_agent.gateway.openai_http",
     "remem_agent.gateway.protocol",
-    "remem_agent.gather",
     "remem_agent.index.chroma_backend",
     "remem_agent.index.faiss_backend",
     "remem_agent.maintenance",

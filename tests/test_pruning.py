@@ -23,9 +23,9 @@ from remem_agent import (
     UnknownSearchError,
     UserInputError,
 )
-from remem_agent.agent.outcomes import PendingOutcomes, Waiting
 from remem_agent.cli import main
-from remem_agent.shared_outcomes import LedgerPendingOutcomes
+from remem_agent.outcomes.ledger import LedgerPendingOutcomes
+from remem_agent.outcomes.pending import PendingOutcomes, Waiting
 from remem_agent.store import pending, pruning
 from remem_agent.store.pruning import GrowthLimits
 from remem_agent.types import ALL_TASKS
@@ -169,7 +169,7 @@ def test_feedback_on_an_expired_answer_is_a_typed_error_that_changes_nothing(tmp
 
 def test_in_process_pending_answers_expire_too(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [100.0]
-    monkeypatch.setattr("remem_agent.agent.outcomes.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("remem_agent.outcomes.pending.time.monotonic", lambda: clock[0])
 
     async def run() -> None:
         store: PendingOutcomes[str] = PendingOutcomes(ttl_s=10.0)

@@ -44,7 +44,7 @@ from evals.harness.replay import temp_store
 from evals.harness.stats import estimate
 from evals.harness.systems import System
 from remem_agent.embedders.base import Embedder
-from remem_agent.ingest import MemoryInput
+from remem_agent.validate import MemoryInput
 
 
 # -- data ----------------------------------------------------------------------------------------------

@@ -25,8 +25,9 @@ from typing import Any
 
 from evals.bench.run_locomo import normalise_dia_ids
 from remem_agent.errors import OutputValidationError
-from remem_agent.ingest import FactExtractor, MemoryInput
+from remem_agent.ingest import FactExtractor
 from remem_agent.memory import ReMem
+from remem_agent.validate import MemoryInput
 
 _FIELDS = ("text", "role", "entity", "attribute")
 

@@ -23,9 +23,9 @@ from evals.harness.reader import Reading
 from evals.harness.world import Fact, Task, World
 from remem_agent import ReMem, RememConfig
 from remem_agent.embedders.base import Embedder
-from remem_agent.ingest import MemoryInput
 from remem_agent.ranking.utility import UtilityModel
 from remem_agent.types import FeedbackReceipt, SearchResult
+from remem_agent.validate import MemoryInput
 
 _SHM = Path("/dev/shm")
 

@@ -26,7 +26,7 @@ from evals.harness.replay import WorldReplay, temp_store
 from evals.harness.systems import System
 from evals.harness.world import DAY, Fact, Task, World
 from remem_agent import ReMem, State
-from remem_agent.learning.lifecycle import LifecycleEvent
+from remem_agent.store.lifecycle import LifecycleEvent
 from remem_agent.types import ALL_TASKS
 
 

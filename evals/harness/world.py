@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from remem_agent.ingest import MemoryInput
+from remem_agent.validate import MemoryInput
 
 Role = Literal["state", "preference", "note"]
 FactKind = Literal["gold", "update", "trap", "distractor", "noise", "critical", "multi"]

@@ -6,7 +6,7 @@ stage              module
 recall             ``ReMem.search`` (``remem_agent/ranking/pipeline.py`` ranks; :mod:`.ports`)
 prompt             :mod:`.prompt` (memories as quoted data, per-ask citation labels)
 call + enforce     :mod:`.call` (bounded re-asks over the retry layer), :mod:`.enforce`
-score              :mod:`.scoring` (truth), :mod:`.outcomes` (user / inferred, later)
+score              :mod:`.scoring` (truth); user / inferred, later: ``remem_agent/outcomes/``
 learn              ``ReMem.feedback`` (``remem_agent/learning/feedback.py``)
 trace              :mod:`.trace` (``TraceRecord`` beside ``TRACE_SCHEMA``)
 =================  ==========================================================================

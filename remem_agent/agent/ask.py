@@ -19,13 +19,13 @@ from remem_agent._time import Timestamp
 from remem_agent.adapters.base import ChatModel, Message
 from remem_agent.adapters.retry import RetryPolicy
 from remem_agent.agent.call import Enforced, Sampling, call_and_enforce
-from remem_agent.agent.outcomes import PendingStore, Waiting
 from remem_agent.agent.ports import AgentMemory
 from remem_agent.agent.prompt import build_messages, citation_aliases, with_citations
 from remem_agent.agent.scoring import Outcome, Scorer
 from remem_agent.agent.trace import AttemptRecord, TraceRecord, TraceWriter
 from remem_agent.errors import ModelError, OutputValidationError
 from remem_agent.learning.credit import values_used
+from remem_agent.outcomes.pending import PendingStore, Waiting
 from remem_agent.types import FeedbackReceipt, Hit, SearchResult
 
 

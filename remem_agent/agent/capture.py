@@ -21,7 +21,7 @@ from typing import Protocol
 
 from remem_agent.agent.trace import TraceWriter
 from remem_agent.errors import RememError
-from remem_agent.ingest import MemoryInput
+from remem_agent.validate import MemoryInput
 
 log = logging.getLogger("remem_agent.agent")
 

@@ -63,21 +63,21 @@ from remem_agent.agent.conversation import (
     tool_arguments,
     transcript_digest,
 )
-from remem_agent.agent.outcomes import (
-    BlockingAdd,
-    PendingStore,
-    Thread,
-    Waiting,
-)
 from remem_agent.agent.ports import AgentMemory
 from remem_agent.agent.prompt import citation_aliases, is_temporal_question, render_memories
 from remem_agent.agent.telemetry import NoTelemetry, Span, Telemetry
 from remem_agent.agent.trace import TraceWriter
 from remem_agent.agent.verdicts import AnswerContext, Verdicts
 from remem_agent.errors import ModelError, UserInputError
-from remem_agent.ingest import check_scope
 from remem_agent.learning.credit import carried_values_used
+from remem_agent.outcomes.pending import (
+    BlockingAdd,
+    PendingStore,
+    Thread,
+    Waiting,
+)
 from remem_agent.types import Hit
+from remem_agent.validate import check_scope
 
 log = logging.getLogger("remem_agent.agent")
 
@@ -379,7 +379,7 @@ class Conversations:
         ``latency()`` taken once the answer is waiting.
 
         Both are blocking work; when the pending store can add without its own hop (the ledger's,
-        :class:`~remem_agent.agent.outcomes.BlockingAdd`) they run in ONE worker-thread call instead of two.
+        :class:`~remem_agent.outcomes.pending.BlockingAdd`) they run in ONE worker-thread call instead of two.
         """
         tracer = self._tracer() if record is not None else None
         add = self._add_blocking

@@ -33,8 +33,8 @@ from jsonschema.exceptions import SchemaError
 from remem_agent.adapters.base import Message, MessageRole, ToolCall, ToolChoice, ToolSpec
 from remem_agent.agent.prompt import render_memories
 from remem_agent.errors import UserInputError
-from remem_agent.ingest import check_text
 from remem_agent.types import Hit
+from remem_agent.validate import check_text
 
 FOLLOW_UP_WORDS = 6  # a latest user turn shorter than this borrows the previous user turn as context
 MAX_MESSAGES = 1_000

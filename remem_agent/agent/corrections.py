@@ -26,8 +26,8 @@ import re
 from collections.abc import Sequence
 
 from remem_agent.agent.conversation import correction_rest
-from remem_agent.ingest import MemoryInput
 from remem_agent.types import Memory, State
+from remem_agent.validate import MemoryInput
 
 SPEAKER = "user"
 SESSION_PREFIX = "correction:"

@@ -37,17 +37,18 @@ from remem_agent.agent.chat import (
     run_chat,
 )
 from remem_agent.agent.chat_types import ChatOptions, ChatReply
-from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, PendingOutcomes, PendingStore
 from remem_agent.agent.ports import AgentMemory
 from remem_agent.agent.prompt import check_answer_schema
 from remem_agent.agent.scoring import Scorer, exact_match
 from remem_agent.agent.stream import ChatStream, stream_chat
 from remem_agent.agent.telemetry import Telemetry, memory_operation
 from remem_agent.agent.trace import HasSecrets, TraceWriter
-from remem_agent.agent.verdicts import Verdict
 from remem_agent.errors import AnswerExpiredError, UnknownSearchError, UserInputError
-from remem_agent.ingest import check_scope, check_text
+from remem_agent.outcomes import rules
+from remem_agent.outcomes.pending import PendingOutcomes, PendingStore
+from remem_agent.outcomes.rules import WEAK_SUCCESS_WEIGHT, Verdict
 from remem_agent.types import FeedbackReceipt, Role
+from remem_agent.validate import check_scope, check_text
 
 log = logging.getLogger("remem_agent.agent")
 
@@ -108,7 +109,7 @@ class MemoryAgent:
     user turn of ``chat`` into memories in the background (:mod:`.capture`; at most ``capture_queue``
     turns wait, more are dropped and counted). Close the agent (``aclose`` / ``async with``) to stop it.
     ``pending``: where answers wait for their outcome; default this process's memory. Pass
-    ``remem_agent.shared_outcomes.LedgerPendingOutcomes(mem.store)`` when several processes serve one
+    ``remem_agent.outcomes.ledger.LedgerPendingOutcomes(mem.store)`` when several processes serve one
     store, so an answer given by one is settled by whichever sees its outcome (:mod:`.outcomes`). Either takes
     ``ttl_s``: an answer with no verdict after that long expires (no outcome; feedback raises
     ``AnswerExpiredError``).
@@ -464,14 +465,11 @@ class MemoryAgent:
             return
         for item, blamed in await self._pending.take_relying_on(info.supersedes):
             log.debug("inferred failure of %s: corrected %s", item.answer_id, blamed)
-            reason = f"a new fact ({new_id}) superseded served memories {blamed}"
-            verdict = Verdict(success=False, source="inferred", weight=1.0, reason=reason)
-            await self._conversations.verdicts.record(item, verdict, used_ids=blamed)
+            await self._conversations.verdicts.record(item, rules.corrected(blamed, by=new_id), used_ids=blamed)
 
     async def _infer_moved_on(self, thread: tuple[str, str | None]) -> None:
         """A new ask in the same task with no correction since: the previous answer was a weak success."""
         item = await self._pending.take_latest(thread)
         if item is None:
             return
-        verdict = Verdict(success=True, source="inferred", weight=WEAK_SUCCESS_WEIGHT, reason="the next ask moved on")
-        await self._conversations.verdicts.record(item, verdict, answer=item.value)
+        await self._conversations.verdicts.record(item, rules.moved_on(), answer=item.value)

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from remem_agent._time import Timestamp
-from remem_agent.ingest import MemoryInput
 from remem_agent.learning.credit import Replay
 from remem_agent.types import FeedbackReceipt, MemoryInfo, OutcomeSource, Role, SearchResult
+from remem_agent.validate import MemoryInput
 
 
 class AgentMemory(Protocol):

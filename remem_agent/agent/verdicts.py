@@ -29,27 +29,16 @@ from remem_agent.adapters.retry import RetryPolicy, call_with_retries
 from remem_agent.agent import corrections
 from remem_agent.agent._spans import stage
 from remem_agent.agent.conversation import looks_like_correction
-from remem_agent.agent.outcomes import WEAK_SUCCESS_WEIGHT, BlockingClaims, PendingStore, Thread, Waiting
 from remem_agent.agent.ports import AgentMemory, BlockingMemory
 from remem_agent.agent.telemetry import Span, Telemetry, memory_operation
 from remem_agent.agent.trace import TraceWriter
 from remem_agent.errors import ModelError, RememError, UnknownMemoryError
-from remem_agent.types import FeedbackReceipt, OutcomeSource, SearchResult
+from remem_agent.outcomes import rules
+from remem_agent.outcomes.pending import BlockingClaims, PendingStore, Thread, Waiting
+from remem_agent.outcomes.rules import Verdict
+from remem_agent.types import FeedbackReceipt, SearchResult
 
 log = logging.getLogger("remem_agent.agent")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Verdict:
-    """A judgement of the previous answer from the next user turn."""
-
-    success: bool | None  # None: no verdict (the judge was unsure)
-    source: OutcomeSource
-    weight: float
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"success": self.success, "source": self.source, "weight": self.weight, "reason": self.reason}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,16 +64,6 @@ JUDGE_PROMPT = """You rate an assistant's answer from the user's next message.
 Reply with ONE JSON object: {"verdict": "helpful" | "wrong" | "unclear", "reason": short text}.
 "wrong": the next message corrects the answer or says it was wrong or outdated. "helpful": the user
 accepts it or moves on. "unclear": you cannot tell."""
-
-
-def heuristic(correction: bool) -> Verdict:
-    """The next user turn's verdict on the previous answer without a judge: a correction, or "moved on"."""
-    return Verdict(
-        success=not correction,
-        source="inferred",
-        weight=1.0 if correction else WEAK_SUCCESS_WEIGHT,
-        reason="the next user turn reads as a correction" if correction else "the user moved on",
-    )
 
 
 _OVERRIDABLE = frozenset({"search", "feedback", "asearch", "afeedback"})
@@ -157,7 +136,7 @@ class Verdicts:
         answer_id = latest.answer_id
         own = self._answer_of(answer_id)  # what the judge reads, when this process gave the answer
         correction = looks_like_correction(next_user)
-        rule = heuristic(correction)
+        rule = rules.next_turn(correction)
         judged = await self._judge(own, next_user) if self.judge is not None and own is not None else None
         verdict = judged if judged is not None and judged.success is not None else rule
         judge = judged.to_dict() if judged else None
@@ -205,7 +184,7 @@ class Verdicts:
         settled = None
         if latest is not None and latest.turn != turn:
             own = self._answer_of(latest.answer_id)
-            verdict = heuristic(looks_like_correction(next_user))
+            verdict = rules.next_turn(looks_like_correction(next_user))
             item = claims.take_blocking(latest.answer_id)
             if item is not None:  # else already judged (explicit feedback, a correction by a new fact)
                 try:

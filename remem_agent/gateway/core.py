@@ -39,7 +39,7 @@ from remem_agent.gateway.protocol import ApiError, Protocol, error_of, json_obje
 from remem_agent.gateway.service import ChatCall, ChatService, ClosingStreamingResponse, Meta, StreamEnd
 from remem_agent.gateway.upstream import ModelRouter, build_router
 from remem_agent.memory import ReMem
-from remem_agent.shared_outcomes import LedgerPendingOutcomes
+from remem_agent.outcomes.ledger import LedgerPendingOutcomes
 from remem_agent.store.pruning import GrowthLimits, PruneReport
 
 SSE_HEADERS: Mapping[str, str] = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # a proxy must not buffer

@@ -10,7 +10,7 @@ its latest answer). Without it, a new turn settles the answer whose request and 
 from the first system and user message. Every response has its own answer id, and conversation state is the
 scope's own, so two users whose chats open with the same words never settle each other's answers.
 
-Waiting answers are ledger rows (:class:`~remem_agent.shared_outcomes.LedgerPendingOutcomes`): feedback
+Waiting answers are ledger rows (:class:`~remem_agent.outcomes.ledger.LedgerPendingOutcomes`): feedback
 for an answer, and the next turn of its conversation, may arrive at any worker or gateway on the store.
 """
 
@@ -32,7 +32,6 @@ from remem_agent.adapters.base import StreamChunk
 from remem_agent.agent import MemoryAgent
 from remem_agent.agent.chat_types import ChatReply
 from remem_agent.agent.conversation import conversation_key, parse_messages
-from remem_agent.agent.outcomes import PendingStore
 from remem_agent.agent.stream import ChatStream
 from remem_agent.errors import UnknownSearchError, UserInputError
 from remem_agent.gateway.auth import Caller
@@ -40,6 +39,7 @@ from remem_agent.gateway.config import Limits
 from remem_agent.gateway.metrics import Metrics
 from remem_agent.gateway.protocol import ApiError, schema_valid
 from remem_agent.gateway.upstream import MODEL_KEY, SCHEMA_KEY, SCHEMA_NAME_KEY, TIMING_KEY, ModelRouter, Timing
+from remem_agent.outcomes.pending import PendingStore
 from remem_agent.types import FeedbackReceipt
 
 # answer -> scope entries this process remembers (least recent dropped). An answer that waits for its outcome is

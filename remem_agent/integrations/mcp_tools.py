@@ -3,13 +3,14 @@
 Each tool takes JSON-able arguments and returns a JSON-able dict; bad arguments raise ``RememError``s, which
 the server turns into MCP tool errors.
 
-Inferred feedback (when the client never calls ``feedback``), the same rules as
-:class:`remem_agent.agent.middleware.MemoryAgent`:
+Inferred feedback (when the client never calls ``feedback``), by the rules every surface applies
+(:mod:`remem_agent.outcomes.rules`):
 
 * ``remember`` of a ``state`` fact that supersedes a memory served by a recall with no outcome yet:
-  that recall failed, blamed on the corrected memory (``source="inferred"``).
+  that recall failed, blamed on the corrected memory (``source="inferred"``). A recall reports no
+  citations, so everything it served counts as relied on.
 * a later ``recall`` for the same task with no correction in between: the earlier recall was a weak
-  success (``weight=0.3``, ``source="inferred"``, the top-ranked memory counted as cited).
+  success (``WEAK_SUCCESS_WEIGHT``, ``source="inferred"``, the top-ranked memory counted as cited).
 * an explicit ``feedback`` on a recall disables inference for it. ``REMEM_AUTO_FEEDBACK=0`` turns
   inference off.
 
@@ -35,18 +36,19 @@ from typing import TYPE_CHECKING, Any, Literal
 from remem_agent._time import now as wall_now
 from remem_agent._time import to_epoch
 from remem_agent.errors import FeedbackConflictError, UnknownSearchError, UserInputError
-from remem_agent.ingest import check_int, check_scope, check_task, check_text
 from remem_agent.memory import ReMem
+from remem_agent.outcomes import rules
+from remem_agent.outcomes.rules import Verdict
 from remem_agent.store import pending
 from remem_agent.store.pending import PendingRecord
 from remem_agent.types import Hit, Memory, MemoryInfo, iso_time
+from remem_agent.validate import check_int, check_scope, check_task, check_text
 
 if TYPE_CHECKING:
     pass
 
 log = logging.getLogger("remem_agent.mcp")
 
-WEAK_SUCCESS_WEIGHT = 0.3  # same as the middleware: "moved on without correcting" counts this much
 THREAD_PREFIX = "mcp:"  # this server's threads in the ledger's pending_outcomes
 
 RoleArg = Literal["state", "preference", "note"]
@@ -154,7 +156,7 @@ class RememTools:
             inferred: list[dict[str, Any]] = []
             if self.auto_feedback and is_new and role == "state" and entity and attribute and info.supersedes:
                 try:
-                    inferred = self._infer_correction(set(info.supersedes))
+                    inferred = self._infer_correction(set(info.supersedes), by=mid)
                 except Exception as exc:  # the write stands; say why inference was skipped
                     log.exception("remember stored %s; inferring feedback failed", mid)
                     inferred = [{"skipped": _describe(exc)}]
@@ -334,20 +336,21 @@ class RememTools:
             to_epoch(as_of, name="as_of")  # type: ignore[arg-type]
         return check_task(task)
 
-    def _infer_correction(self, corrected: set[str]) -> list[dict[str, Any]]:
+    def _infer_correction(self, corrected: set[str], *, by: str) -> list[dict[str, Any]]:
         """A new fact superseded memories served by waiting recalls: those recalls failed (oldest first)."""
         with self.memory.store.read() as tx:
             rows = pending.waiting(tx, scope=self.scope, thread_prefix=THREAD_PREFIX)
         out: list[dict[str, Any]] = []
         for rec in reversed(rows):
-            blamed = sorted(corrected & set(rec.served_ids))
+            # an MCP recall reports no citations: the client's model read everything it was served
+            blamed = rules.blamed(corrected, rec.served_ids)
             if not blamed:
                 continue
             got = self._claim(rec.search_id)
             if got is None:  # judged meanwhile (another process)
                 continue
             log.info("inferred failure of recall %s: corrected %s", got.search_id, blamed)
-            out.append(self._inferred(got, success=False, used_ids=blamed, weight=1.0))
+            out.append(self._inferred(got, rules.corrected(blamed, by=by), used_ids=blamed))
         return out
 
     def _infer_moved_on(self, task: str | None) -> list[dict[str, Any]]:
@@ -363,18 +366,20 @@ class RememTools:
         # The top-ranked memory counts as cited: with no signal at all a success would only add "wasted"
         # exposures, and moving on without a correction would slowly sink what is recalled most.
         return [
-            self._inferred(got, success=True, used_ids=[], cited_ids=got.served_ids[:1], weight=WEAK_SUCCESS_WEIGHT)
+            self._inferred(got, rules.moved_on("the next recall moved on"), used_ids=[], cited_ids=got.served_ids[:1])
         ]
 
     def _inferred(
         self,
         p: PendingRecord,
+        verdict: Verdict,
         *,
-        success: bool,
         used_ids: Sequence[str],
-        weight: float,
         cited_ids: Sequence[str] = (),
     ) -> dict[str, Any]:
+        if verdict.success is None:
+            raise ValueError("an inferred verdict must decide success or failure")
+        success, weight = verdict.success, verdict.weight
         try:
             receipt = self.memory.feedback(
                 p.search_id,
@@ -383,7 +388,7 @@ class RememTools:
                 used_ids=used_ids,
                 cited_ids=list(cited_ids),
                 weight=weight,
-                source="inferred",
+                source=verdict.source,
             )
         except UnknownSearchError:  # pragma: no cover - the store was replaced under us
             return {"search_id": p.search_id, "skipped": "unknown search"}

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from remem_agent._time import now as wall_now
-from remem_agent.config import RememConfig
 from remem_agent.errors import FeedbackConflictError, UnknownSearchError, UserInputError
 from remem_agent.learning.credit import Replay, leave_one_out, values_used
+from remem_agent.learning.policy import LearningPolicy
 from remem_agent.ranking.features import snapshot_features
 from remem_agent.ranking.utility import HeuristicUtility, PriorCalibration, relevance_prior
 from remem_agent.store.base import Store
@@ -68,7 +68,7 @@ def exposure_priors(served: Sequence[Mapping[str, Any]], static: HeuristicUtilit
     return {str(item["id"]): float(v) for item, v in zip(served, m0.tolist(), strict=True) if v == v}
 
 
-def _expected_uses(tx: LedgerTx, plan: FeedbackPlan, config: RememConfig) -> dict[str, float]:
+def _expected_uses(tx: LedgerTx, plan: FeedbackPlan, config: LearningPolicy) -> dict[str, float]:
     """Each judged exposure's expected uses: its prior as the scope's calibration rates it now (the prior itself
     with ``contribution_calibration`` 0)."""
     if not plan.priors:
@@ -81,7 +81,7 @@ def _expected_uses(tx: LedgerTx, plan: FeedbackPlan, config: RememConfig) -> dic
     return {i: min(1.0, max(0.0, float(v))) for i, v in zip(ids, rated.tolist(), strict=True)}
 
 
-def apply_feedback(tx: LedgerTx, plan: FeedbackPlan, config: RememConfig) -> FeedbackReceipt:
+def apply_feedback(tx: LedgerTx, plan: FeedbackPlan, config: LearningPolicy) -> FeedbackReceipt:
     """Record the verdict once, write credit rows, then let staleness and retention move states."""
     payload = plan.payload()
     served = list(plan.served)
@@ -160,7 +160,7 @@ def repeat_receipt(
 
 def plan_feedback(
     store: Store,
-    config: RememConfig,
+    config: LearningPolicy,
     search_id: str,
     *,
     success: bool,

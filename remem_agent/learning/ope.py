@@ -34,10 +34,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from remem_agent.config import RememConfig
 from remem_agent.errors import NoPropensitiesError, UserInputError
 from remem_agent.ranking.decide import PoolView
 from remem_agent.ranking.learned import irls
+from remem_agent.ranking.policy import RankingPolicy
 
 Z95 = 1.959963984540054
 SET_FEATURES = ("rate_all", "rate_class", "similarity", "retrieval", "evidence_all", "stale", "contradictions")
@@ -213,7 +213,7 @@ class PolicyEvaluation:
 
 
 def evaluate_decisions(
-    decisions: Sequence[LoggedDecision], target: RememConfig, *, k: int | None = None
+    decisions: Sequence[LoggedDecision], target: RankingPolicy, *, k: int | None = None
 ) -> PolicyEvaluation:
     """The three estimates of ``target``'s success rate on ``decisions`` (pure; :func:`evaluate_policy` reads
     the decisions from a store). ``k``: the target asks each search for this many memories instead of the
@@ -286,7 +286,7 @@ def read_decisions(store: Any, *, scope: str | None = None) -> tuple[list[Logged
 
 
 def evaluate_policy(
-    store: Any, target: RememConfig, *, scope: str | None = None, k: int | None = None
+    store: Any, target: RankingPolicy, *, scope: str | None = None, k: int | None = None
 ) -> PolicyEvaluation:
     """Estimate ``target``'s success rate on the judged searches ``store`` logged with propensities.
 
@@ -296,7 +296,7 @@ def evaluate_policy(
 
 
 def evaluate_policies(
-    store: Any, targets: Mapping[str, RememConfig], *, scope: str | None = None, k: int | None = None
+    store: Any, targets: Mapping[str, RankingPolicy], *, scope: str | None = None, k: int | None = None
 ) -> dict[str, PolicyEvaluation]:
     """:func:`evaluate_policy` for several targets, reading the logged decisions once."""
     decisions, without = read_decisions(store, scope=scope)

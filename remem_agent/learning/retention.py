@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from remem_agent.learning.lifecycle import LifecycleEvent
+from remem_agent.store.lifecycle import LifecycleEvent
 from remem_agent.store.sql import LedgerTx
 from remem_agent.tokens import count_tokens
 from remem_agent.types import ALL_TASKS, CreditRecord, Event, Memory, State, TaskStats

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from remem_agent.learning.lifecycle import LifecycleEvent
+from remem_agent.store.lifecycle import LifecycleEvent
 from remem_agent.store.sql import LedgerTx
 from remem_agent.types import CreditRecord, Event, Memory, State
 
@@ -73,11 +73,6 @@ def additive_wording(text: str) -> str | None:
 def normalise(text: str) -> str:
     """Text compared for restatements: NFKC, case-folded, whitespace and end punctuation folded."""
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split()).rstrip(" .!;")
-
-
-def normalise_key(value: str) -> str:
-    """Entity/attribute keys compare case- and space-insensitively ("Server " == "server")."""
-    return " ".join(unicodedata.normalize("NFKC", value).split()).casefold()
 
 
 # --- outcome-driven staleness and the learned single-valued-attribute schema ----------------------

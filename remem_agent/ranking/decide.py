@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from remem_agent.config import RememConfig
 from remem_agent.errors import UserInputError
+from remem_agent.ranking.policy import RankingPolicy
 from remem_agent.ranking.select import guarded, key_twins, select
 from remem_agent.ranking.utility import UtilityModel
 
@@ -57,7 +57,7 @@ class PoolView:
 
     def choose(
         self,
-        config: RememConfig,
+        config: RankingPolicy,
         p: NDArray[np.float64],
         *,
         include: int | None = None,
@@ -66,7 +66,7 @@ class PoolView:
         (:meth:`Selection.choose`)."""
         return self.selection(config, p).choose(include)
 
-    def selection(self, config: RememConfig, p: NDArray[np.float64]) -> Selection:
+    def selection(self, config: RankingPolicy, p: NDArray[np.float64]) -> Selection:
         """``config``'s selection rules on this pool scored ``p``, worked out once for any number of choices.
 
         The ``p_floor`` grows with each candidate's outcome evidence (``evidence_all`` = n / (n + 2) exposures)
@@ -152,7 +152,7 @@ class Selection:
     the guard's order and exemptions, and the copies of a better-scored text (``twins``, excluded)."""
 
     view: PoolView
-    config: RememConfig
+    config: RankingPolicy
     p: NDArray[np.float64]
     floors: NDArray[np.float64]
     order_by: NDArray[np.float64]

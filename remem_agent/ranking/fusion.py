@@ -25,7 +25,7 @@ from itertools import repeat
 import numpy as np
 from numpy.typing import NDArray
 
-from remem_agent.config import RememConfig
+from remem_agent.ranking.policy import RankingPolicy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,7 +43,7 @@ def fuse(
     lexical: Sequence[tuple[str, float]],
     cosine: Mapping[str, float],
     *,
-    config: RememConfig,
+    config: RankingPolicy,
     lift: Mapping[str, float] | None = None,
 ) -> FusedPool:
     """One pool from the channels' lists (each best first); ``cosine`` gives every pooled id's similarity.

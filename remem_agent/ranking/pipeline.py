@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from remem_agent.config import RememConfig
 from remem_agent.ranking.decide import PoolView
 from remem_agent.ranking.explore import draw
 from remem_agent.ranking.features import FEATURE_NAMES, Pool, build_features
+from remem_agent.ranking.policy import RankingPolicy
 from remem_agent.ranking.select import text_keys
 from remem_agent.ranking.utility import PriorCalibration, UtilityModel, group_factors, relevance_prior
 from remem_agent.types import SERVABLE_STATES, Hit, Memory, State, TaskStats
@@ -70,7 +70,7 @@ class EvidenceNeeds:
     groups: bool = False  # what each kind of memory contributed in the scope (the contribution utility)
 
     @classmethod
-    def of(cls, config: RememConfig) -> EvidenceNeeds:
+    def of(cls, config: RankingPolicy) -> EvidenceNeeds:
         groups = set(config.features.groups)
         return cls(
             stats=bool(groups & {"history", "outcome"}) or config.guard_top > 0,
@@ -122,7 +122,7 @@ class Ranking:
 def rank_and_select(
     candidates: Candidates,
     *,
-    config: RememConfig,
+    config: RankingPolicy,
     utility: UtilityModel,
     task: str | None,
     at: float,
@@ -149,7 +149,7 @@ def rank_and_select(
 
 
 def _pool_view(
-    candidates: Candidates, *, config: RememConfig, task: str | None, at: float, k: int, token_budget: int | None
+    candidates: Candidates, *, config: RankingPolicy, task: str | None, at: float, k: int, token_budget: int | None
 ) -> PoolView:
     """The pool's features (with the calibrated prior and the kind's factor when the store has them) and what
     selection needs of it."""
@@ -237,7 +237,7 @@ def _hits(
 
 
 def _serve(
-    view: PoolView, config: RememConfig, p: NDArray[np.float64], explore_u: float | None, *, ids: list[str]
+    view: PoolView, config: RankingPolicy, p: NDArray[np.float64], explore_u: float | None, *, ids: list[str]
 ) -> tuple[list[int], dict[str, object] | None]:
     """The served indices, and with exploratory serving (``explore_u`` given) the decision a search stores."""
     rules = view.selection(config, p)

@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 
 from remem_agent.errors import StoreError, UnknownMemoryError
-from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.store import hashing
+from remem_agent.store.lifecycle import LifecycleEvent
 from remem_agent.store.sql import LedgerTx
 from remem_agent.store.sql_rows import from_json
 from remem_agent.types import State

@@ -2,7 +2,7 @@
 
 An answer given without ground truth waits until its verdict arrives: an explicit feedback, the next turn
 of its conversation, a new fact that corrects what it relied on. In one process that state can live in
-memory (:class:`~remem_agent.agent.outcomes.PendingOutcomes`); when several processes serve one store
+memory (:class:`~remem_agent.outcomes.pending.PendingOutcomes`); when several processes serve one store
 (``remem serve --workers N``, two gateways on one PostgreSQL ledger) the next turn may reach a process that
 never saw the answer, so the waiting answer is a ledger row that any process can claim.
 

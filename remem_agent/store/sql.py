@@ -18,8 +18,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from remem_agent.errors import StoreError, UnknownMemoryError
-from remem_agent.learning.lifecycle import LifecycleEvent, next_state
 from remem_agent.store import hashing, lexical, times
+from remem_agent.store.lifecycle import LifecycleEvent, next_state
 from remem_agent.store.sql_outcomes import OutcomeQueries
 from remem_agent.store.sql_rows import (
     _CHUNK,

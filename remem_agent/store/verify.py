@@ -39,8 +39,8 @@ from collections.abc import Callable
 import numpy as np
 
 from remem_agent.errors import InvalidTransition
-from remem_agent.learning.lifecycle import LifecycleEvent, next_state
 from remem_agent.store import hashing, pending, pruning, times
+from remem_agent.store.lifecycle import LifecycleEvent, next_state
 from remem_agent.store.sql import LedgerTx
 from remem_agent.store.sql_rows import from_json
 from remem_agent.types import ALL_TASKS, State, calibration_bin

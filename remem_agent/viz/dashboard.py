@@ -20,9 +20,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from remem_agent.errors import UserInputError
-from remem_agent.ingest import check_scope
 from remem_agent.store.base import Store
 from remem_agent.types import ALL_TASKS, Event, Memory, State, TaskStats
+from remem_agent.validate import check_scope
 
 STATE_ORDER: tuple[State, ...] = tuple(State)
 STATE_COLORS: dict[State, str] = {

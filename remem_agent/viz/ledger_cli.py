@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from remem_agent.errors import UserInputError
-from remem_agent.ingest import check_scope
 from remem_agent.store.base import Store
 from remem_agent.types import ALL_TASKS, ROLES, Event, Memory, State, TaskStats
+from remem_agent.validate import check_scope
 from remem_agent.viz.dashboard import fmt_time
 
 TEXT_WIDTH = 60

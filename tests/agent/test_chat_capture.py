@@ -11,7 +11,7 @@ from remem_agent import ReMem, State
 from remem_agent.adapters import ChatRequest, FunctionChatModel
 from remem_agent.agent import MemoryAgent, load_traces
 from remem_agent.extract import LLMFactExtractor
-from remem_agent.ingest import MemoryInput
+from remem_agent.validate import MemoryInput
 
 
 def _facts(req: ChatRequest) -> str:

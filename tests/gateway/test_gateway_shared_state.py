@@ -27,8 +27,8 @@ from _llama_server import free_port, serve_process
 from _ollama_server import FakeOllama, chat_ok
 
 from remem_agent import ReMem
-from remem_agent.agent.outcomes import Waiting
-from remem_agent.shared_outcomes import LedgerPendingOutcomes
+from remem_agent.outcomes.ledger import LedgerPendingOutcomes
+from remem_agent.outcomes.pending import Waiting
 from remem_agent.store import pending
 
 MODEL = "qwen2.5:0.5b"

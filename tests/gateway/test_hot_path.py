@@ -33,7 +33,7 @@ from remem_agent.agent.conversation import _conversation_key, conversation_key, 
 from remem_agent.agent.prompt import _iso
 from remem_agent.agent.trace import _SECRET_VALUES, TraceWriter, _json_escaped, redact
 from remem_agent.learning import credit
-from remem_agent.shared_outcomes import LedgerPendingOutcomes
+from remem_agent.outcomes.ledger import LedgerPendingOutcomes
 
 SECRETS = ("sk-bench-0123456789abcdef", 'we"ird\\secret-value', "tab\tsecret-value")
 

@@ -31,9 +31,9 @@ from _ledger_dump import dump_ledger
 from _sqlite_trace import traced
 
 from remem_agent import MemoryInput, ReMem, RememConfig
-from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.learning.staleness import StalenessPolicy
 from remem_agent.store.copy import TABLES
+from remem_agent.store.lifecycle import LifecycleEvent
 from remem_agent.store.sql import LedgerTx
 from remem_agent.store.sql_rows import MEMORY_INSERT
 from remem_agent.store.sqlite_tx import SQLiteTx

@@ -28,8 +28,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remem_agent import MemoryInput, ReMem
-from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.store.copy import TABLES
+from remem_agent.store.lifecycle import LifecycleEvent
 from remem_agent.store.sql import LedgerTx
 
 StoreLocation = Callable[[str], "str | Path"]

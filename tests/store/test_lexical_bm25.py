@@ -14,8 +14,8 @@ import pytest
 from _sqlite_trace import traced
 
 from remem_agent import ReMem
-from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.store import bm25, lexical
+from remem_agent.store.lifecycle import LifecycleEvent
 from remem_agent.store.sqlite_tx import SQLiteTx
 
 # stems and inflections (porter: camp/camping/camped), diacritics folded, digits, a rare word

@@ -13,8 +13,8 @@ from _sqlite_trace import traced
 
 import remem_agent.memory as memory_module
 from remem_agent import ReMem
-from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.store import lexical
+from remem_agent.store.lifecycle import LifecycleEvent
 from remem_agent.store.sql import LedgerTx
 from remem_agent.store.sqlite_tx import SQLiteTx
 

@@ -17,8 +17,8 @@ import psycopg
 from _pg_downgrades import DOWNGRADE_9_TO_8
 
 from remem_agent import ReMem
-from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.store import migrations, pg_migrations
+from remem_agent.store.lifecycle import LifecycleEvent
 
 # stems and inflections (porter: camp/camping/camped), diacritics, digits, stopwords, rare words
 WORDS = ["camp", "camping", "camped", "café", "cafe", "naïve", "river", "rivers", "2023", "x9", "quartz", "maple"]

@@ -21,14 +21,14 @@ from _pg_downgrades import DOWNGRADE_5_TO_4
 from _sqlite_downgrades import SQLITE_7_TO_6
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from remem_agent.learning.lifecycle import LifecycleEvent
 
 from remem_agent import ReMem, State
 from remem_agent.errors import StoreError, UserInputError
-from remem_agent.ingest import MAX_LABEL_CHARS, MemoryInput
-from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.store import hashing, lexical, migrations, pg_migrations
 from remem_agent.store.copy import TABLES, copy_store, export_rows
 from remem_agent.store.sql import LedgerTx
+from remem_agent.validate import MAX_LABEL_CHARS, MemoryInput
 
 StoreLocation = Callable[[str], "str | Path"]
 
@@ -152,7 +152,8 @@ def test_text_changes_reindex_in_the_same_transaction(store_location: StoreLocat
             pass
 
         def add_then_fail(tx: LedgerTx) -> None:
-            from remem_agent.ingest import insert_fact, validate_fact
+            from remem_agent.ingest import insert_fact
+            from remem_agent.validate import validate_fact
 
             c = validate_fact(MemoryInput("zeppelins over the harbour", role="note"))
             insert_fact(tx, c, mem.embedder.embed([c.text])[0], [], mem.config.staleness)

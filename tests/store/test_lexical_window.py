@@ -13,8 +13,8 @@ import pytest
 from _sqlite_trace import traced
 
 from remem_agent import ReMem
-from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.store import bm25
+from remem_agent.store.lifecycle import LifecycleEvent
 from remem_agent.store.sqlite_tx import SQLiteTx
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from evals.perf.postgres import run_workers
 from remem_agent import ReMem, State
-from remem_agent.learning.lifecycle import LifecycleEvent
+from remem_agent.store.lifecycle import LifecycleEvent
 from remem_agent.types import ALL_TASKS, CreditRecord
 
 WORKERS = 4

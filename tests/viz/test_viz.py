@@ -14,8 +14,8 @@ import pytest
 
 from remem_agent import ReMem
 from remem_agent.cli import main
-from remem_agent.learning.lifecycle import LifecycleEvent
 from remem_agent.learning.retention import compress_text
+from remem_agent.store.lifecycle import LifecycleEvent
 from remem_agent.tokens import count_tokens
 from remem_agent.types import State
 from remem_agent.viz.dashboard import LedgerSnapshot, load_snapshot, render_dashboard, state_series, write_dashboard

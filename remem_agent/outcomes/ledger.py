@@ -1,7 +1,7 @@
 """Waiting answers in the ledger: :class:`LedgerPendingOutcomes`, the
-:class:`~remem_agent.agent.outcomes.PendingStore` that several processes on one store share (``remem serve
---workers N``, two gateways on one PostgreSQL ledger). It sits beside ``memory.py``, not in ``agent/``: the
-agent depends on the protocol only and imports nothing of ``store/``.
+:class:`~remem_agent.outcomes.pending.PendingStore` that several processes on one store share (``remem serve
+--workers N``, two gateways on one PostgreSQL ledger). The only module of ``outcomes/`` that touches the
+ledger: the agent depends on the protocol and imports nothing of ``store/``.
 
 Every method is one short transaction of :mod:`remem_agent.store.pending` run in a worker thread, so a claim
 made by one process is seen by every other at once, and of two racing claims exactly one wins. Answers live
@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable, Collection
 from typing import TypeVar
 
-from remem_agent.agent.outcomes import Thread, Waiting
+from remem_agent.outcomes import rules
+from remem_agent.outcomes.pending import Thread, Waiting
 from remem_agent.store import pending
 from remem_agent.store.base import Store
 from remem_agent.store.pending import PendingRecord
@@ -133,7 +134,7 @@ class LedgerPendingOutcomes:
         def claim_all(tx: LedgerTx) -> list[tuple[PendingRecord, list[str]]]:
             out = []
             for rec in pending.waiting(tx, fresh_after=self._fresh_after()):
-                hit = sorted(wanted & (set(rec.cited_ids) | set(rec.used_ids)))
+                hit = rules.blamed(wanted, rules.relied_on(rec))
                 if hit:
                     got = pending.claim(tx, rec.answer_id, scope=None, by=self._claimant, at=time.time())
                     if got is not None:

@@ -1,19 +1,17 @@
-"""Outcomes that arrive after the answer: explicit signals and the two inference rules.
+"""Answers that wait for their verdict: what is kept of each, and the stores that keep them.
 
-An answer given without ground truth waits here until its verdict arrives:
+An answer given without ground truth waits until its verdict arrives:
 
 * ``user``: an explicit :meth:`PendingOutcomes.take` for that answer (``MemoryAgent.feedback``);
-* ``inferred`` failure: a new ``state`` fact supersedes a memory that a waiting answer cited or used
-  (a correction); the failure is blamed on the corrected memory;
-* ``inferred`` weak success: the next ask of the same task arrives with no correction in between
-  ("moved on"), learned with weight :data:`WEAK_SUCCESS_WEIGHT`.
+* ``inferred``: a correction of a memory it relied on, or its thread moving on (the rules of
+  :mod:`remem_agent.outcomes.rules`).
 
 Each answer gets at most one verdict: whichever arrives first claims it (under one lock), so a
 correction and a "moved on" racing for the same answer never both count.
 
 Two stores hold the waiting answers, behind one :class:`PendingStore` protocol: :class:`PendingOutcomes`
 here (in this process's memory: the default of a ``MemoryAgent``, gone with the process) and
-:class:`~remem_agent.shared_outcomes.LedgerPendingOutcomes` (rows of the ledger that every process
+:class:`~remem_agent.outcomes.ledger.LedgerPendingOutcomes` (rows of the ledger that every process
 serving the store claims alike: what ``remem serve`` uses, so ``--workers N`` and several gateways on one
 PostgreSQL store learn as one).
 """
@@ -29,8 +27,8 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from remem_agent.errors import UserInputError
+from remem_agent.outcomes import rules
 
-WEAK_SUCCESS_WEIGHT = 0.3  # an inferred "moved on without correcting" success counts this much
 MAX_PENDING = 10_000  # oldest waiting answers are forgotten beyond this (their outcome never arrives)
 
 
@@ -198,7 +196,7 @@ class PendingOutcomes(Generic[K]):
         out: list[tuple[Waiting, list[str]]] = []
         async with self._lock:
             for item in list(self._waiting.values()):
-                hit = sorted(wanted & (set(item.cited_ids) | set(item.used_ids)))
+                hit = rules.blamed(wanted, rules.relied_on(item))
                 if hit and self._claim(item.answer_id) is not None:
                     out.append((item, hit))
         return out
