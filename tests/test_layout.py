@@ -33,7 +33,7 @@ NOT_IMPORTED_BY_NAME = {
     "remem_agent.embedders.threads",
     "remem_agent.gateway.limits",
     "remem_agent.gateway.metrics",
-    "remem_agent.gateway.openai_http",
+    "remem_agent.adapters.openai_aiohttp",
     "remem_agent.gateway.protocol",
     "remem_agent.index.chroma_backend",
     "remem_agent.index.faiss_backend",

@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import httpx
 
 from remem_agent._extras import require
+from remem_agent.adapters import _openai_wire as wire
 from remem_agent.adapters.base import (
     Capabilities,
     ChatRequest,
     ChatResponse,
-    FinishReason,
     StreamChunk,
     ToolCall,
     ToolCallDelta,
@@ -52,11 +52,7 @@ log = logging.getLogger(__name__)
 SchemaMode = Literal["json_schema", "json_object_schema", "auto"]
 _SCHEMA_MODES = ("json_schema", "json_object_schema", "auto")
 _NO_KEY = "sk-no-key"
-_BODY_LIMIT = 2000
-_MESSAGE_BODY_LIMIT = 300
-_TRANSIENT_STATUS = frozenset({408, 425, 429})  # plus every 5xx
 _FALLBACK_STATUS = frozenset({400, 422, 500})
-_FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "tool_calls": "tool_calls"}
 
 
 def _strict_ok(schema: Any) -> bool:
@@ -291,11 +287,11 @@ class OpenAIChat:
         the wrong shape (no choices, a choice without a message, content that is not a string) comes
         back the same on every attempt, from a base_url that is not an OpenAI-compatible API: not retryable.
         """
-        shown = self._redact(body)[:_BODY_LIMIT]
+        shown = self._redact(body)[: wire.BODY_LIMIT]
         hint = "" if retryable else "; check that base_url is an OpenAI-compatible /v1 API"
         return ModelError(
             f"chat completion {self._model!r} at {self.base_url} returned {what} (HTTP 200){hint}: "
-            f"{shown[:_MESSAGE_BODY_LIMIT]!r}",
+            f"{shown[: wire.MESSAGE_BODY_LIMIT]!r}",
             status=200,
             body=shown,
             retryable=retryable,
@@ -320,10 +316,10 @@ class OpenAIChat:
                 body = exc.response.text
             except Exception:  # noqa: BLE001 - a streamed/unread body: fall back to the parsed one
                 body = str(exc.body) if exc.body is not None else ""
-            body = self._redact(body)[:_BODY_LIMIT]
-            retryable = status in _TRANSIENT_STATUS or status >= 500
+            body = self._redact(body)[: wire.BODY_LIMIT]
+            retryable = status in wire.TRANSIENT_STATUS or status >= 500
             retry_after = parse_retry_after(exc.response.headers) if retryable else None
-            shown = body[:_MESSAGE_BODY_LIMIT]
+            shown = body[: wire.MESSAGE_BODY_LIMIT]
             return ModelError(
                 f"{where} failed: HTTP {status}: {shown}",
                 status=status,
@@ -331,7 +327,7 @@ class OpenAIChat:
                 retryable=retryable,
                 retry_after=retry_after,
             )
-        return ModelError(f"{where} failed: {type(exc).__name__}: {self._redact(str(exc))[:_MESSAGE_BODY_LIMIT]}")
+        return ModelError(f"{where} failed: {type(exc).__name__}: {self._redact(str(exc))[: wire.MESSAGE_BODY_LIMIT]}")
 
     @staticmethod
     def _is_schema_rejection(exc: ModelError) -> bool:
@@ -375,13 +371,13 @@ class OpenAIChat:
             args = args if isinstance(args, str) else json.dumps(args if args is not None else {})
             call_id = c.get("id") if isinstance(c.get("id"), str) and c.get("id") else f"call_{i}"
             tool_calls.append(ToolCall(id=call_id, name=fn["name"], arguments=args))
-        finish = _FINISH.get(str(choice.get("finish_reason")), "other")
+        finish = wire.FINISH.get(str(choice.get("finish_reason")), "other")
         if tool_calls and finish == "stop":  # some servers say "stop" after a forced tool call
             finish = "tool_calls"
         return ChatResponse(
             text=content or "",
             finish_reason=finish,
-            usage=Usage(_count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))),
+            usage=Usage(wire.count(usage.get("prompt_tokens")), wire.count(usage.get("completion_tokens"))),
             model=model if isinstance(model, str) and model else self._model,
             latency_ms=(time.perf_counter() - started) * 1000.0,
             tool_calls=tuple(tool_calls),
@@ -391,7 +387,9 @@ class OpenAIChat:
     def _chunk(event: Any) -> StreamChunk | None:
         """One SSE event (an SDK ``ChatCompletionChunk``) as a :class:`StreamChunk`; None for an empty event."""
         usage = getattr(event, "usage", None)
-        u = Usage(_count(getattr(usage, "prompt_tokens", None)), _count(getattr(usage, "completion_tokens", None)))
+        u = Usage(
+            wire.count(getattr(usage, "prompt_tokens", None)), wire.count(getattr(usage, "completion_tokens", None))
+        )
         if not event.choices:
             return StreamChunk(usage=u) if usage is not None else None
         choice = event.choices[0]
@@ -412,14 +410,9 @@ class OpenAIChat:
         return StreamChunk(
             text=text,
             tool_calls=deltas,
-            finish_reason=_FINISH.get(str(reason), "other") if reason else None,
+            finish_reason=wire.FINISH.get(str(reason), "other") if reason else None,
             usage=u if usage is not None else None,
         )
-
-
-def _count(value: Any) -> int | None:
-    """A token count from the usage block, or None when missing or not a non-negative integer."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 __all__ = ["OpenAIChat", "parse_retry_after"]

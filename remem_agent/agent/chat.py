@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from remem_agent._time import Timestamp
 from remem_agent.adapters.base import (
     ChatModel,
     ChatRequest,
@@ -49,7 +48,7 @@ from remem_agent.adapters.retry import RetryPolicy, call_with_retries
 from remem_agent.agent._spans import model_attributes, ms, record_response, record_search, root_span, stage
 from remem_agent.agent.call import Sampling
 from remem_agent.agent.capture import FactCapture
-from remem_agent.agent.chat_types import ChatOptions, ChatReply, TurnState
+from remem_agent.agent.chat_types import ChatArgs, ChatOptions, ChatReply, TurnState
 from remem_agent.agent.conversation import (
     conversation_key,
     extract_citations,
@@ -128,48 +127,46 @@ class Conversations:
         self._locks: dict[str, asyncio.Lock] = {}
 
     # -- validation -----------------------------------------------------------------------------
-    def options(
-        self,
-        messages: object,
-        *,
-        tools: object,
-        tool_choice: object,
-        conversation_id: str | None,
-        scope: str | None,
-        task: str | None,
-        k: int | None,
-        now: Timestamp | None,
-        token_budget: int | None,
-        strip_citations: bool,
-        sampling: Sampling,
-        extra: Mapping[str, Any] | None,
-    ) -> ChatOptions:
+    def options(self, messages: object, args: ChatArgs, *, sampling: Sampling, strip: bool) -> ChatOptions:
+        """One call's options, validated before anything runs (a ``UserInputError`` names what is wrong)."""
         msgs = parse_messages(messages)
-        specs = parse_tools(tools)
-        choice = parse_tool_choice(tool_choice, specs)
-        if specs and not self.model.capabilities.tools:
+        specs = parse_tools(args.get("tools"))
+        choice = parse_tool_choice(args.get("tool_choice"), specs)
+        model = args.get("model") or self.model
+        if not isinstance(model, ChatModel):
+            raise UserInputError("model must implement the ChatModel protocol (name, adapter, capabilities, complete)")
+        if specs and not model.capabilities.tools:
             raise UserInputError(
-                f"model {self.model.name!r} ({self.model.adapter}) does not support tools; "
+                f"model {model.name!r} ({model.adapter}) does not support tools; "
                 "pass no tools, or use an adapter whose capabilities.tools is True"
             )
+        conversation_id, extra = args.get("conversation_id"), args.get("extra")
         if conversation_id is not None and (not isinstance(conversation_id, str) or not conversation_id.strip()):
             raise UserInputError("conversation_id must be a non-empty string")
         if extra is not None and not isinstance(extra, Mapping):
             raise UserInputError("extra must be a mapping of provider fields")
+        schema, schema_name = args.get("json_schema"), args.get("schema_name")
+        if schema is not None and not isinstance(schema, Mapping):
+            raise UserInputError("json_schema must be a JSON schema object (a mapping)")
+        if schema_name is not None and (not isinstance(schema_name, str) or not schema_name.strip()):
+            raise UserInputError("schema_name must be a non-empty string")
         return ChatOptions(
             messages=msgs,
             tools=specs,
             tool_choice=choice,
             conversation_id=conversation_id or conversation_key(msgs),
             threaded=conversation_id is not None,
-            scope=check_scope(scope),
-            task=task,
-            k=k,
-            now=now,
-            token_budget=token_budget,
-            strip=strip_citations,
+            scope=check_scope(args.get("scope")),
+            task=args.get("task"),
+            k=args.get("k"),
+            now=args.get("now"),
+            token_budget=args.get("token_budget"),
+            strip=strip,
             sampling=sampling,
             extra=dict(extra or {}),
+            model=model,
+            json_schema=schema,
+            schema_name=schema_name or "answer",
         )
 
     def _answer_context(self, answer_id: str) -> AnswerContext | None:
@@ -284,7 +281,7 @@ class Conversations:
                         "v": 2, "kind": "chat", "ts": datetime.now(UTC).isoformat(), "run": self.run_id,
                         "answer_id": "", "conversation_id": opts.conversation_id, "scope": opts.scope,
                         "turn": latest_user_index(opts.messages), "task": opts.task,
-                        "model": {"adapter": self.model.adapter, "name": self.model.name},
+                        "model": {"adapter": opts.model.adapter, "name": opts.model.name},
                         "search_id": None, "recall_query": None, "recalled": False, "served": [], "aliases": {},
                         "messages": [m.to_dict() for m in opts.messages], "memory_block": None, "tools": [],
                         "stream": False, "reply": {"text": "", "tool_calls": [], "finish_reason": "error"},
@@ -315,6 +312,8 @@ class Conversations:
             seed=opts.sampling.seed,
             tools=opts.tools,
             tool_choice=opts.tool_choice,
+            json_schema=opts.json_schema,
+            schema_name=opts.schema_name,
             extra=opts.extra,
         )
         return req, block
@@ -428,7 +427,7 @@ class Conversations:
             "scope": opts.scope,
             "turn": turn.key[0],
             "task": opts.task,
-            "model": {"adapter": self.model.adapter, "name": self.model.name, "params": opts.sampling.to_dict()},
+            "model": {"adapter": opts.model.adapter, "name": opts.model.name, "params": opts.sampling.to_dict()},
             "search_id": turn.result.search_id,
             "recall_query": turn.query if recalled else None,
             "recalled": recalled,
@@ -471,9 +470,9 @@ async def run_chat(conv: Conversations, opts: ChatOptions, retry: RetryPolicy) -
         req, block = conv.request(opts, turn)
         t_call = time.perf_counter()
         try:
-            attrs = model_attributes(conv.model, opts.sampling)
-            with stage(conv.telemetry, f"chat {conv.model.name}", root, **attrs) as span:
-                resp = await call_with_retries(lambda: conv.model.complete(req), retry)
+            attrs = model_attributes(opts.model, opts.sampling)
+            with stage(conv.telemetry, f"chat {opts.model.name}", root, **attrs) as span:
+                resp = await call_with_retries(lambda: opts.model.complete(req), retry)
                 record_response(span, resp)
         except ModelError as exc:
             failed = {"recall": ms(t0, t_recall), "model": ms(t_call), "total": ms(t0)}

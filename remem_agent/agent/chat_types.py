@@ -1,19 +1,45 @@
-"""What a chat call carries between its stages: the validated request (:class:`ChatOptions`), the state of a user
-turn while its agent loop may continue it (:class:`TurnState`), and the reply with what memory did for it
-(:class:`ChatReply`).
+"""What a chat call carries between its stages: the keyword arguments a caller may pass (:class:`RecallArgs`,
+:class:`ChatArgs`, written once for every entry point), the validated request (:class:`ChatOptions`), the state
+of a user turn while its agent loop may continue it (:class:`TurnState`), and the reply with what memory did
+for it (:class:`ChatReply`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from remem_agent._time import Timestamp
-from remem_agent.adapters.base import FinishReason, Message, ToolCall, ToolSpec, Usage
+from remem_agent.adapters.base import ChatModel, FinishReason, Message, ToolCall, ToolSpec, Usage
 from remem_agent.agent.call import Sampling
 from remem_agent.types import Hit, SearchResult
+
+
+class RecallArgs(TypedDict, total=False):
+    """The keyword arguments of a chat call that shape its recall (``MemoryAgent.prepare_chat`` takes these)."""
+
+    tools: Sequence[Mapping[str, Any] | ToolSpec] | None  # OpenAI-style function tools
+    tool_choice: str | Mapping[str, Any] | None
+    conversation_id: str | None  # the caller's thread; None: the agent follows the history
+    scope: str | None  # whose memory (default "default")
+    task: str | None  # the task class outcomes are learned in
+    k: int | None  # memories to recall (default: the agent's)
+    now: Timestamp | None  # the clock of the search (default: the wall clock)
+    token_budget: int | None  # tokens the memory block may take (default: the agent's)
+
+
+class ChatArgs(RecallArgs, total=False):
+    """The keyword arguments of ``MemoryAgent.chat`` and ``chat_stream``, written once."""
+
+    strip_citations: bool | None  # take the [M1] labels out of the reply text (default: the agent's)
+    temperature: float | None
+    max_tokens: int | None
+    extra: Mapping[str, Any] | None  # provider fields passed to the model untouched
+    model: ChatModel | None  # this call's model instead of the agent's (a gateway routes per request)
+    json_schema: Mapping[str, Any] | None  # structured output through the model's native mechanism
+    schema_name: str | None  # the schema's name where the provider wants one (default "answer")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,3 +98,6 @@ class ChatOptions:
     strip: bool
     sampling: Sampling
     extra: Mapping[str, Any]
+    model: ChatModel  # the call's model: the one passed, else the agent's
+    json_schema: Mapping[str, Any] | None = None
+    schema_name: str = "answer"

@@ -21,10 +21,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Unpack, cast
 
 from remem_agent._time import Timestamp
-from remem_agent.adapters.base import ChatModel, ChatResponse, Message, ToolSpec
+from remem_agent.adapters.base import ChatModel, ChatResponse, Message
 from remem_agent.adapters.retry import RetryPolicy
 from remem_agent.agent.ask import Answer, AskRequest, AskState, fallback_trace, run_ask, write
 from remem_agent.agent.call import Sampling
@@ -36,7 +36,7 @@ from remem_agent.agent.chat import (
     prepare_chat,
     run_chat,
 )
-from remem_agent.agent.chat_types import ChatOptions, ChatReply
+from remem_agent.agent.chat_types import ChatArgs, ChatOptions, ChatReply, RecallArgs
 from remem_agent.agent.ports import AgentMemory
 from remem_agent.agent.prompt import check_answer_schema
 from remem_agent.agent.scoring import Scorer, exact_match
@@ -213,19 +213,7 @@ class MemoryAgent:
     async def chat(
         self,
         messages: Sequence[Mapping[str, Any] | Message],
-        *,
-        tools: Sequence[Mapping[str, Any] | ToolSpec] | None = None,
-        tool_choice: str | Mapping[str, Any] | None = None,
-        conversation_id: str | None = None,
-        scope: str | None = None,
-        task: str | None = None,
-        k: int | None = None,
-        now: Timestamp | None = None,
-        token_budget: int | None = None,
-        strip_citations: bool | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        extra: Mapping[str, Any] | None = None,
+        **kwargs: Unpack[ChatArgs],
     ) -> ChatReply:
         """Answer the caller's conversation with memory; see :mod:`remem_agent.agent.chat` for the rules.
 
@@ -237,61 +225,39 @@ class MemoryAgent:
         labels and blanks aside), and the reply's ``conversation_id`` is a label hashed from the opening
         messages. ``scope`` (default "default") is whose memory
         this is: recall reads only that scope, and only a caller of that scope can judge the answer.
+
+        The keyword arguments are :class:`~remem_agent.agent.chat_types.ChatArgs`: the recall's (``tools``,
+        ``tool_choice``, ``conversation_id``, ``scope``, ``task``, ``k``, ``now``, ``token_budget``), the call's
+        (``temperature``, ``max_tokens``, ``strip_citations``, provider ``extra`` fields) and, per call, the
+        ``model`` to ask instead of the agent's and a ``json_schema`` (with ``schema_name``) for the model's
+        native structured output.
         """
-        opts = self._chat_options(
-            messages, tools, tool_choice, conversation_id, scope, task, k, now, token_budget, strip_citations,
-            temperature, max_tokens, extra,
-        )  # fmt: skip
+        opts = self._chat_options(messages, kwargs)
         async with self._sem:
             return await run_chat(self._conversations, opts, self.retry)
 
     def chat_stream(
         self,
         messages: Sequence[Mapping[str, Any] | Message],
-        *,
-        tools: Sequence[Mapping[str, Any] | ToolSpec] | None = None,
-        tool_choice: str | Mapping[str, Any] | None = None,
-        conversation_id: str | None = None,
-        scope: str | None = None,
-        task: str | None = None,
-        k: int | None = None,
-        now: Timestamp | None = None,
-        token_budget: int | None = None,
-        strip_citations: bool | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        extra: Mapping[str, Any] | None = None,
+        **kwargs: Unpack[ChatArgs],
     ) -> ChatStream:
         """Like :meth:`chat`, streamed: ``async for chunk in agent.chat_stream(...)`` (see :class:`ChatStream`).
 
         Input is validated here, before anything runs; a bad conversation raises ``UserInputError`` at once.
         """
-        opts = self._chat_options(
-            messages, tools, tool_choice, conversation_id, scope, task, k, now, token_budget, strip_citations,
-            temperature, max_tokens, extra,
-        )  # fmt: skip
+        opts = self._chat_options(messages, kwargs)
         conv, retry, sem = self._conversations, self.retry, self._sem
         return ChatStream(lambda s: stream_chat(conv, opts, retry, s, lambda: sem))
 
     async def prepare_chat(
         self,
         messages: object,
-        *,
-        tools: object = None,
-        tool_choice: object = None,
-        conversation_id: str | None = None,
-        scope: str | None = None,
-        task: str | None = None,
-        k: int | None = None,
-        now: Timestamp | None = None,
-        token_budget: int | None = None,
+        **kwargs: Unpack[RecallArgs],
     ) -> PreparedChat:
         """The recall half of ``chat`` for a caller that calls its model itself (a LiteLLM callback, say):
         validated messages with the memory block added (``prepared.messages``), recalled once per user turn
         exactly as ``chat`` does. Call the model with them, then :meth:`finish_chat` with its reply."""
-        opts = self._chat_options(
-            messages, tools, tool_choice, conversation_id, scope, task, k, now, token_budget, None, None, None, None
-        )
+        opts = self._chat_options(messages, kwargs, allowed=RecallArgs)
         async with self._sem:
             return await prepare_chat(self._conversations, opts)
 
@@ -302,40 +268,23 @@ class MemoryAgent:
             raise UserInputError("finish_chat takes the PreparedChat of prepare_chat and a ChatResponse")
         return await finish_chat(self._conversations, prepared, response)
 
-    def _chat_options(
-        self,
-        messages: object,
-        tools: object,
-        tool_choice: object,
-        conversation_id: str | None,
-        scope: str | None,
-        task: str | None,
-        k: int | None,
-        now: Timestamp | None,
-        token_budget: int | None,
-        strip_citations: bool | None,
-        temperature: float | None,
-        max_tokens: int | None,
-        extra: Mapping[str, Any] | None,
-    ) -> ChatOptions:
+    def _chat_options(self, messages: object, kwargs: Mapping[str, Any], *, allowed: type = ChatArgs) -> ChatOptions:
+        """The validated options of one call: ``kwargs`` as :class:`ChatArgs` names them, the agent's defaults
+        filled in (sampling, citation stripping, the model)."""
+        known: frozenset[str] = allowed.__required_keys__ | allowed.__optional_keys__  # type: ignore[attr-defined]
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise TypeError(f"unexpected keyword argument(s) {', '.join(map(repr, unknown))}")
+        args = cast(ChatArgs, kwargs)
+        temperature, max_tokens = args.get("temperature"), args.get("max_tokens")
         sampling = Sampling(
             temperature=self.sampling.temperature if temperature is None else temperature,
             max_tokens=self.sampling.max_tokens if max_tokens is None else max_tokens,
             seed=self.sampling.seed,
         )
+        strip = args.get("strip_citations")
         return self._conversations.options(
-            messages,
-            tools=tools,
-            tool_choice=tool_choice,
-            conversation_id=conversation_id,
-            scope=scope,
-            task=task,
-            k=k,
-            now=now,
-            token_budget=token_budget,
-            strip_citations=self.strip_citations if strip_citations is None else strip_citations,
-            sampling=sampling,
-            extra=extra,
+            messages, args, sampling=sampling, strip=self.strip_citations if strip is None else strip
         )
 
     # -- the loop -------------------------------------------------------------------------------

@@ -130,14 +130,14 @@ async def _stream_body(
     stream.answer_id, stream.served, stream.abstained = turn.answer_id, turn.result.items, turn.result.abstained
     stream.conversation_id = opts.conversation_id
     yield None
-    asm = StreamAssembler(conv.model.name)
+    asm = StreamAssembler(opts.model.name)
     stripper = CitationStripper() if opts.strip else None
     t_call = time.perf_counter()
     t_first: float | None = None
     state: dict[str, str | None] = {"outcome": "stopped", "error": None}  # read in finally, set in the body
-    model_span = conv.telemetry.start(f"chat {conv.model.name}", model_attributes(conv.model, opts.sampling), root)
+    model_span = conv.telemetry.start(f"chat {opts.model.name}", model_attributes(opts.model, opts.sampling), root)
     try:
-        upstream = await _open_stream(conv.model, req, retry)
+        upstream = await _open_stream(opts.model, req, retry)
         async with contextlib.aclosing(upstream):
             async for chunk in upstream:
                 if t_first is None:

@@ -38,7 +38,7 @@ from remem_agent.gateway.auth import Caller
 from remem_agent.gateway.config import Limits
 from remem_agent.gateway.metrics import Metrics
 from remem_agent.gateway.protocol import ApiError, schema_valid
-from remem_agent.gateway.upstream import MODEL_KEY, SCHEMA_KEY, SCHEMA_NAME_KEY, TIMING_KEY, ModelRouter, Timing
+from remem_agent.gateway.upstream import ModelRouter, Timing
 from remem_agent.outcomes.pending import PendingStore
 from remem_agent.types import FeedbackReceipt
 
@@ -144,11 +144,10 @@ class ChatService:
         else:
             msgs = parse_messages(call.messages)  # a bad conversation is a UserInputError (400) here
             cid = conversation_key(msgs)
-        extra: dict[str, Any] = {**call.extra, MODEL_KEY: call.model, TIMING_KEY: call.timing}
-        if call.schema is not None:
-            extra[SCHEMA_KEY] = call.schema
-            extra[SCHEMA_NAME_KEY] = call.schema_name
         kwargs: dict[str, Any] = {
+            "model": self.router.for_call(call.model, call.timing),
+            "json_schema": call.schema,
+            "schema_name": call.schema_name,
             "tools": call.tools,
             "tool_choice": call.tool_choice,
             # the caller's id threads its turns; without one the agent follows the history (and labels it ``cid``)
@@ -157,7 +156,7 @@ class ChatService:
             "temperature": call.temperature,
             "max_tokens": call.max_tokens,
             "strip_citations": call.strip,
-            "extra": extra,
+            "extra": call.extra,
             "scope": call.scope,
         }
         return msgs, cid, kwargs

@@ -1,20 +1,18 @@
-"""The model behind the gateway: one :class:`ModelRouter` (the agent's ``ChatModel``), one adapter per model name.
+"""The model behind the gateway: one :class:`ModelRouter`, one adapter per model name.
 
 The gateway runs ONE :class:`~remem_agent.agent.MemoryAgent` (one memory, one set of waiting outcomes and
-conversations) whatever model a request names. The route puts gateway-private keys into the request's
-``extra`` (which ``MemoryAgent.chat`` hands to the model untouched); the router takes them out again before
-the adapter sees the request:
-
-* ``MODEL_KEY``: the model name the client asked for (validated by the route against :meth:`ModelRouter.known`);
-* ``SCHEMA_KEY``: a JSON schema from ``response_format``/``format``, sent as ``ChatRequest.json_schema`` so
-  each adapter uses its native structured output (OpenAI ``json_schema`` with the llama.cpp fallback,
-  Ollama ``format``, a llama.cpp grammar in process);
-* ``TIMING_KEY``: a :class:`Timing` the router fills (upstream time, first chunk, errors) for the metrics.
+conversations) whatever model a request names. Each request passes its model to ``MemoryAgent.chat``
+explicitly (``model=router.for_call(name, timing)``): the adapter of the model the client asked for
+(validated by the route against :meth:`ModelRouter.known`), wrapped in a :class:`TimedModel` that fills the
+request's :class:`Timing` (upstream time, first chunk, errors) for the metrics. A JSON schema from
+``response_format``/``format`` goes as ``json_schema=`` so each adapter uses its native structured output
+(OpenAI ``json_schema`` with the llama.cpp fallback, Ollama ``format``, a llama.cpp grammar in process). The
+router itself is the agent's default model (the configured default name), for calls that name none.
 
 Upstream HTTP goes through one pooled client per gateway (bounded connections, connect and read timeouts):
-chat calls to an OpenAI-compatible upstream through an aiohttp session (:mod:`.openai_http`, the cheapest
-per request), model listing and the Ollama adapter through ``httpx``. The upstream API key is read from the
-environment here and handed only to those clients.
+chat calls to an OpenAI-compatible upstream through an aiohttp session
+(:mod:`remem_agent.adapters.openai_aiohttp`, the cheapest per request), model listing and the Ollama adapter
+through ``httpx``. The upstream API key is read from the environment here and handed only to those clients.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -35,11 +33,6 @@ from remem_agent.gateway.config import GatewayConfig
 
 log = logging.getLogger("remem_agent.gateway")
 
-MODEL_KEY = "__remem_model"
-SCHEMA_KEY = "__remem_json_schema"
-SCHEMA_NAME_KEY = "__remem_schema_name"
-TIMING_KEY = "__remem_timing"
-PRIVATE_KEYS = (MODEL_KEY, SCHEMA_KEY, SCHEMA_NAME_KEY, TIMING_KEY)
 DISCOVERY_TTL_S = 30.0
 # An upstream's embedding call: (model, texts) -> (one vector per text, the input tokens it counted or None)
 Embed = Callable[[str, list[str]], Awaitable[tuple[list[list[float]], int | None]]]
@@ -72,8 +65,60 @@ class Timing:
         return "timeout" if "timed out" in str(exc) else "transport"
 
 
+class TimedModel:
+    """A ``ChatModel`` wrapper that records one request's upstream time, first chunk and errors in its
+    :class:`Timing` (the gateway's metrics and ``Server-Timing`` header); everything else is the model's."""
+
+    def __init__(self, model: ChatModel, timing: Timing) -> None:
+        self.model, self.timing = model, timing
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    @property
+    def adapter(self) -> str:
+        return self.model.adapter
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.model.capabilities
+
+    def _start(self) -> float:
+        t0 = time.perf_counter()
+        if self.timing.upstream_start is None:
+            self.timing.upstream_start = t0
+        return t0
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        t0 = self._start()
+        try:
+            return await self.model.complete(request)
+        except ModelError as exc:
+            self.timing.errors.append(self.timing.error_kind(exc))
+            raise
+        finally:
+            self.timing.upstream_s += time.perf_counter() - t0
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
+        t0 = self._start()
+        gen = open_stream(self.model, request)  # the adapter's own generator when it is one (one relay fewer)
+        try:
+            async for chunk in gen:
+                if self.timing.first_chunk is None:
+                    self.timing.first_chunk = time.perf_counter()
+                yield chunk
+        except ModelError as exc:
+            self.timing.errors.append(self.timing.error_kind(exc))
+            raise
+        finally:
+            await gen.aclose()
+            self.timing.upstream_s += time.perf_counter() - t0
+
+
 class ModelRouter:
-    """A ``ChatModel`` (streaming) that forwards each request to the adapter of the model it names."""
+    """The gateway's models: one adapter per model name (:meth:`for_call`), the upstream's model list and
+    embeddings. Itself a ``ChatModel`` (streaming) that asks the default model."""
 
     def __init__(
         self,
@@ -170,51 +215,21 @@ class ModelRouter:
             model = self._adapters[name] = self._factory(name)
         return model
 
-    def _split(self, request: ChatRequest) -> tuple[ChatModel, ChatRequest, Timing | None]:
-        extra = dict(request.extra)
-        name = extra.pop(MODEL_KEY, None) or self._default
-        schema = extra.pop(SCHEMA_KEY, None)
-        schema_name = extra.pop(SCHEMA_NAME_KEY, None) or "answer"
-        timing = extra.pop(TIMING_KEY, None)
-        req = replace(request, extra=extra)
-        if schema is not None:
-            req = replace(req, json_schema=schema, schema_name=str(schema_name))
-        return self._adapter(str(name)), req, timing if isinstance(timing, Timing) else None
+    def for_call(self, name: str | None, timing: Timing | None = None) -> ChatModel:
+        """The model one request asks for (``name``, else the default), timed into ``timing`` when given."""
+        inner = self._adapter(name or self._default)
+        return inner if timing is None else TimedModel(inner, timing)
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
-        model, req, timing = self._split(request)
-        t0 = time.perf_counter()
-        if timing is not None and timing.upstream_start is None:
-            timing.upstream_start = t0
-        try:
-            return await model.complete(req)
-        except ModelError as exc:
-            if timing is not None:
-                timing.errors.append(timing.error_kind(exc))
-            raise
-        finally:
-            if timing is not None:
-                timing.upstream_s += time.perf_counter() - t0
+        return await self._adapter(self._default).complete(request)
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
-        model, req, timing = self._split(request)
-        t0 = time.perf_counter()
-        if timing is not None and timing.upstream_start is None:
-            timing.upstream_start = t0
-        gen = open_stream(model, req)  # the adapter's own generator when it is one (one relay fewer)
+        gen = open_stream(self._adapter(self._default), request)
         try:
             async for chunk in gen:
-                if timing is not None and timing.first_chunk is None:
-                    timing.first_chunk = time.perf_counter()
                 yield chunk
-        except ModelError as exc:
-            if timing is not None:
-                timing.errors.append(timing.error_kind(exc))
-            raise
         finally:
             await gen.aclose()
-            if timing is not None:
-                timing.upstream_s += time.perf_counter() - t0
 
     async def aclose(self) -> None:
         for model in self._adapters.values():
@@ -255,7 +270,7 @@ def _openai_router(config: GatewayConfig, base: str, client: httpx.AsyncClient) 
     from remem_agent._extras import require
 
     openai = require("openai", "openai", feature="remem serve --upstream-kind openai")
-    from remem_agent.gateway.openai_http import OpenAIUpstream, UpstreamSession
+    from remem_agent.adapters.openai_aiohttp import OpenAIUpstream, UpstreamSession
 
     key = os.environ.get(config.upstream_api_key_env) or "sk-no-key"
     sdk = openai.AsyncOpenAI(

@@ -1,4 +1,4 @@
-"""The gateway's OpenAI-protocol upstream: :class:`OpenAIChat`'s rules over one pooled aiohttp session.
+"""An OpenAI-protocol adapter over one pooled aiohttp session: :class:`OpenAIChat`'s rules, the gateway's upstream.
 
 Why not the SDK: against a loopback upstream one non-streaming call through ``openai.AsyncOpenAI``
 (httpx underneath) cost several times the CPU of the same call through aiohttp, and httpx alone most of
@@ -22,15 +22,9 @@ from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from remem_agent._extras import require
+from remem_agent.adapters import _openai_wire as wire
 from remem_agent.adapters.base import ChatRequest, StreamChunk, ToolCallDelta, Usage
-from remem_agent.adapters.openai_chat import (
-    _BODY_LIMIT,
-    _FINISH,
-    _MESSAGE_BODY_LIMIT,
-    _TRANSIENT_STATUS,
-    OpenAIChat,
-    _count,
-)
+from remem_agent.adapters.openai_chat import OpenAIChat
 from remem_agent.adapters.retry import parse_retry_after
 from remem_agent.errors import ModelError
 
@@ -116,11 +110,11 @@ class OpenAIUpstream(OpenAIChat):
             text = await resp.text(errors="replace")
         except (TimeoutError, aiohttp.ClientError):
             text = ""
-        body = self._redact(text)[:_BODY_LIMIT]
-        retryable = status in _TRANSIENT_STATUS or status >= 500
+        body = self._redact(text)[: wire.BODY_LIMIT]
+        retryable = status in wire.TRANSIENT_STATUS or status >= 500
         retry_after = parse_retry_after(resp.headers) if retryable else None
         return ModelError(
-            f"{self._where()} failed: HTTP {status}: {body[:_MESSAGE_BODY_LIMIT]}",
+            f"{self._where()} failed: HTTP {status}: {body[: wire.MESSAGE_BODY_LIMIT]}",
             status=status,
             body=body,
             retryable=retryable,
@@ -170,7 +164,7 @@ class OpenAIUpstream(OpenAIChat):
             if not isinstance(event, dict):
                 raise TypeError("an event that is not an object")
             if event.get("error") is not None and not event.get("choices"):
-                shown = self._redact(json.dumps(event["error"]))[:_MESSAGE_BODY_LIMIT]
+                shown = self._redact(json.dumps(event["error"]))[: wire.MESSAGE_BODY_LIMIT]
                 raise ModelError(f"chat stream {self._model!r} at {self.base_url} failed: {shown}", status=200)
             return chunk_of(event)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -184,7 +178,7 @@ def chunk_of(event: Mapping[str, Any]) -> StreamChunk | None:
     """One decoded ``chat.completion.chunk`` as a :class:`StreamChunk` (None for an empty event); the dict
     twin of ``OpenAIChat._chunk``, which reads the SDK's objects."""
     usage = event.get("usage")
-    u = Usage(_count((usage or {}).get("prompt_tokens")), _count((usage or {}).get("completion_tokens")))
+    u = Usage(wire.count((usage or {}).get("prompt_tokens")), wire.count((usage or {}).get("completion_tokens")))
     choices = event.get("choices") or []
     if not choices:
         return StreamChunk(usage=u) if usage is not None else None
@@ -208,6 +202,6 @@ def chunk_of(event: Mapping[str, Any]) -> StreamChunk | None:
     return StreamChunk(
         text=text,
         tool_calls=tuple(deltas),
-        finish_reason=_FINISH.get(str(reason), "other") if reason else None,
+        finish_reason=wire.FINISH.get(str(reason), "other") if reason else None,
         usage=u if usage is not None else None,
     )

@@ -1,5 +1,5 @@
 """The gateway in front of an OpenAI-protocol upstream (``--upstream-kind openai``, the aiohttp path of
-``remem_agent/gateway/openai_http.py``): what reaches the upstream, and every fault of a misbehaving one.
+``remem_agent/adapters/openai_aiohttp.py``): what reaches the upstream, and every fault of a misbehaving one.
 
 The upstream is the scripted loopback server of tests/_ollama_server.py answering ``/v1/chat/completions``
 with OpenAI-shaped bodies and server-sent events; the gateway runs on a real uvicorn server.
