@@ -16,12 +16,12 @@ from typing import Protocol
 import numpy as np
 
 from remem_agent._time import now as wall_now
-from remem_agent.conversation import Turn
 from remem_agent.errors import UserInputError
 from remem_agent.learning.staleness import StalenessPolicy, additive_wording, normalise, update_wording
 from remem_agent.store.lifecycle import LifecycleEvent
 from remem_agent.store.sql import LedgerTx
 from remem_agent.tokens import count_tokens
+from remem_agent.transcripts import Turn
 from remem_agent.types import Memory, State
 from remem_agent.validate import CleanFact, MemoryInput, check_text
 

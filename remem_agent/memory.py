@@ -21,7 +21,6 @@ from numpy.typing import NDArray
 from remem_agent._time import Timestamp, to_epoch
 from remem_agent._time import now as wall_now
 from remem_agent.config import RememConfig
-from remem_agent.conversation import parse_conversation
 from remem_agent.embedders import context
 from remem_agent.embedders.base import Embedder, check_vectors
 from remem_agent.embedders.cache import QueryCache
@@ -42,6 +41,7 @@ from remem_agent.store.base import Store, VectorSearch
 from remem_agent.store.factory import open_store
 from remem_agent.store.sql import LedgerTx
 from remem_agent.store_terms import agree
+from remem_agent.transcripts import parse_conversation
 from remem_agent.types import (
     DEFAULT_SCOPE,
     OUTCOME_SOURCES,
@@ -225,7 +225,7 @@ class ReMem(Maintenance):
         """Store a conversation's turns (speaker and session as fields), and with ``extractor`` its facts.
 
         ``transcript`` is OpenAI messages, LoCoMo's conversation, a LongMemEval entry, a list of turns or a
-        string (remem_agent/conversation.py lists the shapes). Each turn becomes a ``note`` "speaker: text"
+        string (remem_agent/transcripts.py lists the shapes). Each turn becomes a ``note`` "speaker: text"
         stamped with its own or its session's time (else ``timestamp``). With ``extractor``, each session's
         transcript is given to it and the facts it returns are stored too, stamped with the session's last
         turn when they carry no time: keyed ``state`` facts then supersede what they replace. ``turns``

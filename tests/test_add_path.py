@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remem_agent.embedders import hashing
-from remem_agent.embedders.hashing import ConceptHashEmbedder
+from remem_agent.embedders import hash_embedder
+from remem_agent.embedders.hash_embedder import ConceptHashEmbedder
 from remem_agent.learning.staleness import normalise
 from remem_agent.validate import normalise_key
 
@@ -30,7 +30,7 @@ def _texts(seed: int, n: int = 200) -> list[str]:
 
 # -- the hash embedder's feature memo ----------------------------------------------------------------------
 def test_remembered_buckets_are_the_hashed_ones_and_the_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hashing, "_MEMO", 150)
+    monkeypatch.setattr(hash_embedder, "_MEMO", 150)
     warm = ConceptHashEmbedder(dim=64)
     warm.embed(_texts(1))  # fills the memo (to its bound) with features that the texts below share
     texts = _texts(2)

@@ -221,7 +221,7 @@ def test_list_and_stats(mem: ReMem) -> None:
 
 
 def test_add_conversation_without_extractor_stores_notes(mem: ReMem) -> None:
-    """One note per turn, speaker-attributed (tests/test_conversation.py has the shapes)."""
+    """One note per turn, speaker-attributed (tests/test_transcripts.py has the shapes)."""
     ids = mem.add_conversation(
         [{"role": "user", "content": "I use vim. My laptop is a ThinkPad!"}, {"role": "assistant", "content": "Ok."}]
     )

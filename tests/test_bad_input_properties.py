@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 from remem_agent import MemoryInput, ReMem
 from remem_agent._time import MAX_EPOCH, MIN_EPOCH, to_epoch
 from remem_agent.agent.prompt import render_memories
-from remem_agent.embedders.hashing import ConceptHashEmbedder
+from remem_agent.embedders.hash_embedder import ConceptHashEmbedder
 from remem_agent.errors import RememError, UserInputError
 from remem_agent.types import iso_time
 from remem_agent.validate import MAX_INT, MAX_TEXT_CHARS

@@ -17,7 +17,7 @@ from typing import Any
 from evals.harness.jsonio import write_json
 from evals.harness.systems import System, load_systems
 from remem_agent.config import RememConfig
-from remem_agent.conversation import parse_when
+from remem_agent.transcripts import parse_when
 
 KS = (1, 5, 10)
 BM25_NAME = "BM25"
@@ -26,7 +26,7 @@ BM25_NAME = "BM25"
 # -- dates ---------------------------------------------------------------------------------------------
 def parse_date(value: object) -> datetime | None:
     """The benchmarks' free-text dates as an aware UTC datetime (None when no date is found): the library's
-    own transcript date reader (:func:`remem_agent.conversation.parse_when`), which ``add_conversation`` uses."""
+    own transcript date reader (:func:`remem_agent.transcripts.parse_when`), which ``add_conversation`` uses."""
     return parse_when(value)
 
 

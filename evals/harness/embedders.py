@@ -10,7 +10,7 @@ import numpy as np
 
 from evals.harness.world import World
 from remem_agent.embedders.base import Embedder, Vectors, check_vectors
-from remem_agent.embedders.hashing import DEFAULT_CONCEPT_GROUPS, ConceptHashEmbedder
+from remem_agent.embedders.hash_embedder import DEFAULT_CONCEPT_GROUPS, ConceptHashEmbedder
 
 EMBEDDER_ENV = "REMEM_EVAL_EMBEDDER"
 """Read by :func:`embedder_for`: ``hash`` (default), ``minilm``, ``onnx`` or ``sentence-transformers``."""

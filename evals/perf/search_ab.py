@@ -10,16 +10,22 @@ package name (``remem_base``; its imports renamed), both build a store from the 
 preceded by a system-A search on a copy of its store (the interleaving ``evals.perf.core`` uses, so caches are
 as contended). Reported per seed: each side's p50 and the median of the per-query ratios new / base.
 
+``--new REV`` measures that commit instead of the working tree (exported the same way, as ``remem_new``);
+``--new-config JSON`` applies ``RememConfig.overriding`` to the new side's configuration, so a change of the
+defaults can be told apart from a change of the code (``'{"utility": "heuristic"}'`` ranks as before).
+``evals.perf.search_ab_range`` runs this over every commit of a range.
+
 Usage::
 
-    python -m evals.perf.search_ab --base 30c9b12 [--size 10000] [--queries 600] [--seeds 7,11]
-                                   [--out results/perf/search_ab.json]
+    python -m evals.perf.search_ab --base 30c9b12 [--new REV] [--new-config JSON] [--size 10000]
+                                   [--queries 600] [--seeds 7,11] [--out results/perf/search_ab.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import re
 import shutil
 import statistics
@@ -29,7 +35,7 @@ import tarfile
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
@@ -41,42 +47,49 @@ from evals.perf.core import make_world
 from evals.perf.measure import REPO_ROOT, latency_ms, loadavg, provenance
 
 BASE_PACKAGE = "remem_base"
+NEW_PACKAGE = "remem_new"
 
 
-def export_package(rev: str, into: Path) -> None:
-    """Write ``remem_agent`` as of ``rev`` into ``into`` as the package ``remem_base`` (every ``remem_agent`` name
+def export_package(rev: str, into: Path, name: str = BASE_PACKAGE) -> None:
+    """Write ``remem_agent`` as of ``rev`` into ``into`` as the package ``name`` (every ``remem_agent`` name
     in its sources renamed), for a process that has ``into`` on its path (this one: ``export_base``)."""
-    archive = into / "base.tar"
+    archive = into / f"{name}.tar"
     with archive.open("wb") as fh:
         subprocess.run(["git", "archive", rev, "remem_agent"], cwd=REPO_ROOT, stdout=fh, check=True)
     with tarfile.open(archive) as tar:
         tar.extractall(into, filter="data")
-    (into / "remem_agent").rename(into / BASE_PACKAGE)
+    (into / "remem_agent").rename(into / name)
     word = re.compile(r"\bremem_agent\b")
-    for path in (into / BASE_PACKAGE).rglob("*.py"):
-        path.write_text(word.sub(BASE_PACKAGE, path.read_text(encoding="utf-8")), encoding="utf-8")
+    for path in (into / name).rglob("*.py"):
+        path.write_text(word.sub(name, path.read_text(encoding="utf-8")), encoding="utf-8")
 
 
-def export_base(rev: str, into: Path) -> ModuleType:
-    """``remem_agent`` as of ``rev``, imported as ``remem_base`` (``export_package``) from ``into``, which is put
+def export_base(rev: str, into: Path, name: str = BASE_PACKAGE) -> ModuleType:
+    """``remem_agent`` as of ``rev``, imported as ``name`` (``export_package``) from ``into``, which is put
     first on ``sys.path``."""
-    export_package(rev, into)
+    export_package(rev, into, name)
     sys.path.insert(0, str(into))
-    return importlib.import_module(BASE_PACKAGE)
+    return importlib.import_module(name)
 
 
 @contextmanager
-def base_package(rev: str) -> Iterator[ModuleType]:
-    """``export_base(rev)`` for the length of the block, then gone again: its folder, its ``sys.path`` entry and
-    every ``remem_base`` module (a second A/B in the same process must not find the first one's code)."""
-    with tempfile.TemporaryDirectory(prefix="remem_ab_base_") as tmp:
+def base_package(rev: str, name: str = BASE_PACKAGE) -> Iterator[ModuleType]:
+    """``export_base(rev, name)`` for the length of the block, then gone again: its folder, its ``sys.path``
+    entry and every ``name`` module (a second A/B in the same process must not find the first one's code)."""
+    with tempfile.TemporaryDirectory(prefix=f"{name}_ab_") as tmp:
         try:
-            yield export_base(rev, Path(tmp))
+            yield export_base(rev, Path(tmp), name)
         finally:
             if tmp in sys.path:
                 sys.path.remove(tmp)
-            for name in [m for m in sys.modules if m == BASE_PACKAGE or m.startswith(BASE_PACKAGE + ".")]:
-                del sys.modules[name]
+            for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+                del sys.modules[mod]
+
+
+def configured(pkg: ModuleType, overrides: Mapping[str, Any] | None) -> Any:
+    """``pkg``'s default ``RememConfig`` with ``overrides`` applied (``RememConfig.overriding``)."""
+    config = pkg.RememConfig()
+    return config.overriding(overrides) if overrides else config
 
 
 def resolve_commit(ap: argparse.ArgumentParser, rev: str) -> str:
@@ -96,10 +109,12 @@ def as_inputs(pkg: ModuleType, items: Sequence[Any]) -> list[Any]:
     return [cls(**{n: getattr(it, n) for n in names if hasattr(it, n)}) for it in items]
 
 
-def _stores(pkg: ModuleType, items: Sequence[Any], folder: Path) -> tuple[Any, Any]:
-    """(the default-config store, system A on a copy of it) of ``pkg``, filled with ``items`` in batches."""
+def _stores(pkg: ModuleType, items: Sequence[Any], folder: Path, config: Any = None) -> tuple[Any, Any]:
+    """(the store with ``config``, default ``pkg.RememConfig()``, and system A on a copy of it) of ``pkg``, filled
+    with ``items`` in batches."""
+    config = pkg.RememConfig() if config is None else config
     own = as_inputs(pkg, items)
-    mem = pkg.ReMem(folder, config=pkg.RememConfig())
+    mem = pkg.ReMem(folder, config=config)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "also ..." wording warnings are expected on synthetic data
         for start in range(0, len(own), 1000):
@@ -107,17 +122,26 @@ def _stores(pkg: ModuleType, items: Sequence[Any], folder: Path) -> tuple[Any, A
     mem.close()
     shutil.copytree(folder, folder.with_name(folder.name + "_a"))
     return (
-        pkg.ReMem(folder, config=pkg.RememConfig()),
+        pkg.ReMem(folder, config=config),
         pkg.ReMem(folder.with_name(folder.name + "_a"), config=pkg.RememConfig.similarity_only()),
     )
 
 
-def run_seed(base: ModuleType, new: ModuleType, *, size: int, queries: int, warmup: int, seed: int) -> dict[str, Any]:
+def run_seed(
+    base: ModuleType,
+    new: ModuleType,
+    *,
+    size: int,
+    queries: int,
+    warmup: int,
+    seed: int,
+    new_config: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     world = make_world(size, warmup + 2 * queries, seed=seed)
     with tempfile.TemporaryDirectory(prefix="remem_ab_") as tmp:
         sides = {
             "base": _stores(base, world.items, Path(tmp) / "base"),
-            "new": _stores(new, world.items, Path(tmp) / "new"),
+            "new": _stores(new, world.items, Path(tmp) / "new", configured(new, new_config)),
         }
         for q, task in world.queries[:warmup]:
             for mem, mem_a in sides.values():
@@ -146,9 +170,23 @@ def run_seed(base: ModuleType, new: ModuleType, *, size: int, queries: int, warm
     }
 
 
+@contextmanager
+def _new_side(rev: str | None) -> Iterator[ModuleType]:
+    """The new side: ``rev`` exported as ``remem_new``, or this checkout's ``remem_agent``."""
+    if rev is None:
+        import remem_agent
+
+        yield remem_agent
+    else:
+        with base_package(rev, NEW_PACKAGE) as new:
+            yield new
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m evals.perf.search_ab", description=__doc__.split("\n\n")[0])
     ap.add_argument("--base", required=True, help="the earlier commit (any git revision)")
+    ap.add_argument("--new", default=None, help="the later commit (default: the working tree)")
+    ap.add_argument("--new-config", default=None, help="JSON overrides of the new side's RememConfig")
     ap.add_argument("--size", type=int, default=10_000)
     ap.add_argument("--queries", type=int, default=600)
     ap.add_argument("--warmup", type=int, default=300)
@@ -159,17 +197,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.size < 100 or args.queries < 2 or args.warmup < 0 or not seeds:
         ap.error("--size must be >= 100, --queries >= 2, --warmup >= 0, --seeds not empty")
     commit = resolve_commit(ap, args.base)
+    new_commit = resolve_commit(ap, args.new) if args.new else None
+    try:
+        new_config = json.loads(args.new_config) if args.new_config else None
+    except json.JSONDecodeError as exc:
+        ap.error(f"--new-config is not JSON: {exc}")
+    if new_config is not None and not isinstance(new_config, dict):
+        ap.error("--new-config must be a JSON object")
     t0, load_start = time.perf_counter(), loadavg()
-    import remem_agent
-
-    with base_package(commit) as base:
+    with base_package(commit) as base, _new_side(new_commit) as new:
         per_seed = [
-            run_seed(base, remem_agent, size=args.size, queries=args.queries, warmup=args.warmup, seed=s) for s in seeds
+            run_seed(base, new, size=args.size, queries=args.queries, warmup=args.warmup, seed=s, new_config=new_config)
+            for s in seeds
         ]
     result = {
         "benchmark": "perf_search_ab",
         "config": {"size": args.size, "queries": args.queries, "warmup": args.warmup, "seeds": seeds, "k": 5},
         "base_commit": commit,
+        "new_commit": new_commit,  # None: the working tree (git_commit and git_dirty below)
+        "new_config": new_config,
         "seeds": per_seed,
         "median_ratio_new_over_base": round(statistics.median(s["median_ratio_new_over_base"] for s in per_seed), 4),
         **provenance(load_start, t0),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from remem_agent.embedders.base import Embedder, check_vectors
-from remem_agent.embedders.hashing import ConceptHashEmbedder
+from remem_agent.embedders.hash_embedder import ConceptHashEmbedder
 
 __all__ = [
     "ConceptHashEmbedder",

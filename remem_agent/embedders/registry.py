@@ -52,7 +52,7 @@ def make_embedder(name: str, *, model: str | None = None, threads: int | None = 
     if model is not None and kind != "sentence-transformers":
         raise UserInputError(f"a model path is only for the sentence-transformers embedder, not {kind!r}")
     if kind == "hash":
-        from remem_agent.embedders.hashing import ConceptHashEmbedder
+        from remem_agent.embedders.hash_embedder import ConceptHashEmbedder
 
         return ConceptHashEmbedder()
     if kind == "onnx" or (kind == "minilm" and _onnx_ready()):
@@ -85,7 +85,7 @@ def embedder_for_store(recorded: str) -> Embedder:
     made by name; any other embedder (an OpenAI-compatible one, custom settings) must be passed to ``ReMem``.
     """
     from remem_agent.embedders.compat import MINILM_FAMILY, vector_family
-    from remem_agent.embedders.hashing import ConceptHashEmbedder
+    from remem_agent.embedders.hash_embedder import ConceptHashEmbedder
 
     hashed = ConceptHashEmbedder()
     if recorded == hashed.name:

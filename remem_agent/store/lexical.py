@@ -4,7 +4,7 @@ One tokenizer for both backends: SQLite FTS5's ``porter unicode61`` (English Por
 diacritics folded), applied in Python through a private in-memory FTS5 table (``Tokenizer``), so the
 tokens are SQLite's own. SQLite indexes ``memories.text`` with FTS5 itself; PostgreSQL stores the same
 tokens of each text in ``memory_terms`` (schema 9), written by ``PostgresTx`` on every insert and text
-update. Both rank a query's matches with the same BM25 arithmetic (``store/bm25.py``: FTS5's ``bm25()``,
+update. Both rank a query's matches with the same BM25 arithmetic (``store/fts5_bm25.py``: FTS5's ``bm25()``,
 operation for operation), so a ledger copied between backends ranks alike, score for score.
 
 Why a word list of our own in front of the index: user text never reaches FTS5's ``MATCH`` syntax or a

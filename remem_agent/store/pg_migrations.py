@@ -290,7 +290,7 @@ MIGRATIONS: list[tuple[int, str]] = [
         """
         -- The lexical channel as on SQLite (store/lexical.py): each memory's tokens of the ledger's one
         -- tokenizer (FTS5 porter unicode61, applied in Python) with their counts, and the text's token count,
-        -- so both backends rank with the same BM25 numbers (store/bm25.py). They replace the tsvector of
+        -- so both backends rank with the same BM25 numbers (store/fts5_bm25.py). They replace the tsvector of
         -- migration 5 ('english' stemming, ts_rank), which matched other words and scored them otherwise:
         -- one ledger ranked differently after a copy between backends. PostgresTx writes the rows on each
         -- insert and text update; the migration's Python step indexes the existing memories.

@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from remem_agent._extras import require
-from remem_agent.store import bm25, lexical
+from remem_agent.store import fts5_bm25, lexical
 from remem_agent.store.sql import LedgerTx
 from remem_agent.store.sql_rows import LEXICAL_RETIRED, MEMORY_INSERT, MEMORY_INSERT_COLS, MEMORY_INSERT_WIDTH
 from remem_agent.types import State
@@ -203,7 +203,7 @@ class PostgresTx(LedgerTx):
         self, terms: list[str], *, df: list[int], scopes: frozenset[str] | None, current_only: bool, limit: int
     ) -> list[tuple[str, float]]:
         """FTS5's ``bm25()`` (negated: higher is better) of the matches, from ``memory_terms``, best first,
-        ties by seq: the numbers and order SQLite gives the same ledger (``store/bm25.py``).
+        ties by seq: the numbers and order SQLite gives the same ledger (``store/fts5_bm25.py``).
 
         The postings of the kept words are read whole (``choose_terms`` bounds them to
         ``lexical.MAX_MATCHES`` rows), every match is scored, and the best are filtered by scope and state
@@ -219,11 +219,11 @@ class PostgresTx(LedgerTx):
             rows.append(int(seq))
             freqs.append(float(freq))
         postings = {
-            t: bm25.Postings(rows=np.array(r, dtype=np.int64), freq=np.array(f, dtype=np.float64))
+            t: fts5_bm25.Postings(rows=np.array(r, dtype=np.int64), freq=np.array(f, dtype=np.float64))
             for t, (r, f) in found.items()
         }
         phrases = [postings[t] for t in tokens]
-        docs = bm25.union(phrases)
+        docs = fts5_bm25.union(phrases)
         if len(docs) == 0:
             return []
         n_rows, n_tokens = self._lexical_totals()
@@ -234,9 +234,11 @@ class PostgresTx(LedgerTx):
             )
         }
         sizes = np.array([info[int(d)][3] for d in docs], dtype=np.float64)
-        scores = bm25.scores(phrases, rows=int(n_rows) if n_rows else 1, tokens=int(n_tokens), sizes=sizes, docs=docs)
+        scores = fts5_bm25.scores(
+            phrases, rows=int(n_rows) if n_rows else 1, tokens=int(n_tokens), sizes=sizes, docs=docs
+        )
         out: list[tuple[str, float]] = []
-        for at in bm25.best_first(scores, len(docs)).tolist():
+        for at in fts5_bm25.best_first(scores, len(docs)).tolist():
             mid, scope, state, _ = info[int(docs[at])]
             if scopes is not None and scope not in scopes:
                 continue

@@ -65,7 +65,7 @@ class LedgerTx(OutcomeQueries):
         The caller applies ``ranking.pipeline.is_eligible`` as on the dense path either way. A query
         with no searchable word (``lexical.query_terms``) returns []; words are searched rarest first
         within ``lexical.MAX_MATCHES`` matches (a word in more memories than that is left out, and a
-        query of only such words returns []). Both backends give the same scores (``store/bm25.py``).
+        query of only such words returns []). Both backends give the same scores (``store/fts5_bm25.py``).
         """
         terms = lexical.query_terms(query)
         if not terms or limit <= 0 or (scopes is not None and not scopes):

@@ -11,7 +11,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from remem_agent.store import bm25
+from remem_agent.store import fts5_bm25
 from remem_agent.types import AttributeInfo, Memory, TaskStats
 
 K = TypeVar("K")
@@ -51,10 +51,10 @@ class ReadCache:
         self.stats: dict[str, dict[str, TaskStats]] = {}
         self.stats_held = 0
         self.attributes: dict[str, AttributeInfo | None] = {}  # the same rules, for the attributes table
-        # The lexical channel's postings (store/bm25.py): a token's rows and frequencies and the index's
+        # The lexical channel's postings (store/fts5_bm25.py): a token's rows and frequencies and the index's
         # totals, read at memory seq ``postings_seq`` (a new memory may hold any token: dropped when it grows);
         # the token count of each row by seq (-1: not read), which only a text update changes.
-        self.postings: dict[str, bm25.Postings] = {}
+        self.postings: dict[str, fts5_bm25.Postings] = {}
         self.postings_entries = 0
         self.postings_seq = -1
         self.totals: tuple[int, int] | None = None

@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 from remem_agent.errors import (
     LedgerCorruptError,
 )
-from remem_agent.store import bm25, lexical, times
+from remem_agent.store import fts5_bm25, lexical, times
 from remem_agent.store.sql import LedgerTx
 from remem_agent.store.sql_rows import (
     CLAIMS_AT,
@@ -217,9 +217,9 @@ class SQLiteTx(LedgerTx):
         self, terms: list[str], *, df: list[int], scopes: frozenset[str] | None, current_only: bool, limit: int
     ) -> list[tuple[str, float]]:
         """FTS5 ``bm25()`` (lower is better, so negated), best first, ties by seq (``df`` is unused: FTS5
-        and store/bm25.py count their own document frequencies).
+        and store/fts5_bm25.py count their own document frequencies).
 
-        With the read cache, the matches are scored in process from remembered postings (store/bm25.py:
+        With the read cache, the matches are scored in process from remembered postings (store/fts5_bm25.py:
         the same numbers as SQLite's ``bm25()``) and filtered on the cached rows, best first, until ``limit``
         pass: testing scope and state in SQL would join memories once per *match*, and ``bm25()`` in SQL
         reads every match's instances again on every query. SQLite ranks instead when there is no cache, or
@@ -261,20 +261,20 @@ class SQLiteTx(LedgerTx):
             cache.postings_seq = seq
             cache.totals = None
         phrases = [self._postings(cache, t) for t in tokens]
-        docs = bm25.union(phrases)
+        docs = fts5_bm25.union(phrases)
         if len(docs) == 0:
             return []
         n_rows, n_tokens = self._totals(cache)
-        scores = bm25.scores(phrases, rows=n_rows, tokens=n_tokens, sizes=self._sizes(cache, docs), docs=docs)
+        scores = fts5_bm25.scores(phrases, rows=n_rows, tokens=n_tokens, sizes=self._sizes(cache, docs), docs=docs)
         # bm25 ascending (best first), then seq: SQLite's ORDER BY. Only the first window is ordered at first
         # (filters rarely leave it short of ``limit``); the rest when a window reaches past it.
         start, window = 0, 2 * limit
-        order = bm25.best_first(scores, window)
+        order = fts5_bm25.best_first(scores, window)
         ranked_docs, ranked_scores = docs[order].tolist(), scores[order].tolist()
         out: list[tuple[str, float]] = []
         while start < len(docs):
             if start + window > len(ranked_docs) and len(ranked_docs) < len(docs):
-                order = bm25.best_first(scores, len(docs))
+                order = fts5_bm25.best_first(scores, len(docs))
                 ranked_docs, ranked_scores = docs[order].tolist(), scores[order].tolist()
             seqs = ranked_docs[start : start + window]
             for m, score in zip(self._rows_of_seqs(cache, seqs), ranked_scores[start : start + window], strict=True):
@@ -310,13 +310,13 @@ class SQLiteTx(LedgerTx):
                     freqs.append(float(freq))
         for token, (rows, freqs) in grown.items():
             old = cache.postings[token]
-            cache.postings[token] = bm25.Postings(
+            cache.postings[token] = fts5_bm25.Postings(
                 rows=np.concatenate([old.rows, np.array(rows, dtype=np.int64)]),
                 freq=np.concatenate([old.freq, np.array(freqs, dtype=np.float64)]),
             )
             cache.postings_entries += len(rows)
 
-    def _postings(self, cache: ReadCache, token: str) -> bm25.Postings:
+    def _postings(self, cache: ReadCache, token: str) -> fts5_bm25.Postings:
         """A token's rows and frequencies, through ``fts5vocab`` over the index (remembered)."""
         known = cache.postings.get(token)
         if known is not None:
@@ -327,7 +327,7 @@ class SQLiteTx(LedgerTx):
         found = self.c.execute(
             "SELECT doc, count(*) FROM temp.remem_postings WHERE term = ? GROUP BY doc ORDER BY doc", (token,)
         ).fetchall()
-        posting = bm25.Postings(
+        posting = fts5_bm25.Postings(
             rows=np.array([d for d, _ in found], dtype=np.int64),
             freq=np.array([f for _, f in found], dtype=np.float64),
         )
@@ -342,7 +342,7 @@ class SQLiteTx(LedgerTx):
         """The index's rows and tokens: FTS5's totals record (``%_data`` block 1), what ``bm25()`` reads."""
         if cache.totals is None:
             row = self.c.execute("SELECT block FROM memories_fts_data WHERE id = 1").fetchone()
-            values = bm25.varints(bytes(row[0])) if row is not None else []
+            values = fts5_bm25.varints(bytes(row[0])) if row is not None else []
             cache.totals = (values[0], values[1]) if len(values) >= 2 and values[0] > 0 else (1, 0)
         return cache.totals
 
@@ -355,7 +355,7 @@ class SQLiteTx(LedgerTx):
             chunk = missing[start : start + _SEQ_CHUNK]
             marks = ",".join("?" * len(chunk))
             for seq, blob in self.c.execute(f"SELECT id, sz FROM memories_fts_docsize WHERE id IN ({marks})", chunk):
-                cache.sizes[int(seq)] = bm25.varints(bytes(blob))[0]
+                cache.sizes[int(seq)] = fts5_bm25.varints(bytes(blob))[0]
         if missing:
             sizes = cache.sizes[docs]
         return sizes.astype(np.float64)

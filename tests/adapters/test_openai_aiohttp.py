@@ -204,3 +204,13 @@ def test_a_streamed_ollama_reply_counts_the_tokens_the_upstream_counted(
         # a client that did not stream sends no stream_options (an OpenAI API refuses them then)
         c.post("/api/chat", json={"model": MODEL, "messages": USER, "stream": False})
         assert "stream_options" not in fake.requests[-1].body
+
+
+def test_both_openai_adapters_read_replies_by_one_set_of_wire_rules() -> None:
+    from remem_agent.adapters import _openai_wire as wire
+    from remem_agent.adapters import openai_aiohttp, openai_chat
+
+    assert openai_chat.wire is wire and openai_aiohttp.wire is wire
+    assert [wire.count(v) for v in (12, 0, -1, True, 3.0, None, "7")] == [12, 0, None, None, None, None, None]
+    assert wire.FINISH["tool_calls"] == "tool_calls" and "content_filter" not in wire.FINISH
+    assert 429 in wire.TRANSIENT_STATUS and 500 not in wire.TRANSIENT_STATUS  # every 5xx is retried by its own rule

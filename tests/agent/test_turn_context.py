@@ -178,7 +178,7 @@ def test_a_version_11_store_with_memories_keeps_its_vectors_without_context(tmp_
 
 
 def test_reembed_recomputes_the_chain_and_can_change_the_weight(tmp_path: Path) -> None:
-    from remem_agent.embedders.hashing import ConceptHashEmbedder
+    from remem_agent.embedders.hash_embedder import ConceptHashEmbedder
     from remem_agent.store.copy import copy_store
 
     src = tmp_path / "src"

@@ -16,7 +16,7 @@ import pytest
 
 from remem_agent import ReMem, UserInputError
 from remem_agent.embedders.compat import MINILM_FAMILY, vector_family, vectors_compatible
-from remem_agent.embedders.hashing import ConceptHashEmbedder
+from remem_agent.embedders.hash_embedder import ConceptHashEmbedder
 from remem_agent.embedders.onnx import ONNX_MINILM_NAME, OnnxEmbedder, onnx_available
 from remem_agent.embedders.registry import canonical_name, make_embedder
 

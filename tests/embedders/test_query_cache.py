@@ -10,7 +10,7 @@ import pytest
 
 from remem_agent import ReMem, RememConfig
 from remem_agent.embedders.cache import QueryCache
-from remem_agent.embedders.hashing import ConceptHashEmbedder
+from remem_agent.embedders.hash_embedder import ConceptHashEmbedder
 
 
 class _Counting(ConceptHashEmbedder):

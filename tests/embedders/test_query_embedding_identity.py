@@ -15,7 +15,7 @@ import pytest
 
 from remem_agent.embedders.base import check_vectors
 from remem_agent.embedders.cache import QueryCache
-from remem_agent.embedders.hashing import ConceptHashEmbedder
+from remem_agent.embedders.hash_embedder import ConceptHashEmbedder
 from remem_agent.errors import UserInputError
 
 

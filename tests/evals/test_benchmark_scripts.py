@@ -8,6 +8,7 @@ from pathlib import Path
 from evals.perf import core as perf_core
 from evals.perf import middleware as perf_middleware
 from evals.perf import search_stages
+from remem_agent.errors import UserInputError
 
 
 def test_perf_core_quick_writes_its_report(tmp_path: Path) -> None:
@@ -83,6 +84,38 @@ def test_search_ab_compares_a_commit_with_the_working_tree_in_one_process(tmp_pa
     assert search_ab.BASE_PACKAGE not in sys.modules  # the exported copy is unloaded after the run
     with pytest.raises(SystemExit):
         search_ab.main(["--base", "no-such-revision", "--out", str(out)])
+
+
+def test_search_ab_can_pin_the_new_side_to_a_commit_and_its_configuration(tmp_path: Path) -> None:
+    import sys
+
+    import pytest
+
+    from evals.perf import search_ab
+
+    out = tmp_path / "ab.json"
+    small = ["--size", "300", "--queries", "4", "--warmup", "1", "--seeds", "3", "--out", str(out)]
+    argv = ["--base", "HEAD", "--new", "HEAD", "--new-config", '{"utility": "heuristic", "guard_top": 3}', *small]
+    assert search_ab.main(argv) == 0
+    rep = json.loads(out.read_text())
+    assert rep["new_commit"] == rep["base_commit"] and rep["new_config"] == {"utility": "heuristic", "guard_top": 3}
+    assert search_ab.NEW_PACKAGE not in sys.modules and search_ab.BASE_PACKAGE not in sys.modules
+    for bad in ('{"no_such_field": 1}', "[1]", "not json"):
+        with pytest.raises((SystemExit, UserInputError)):
+            search_ab.main(["--base", "HEAD", "--new-config", bad, *small])
+
+
+def test_search_ab_range_measures_each_commit_that_touched_the_library(tmp_path: Path) -> None:
+    from evals.perf import search_ab_range
+
+    touched = search_ab_range.commits("HEAD~3", "HEAD")
+    assert all(len(h) == 40 and s for h, s in touched)
+    out = tmp_path / "range.json"
+    argv = ["--base", "HEAD~1", "--size", "300", "--queries", "4", "--warmup", "1", "--seeds", "3", "--out", str(out)]
+    assert search_ab_range.main(argv) == 0
+    rep = json.loads(out.read_text())
+    assert [c["commit"] for c in rep["commits"]] == [h for h, _ in search_ab_range.commits("HEAD~1", "HEAD")]
+    assert all(c["median_ratio_new_over_base"] > 0 for c in rep["commits"])
 
 
 def test_add_ab_compares_a_commit_with_the_working_tree_in_one_process(tmp_path: Path) -> None:

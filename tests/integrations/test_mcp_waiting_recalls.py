@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("mcp")
 
 from remem_agent import ReMem
-from remem_agent.embedders.hashing import ConceptHashEmbedder
+from remem_agent.embedders.hash_embedder import ConceptHashEmbedder
 from remem_agent.errors import UserInputError
 from remem_agent.integrations.mcp_tools import RememTools, thread_of
 from remem_agent.store import pending

@@ -21,7 +21,7 @@ from remem_agent import (
     StoreError,
     UserInputError,
 )
-from remem_agent.embedders.hashing import ConceptHashEmbedder
+from remem_agent.embedders.hash_embedder import ConceptHashEmbedder
 from remem_agent.store.lifecycle import TRANSITIONS, LifecycleEvent, next_state
 from remem_agent.store.migrations import LATEST
 from remem_agent.store.sqlite import LEDGER_FILE

@@ -61,6 +61,7 @@ def deterministic(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
         ids = itertools.count(1)
         monkeypatch.setattr("remem_agent.ingest.new_id", lambda prefix: f"{prefix}_{next(ids):024x}")
         monkeypatch.setattr("remem_agent.ingest.wall_now", lambda: 1_700_000_000.0)
+        monkeypatch.setattr("remem_agent.validate.wall_now", lambda: 1_700_000_000.0)
 
     return restart
 

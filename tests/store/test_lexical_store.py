@@ -21,12 +21,12 @@ from _pg_downgrades import DOWNGRADE_5_TO_4
 from _sqlite_downgrades import SQLITE_7_TO_6
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from remem_agent.learning.lifecycle import LifecycleEvent
 
 from remem_agent import ReMem, State
 from remem_agent.errors import StoreError, UserInputError
 from remem_agent.store import hashing, lexical, migrations, pg_migrations
 from remem_agent.store.copy import TABLES, copy_store, export_rows
+from remem_agent.store.lifecycle import LifecycleEvent
 from remem_agent.store.sql import LedgerTx
 from remem_agent.validate import MAX_LABEL_CHARS, MemoryInput
 

@@ -1,6 +1,6 @@
-"""The in-process lexical channel orders only its first window of matches (``bm25.best_first``) and orders the
+"""The in-process lexical channel orders only its first window of matches (``fts5_bm25.best_first``) and orders the
 rest when filters leave that window short: the answer must be the full sort's, with ties at the window's
-edge, and its scores the dense per-phrase sums' to the bit (``bm25.union``/``bm25.scores``)."""
+edge, and its scores the dense per-phrase sums' to the bit (``fts5_bm25.union``/``fts5_bm25.scores``)."""
 
 from __future__ import annotations
 
@@ -13,30 +13,30 @@ import pytest
 from _sqlite_trace import traced
 
 from remem_agent import ReMem
-from remem_agent.store import bm25
+from remem_agent.store import fts5_bm25
 from remem_agent.store.lifecycle import LifecycleEvent
 from remem_agent.store.sqlite_tx import SQLiteTx
 
 
 def _dense_scores(
-    phrases: list[bm25.Postings], rows: int, tokens: int, sizes: np.ndarray, docs: np.ndarray
+    phrases: list[fts5_bm25.Postings], rows: int, tokens: int, sizes: np.ndarray, docs: np.ndarray
 ) -> np.ndarray:
     """FTS5's sum as it was computed before: every phrase over every doc (0 where the doc lacks it)."""
     avgdl = float(tokens) / float(rows)
-    norm = bm25.K1 * ((1 - bm25.B) + bm25.B * sizes / avgdl)
+    norm = fts5_bm25.K1 * ((1 - fts5_bm25.B) + fts5_bm25.B * sizes / avgdl)
     total = np.zeros(len(docs), dtype=np.float64)
     for p in phrases:
         idf = math.log((rows - len(p.rows) + 0.5) / (len(p.rows) + 0.5))
         idf = idf if idf > 0.0 else 1e-6
         f = np.zeros(len(docs), dtype=np.float64)
         f[np.searchsorted(docs, p.rows)] = p.freq
-        total = total + idf * ((f * (bm25.K1 + 1.0)) / (f + norm))
+        total = total + idf * ((f * (fts5_bm25.K1 + 1.0)) / (f + norm))
     return -1.0 * total
 
 
-def _posting(rng: random.Random, universe: int) -> bm25.Postings:
+def _posting(rng: random.Random, universe: int) -> fts5_bm25.Postings:
     rows = sorted(rng.sample(range(1, universe), rng.randint(1, min(60, universe - 1))))
-    return bm25.Postings(
+    return fts5_bm25.Postings(
         rows=np.array(rows, dtype=np.int64), freq=np.array([rng.choice([1, 1, 2, 3]) for _ in rows], dtype=np.float64)
     )
 
@@ -48,11 +48,11 @@ def test_union_and_scores_are_the_dense_sums_bit_for_bit() -> None:
         phrases = [_posting(rng, universe) for _ in range(rng.randint(1, 6))]
         if rng.random() < 0.2:  # two query words of one token: the same postings twice
             phrases.append(phrases[0])
-        docs = bm25.union(phrases)
+        docs = fts5_bm25.union(phrases)
         assert docs.tolist() == np.unique(np.concatenate([p.rows for p in phrases])).tolist()
         sizes = np.array([rng.randint(1, 50) for _ in range(len(docs))], dtype=np.float64)
         rows, tokens = universe + rng.randint(0, 10), rng.randint(universe, 30 * universe)
-        got = bm25.scores(phrases, rows=rows, tokens=tokens, sizes=sizes, docs=docs)
+        got = fts5_bm25.scores(phrases, rows=rows, tokens=tokens, sizes=sizes, docs=docs)
         assert got.tobytes() == _dense_scores(phrases, rows, tokens, sizes, docs).tobytes()
 
 
@@ -65,7 +65,7 @@ def test_best_first_is_a_prefix_of_the_full_order_with_every_tie() -> None:
         docs = np.arange(n, dtype=np.int64) * 3 + 1
         full = np.lexsort((docs, scores)).tolist()  # SQLite's ORDER BY score, seq
         first = rng.choice([1, 2, rng.randint(1, n), n, n + 5])
-        got = bm25.best_first(scores, first).tolist()
+        got = fts5_bm25.best_first(scores, first).tolist()
         assert got == full[: len(got)]
         assert len(got) >= min(first, n)
         if len(got) < n:  # it stopped exactly after the last doc tied with the first-th score
@@ -86,14 +86,14 @@ def test_a_filtered_first_window_falls_back_to_the_full_order(
     with mem.store.write() as tx:
         tx.transition(alice[1], LifecycleEvent.INVALIDATE, reason="t", at=2e9)
     calls: list[tuple[int, int]] = []
-    real = bm25.best_first
+    real = fts5_bm25.best_first
 
     def spy(scores: np.ndarray, first: int) -> np.ndarray:
         out = real(scores, first)
         calls.append((first, len(out)))
         return out
 
-    monkeypatch.setattr(bm25, "best_first", spy)
+    monkeypatch.setattr(fts5_bm25, "best_first", spy)
     with mem.store.read() as tx:
         assert isinstance(tx, SQLiteTx)
         for scopes, limit in [(frozenset({"alice"}), 2), (frozenset({"alice"}), 9), (None, 2), (None, 30)]:

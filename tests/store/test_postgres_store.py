@@ -874,7 +874,7 @@ def test_first_open_while_another_opener_writes_the_meta_keys(pg_url: str) -> No
 
 
 def _default_embedder() -> str:
-    from remem_agent.embedders.hashing import ConceptHashEmbedder
+    from remem_agent.embedders.hash_embedder import ConceptHashEmbedder
 
     return ConceptHashEmbedder().name
 

@@ -12,8 +12,8 @@ import pytest
 
 from remem_agent import ReMem
 from remem_agent.agent.prompt import build_messages, is_temporal_question, render_memories
-from remem_agent.conversation import BadTurnError, parse_conversation, parse_when
 from remem_agent.errors import UserInputError
+from remem_agent.transcripts import BadTurnError, parse_conversation, parse_when
 from remem_agent.types import State
 from remem_agent.validate import MemoryInput
 from tests.conftest import StoreLocation

@@ -12,7 +12,7 @@ in double precision and in the same order, so the scores are the same numbers, n
 ``idf = log((N - n + 0.5) / (n + 0.5))`` (1e-6 when not positive) with ``N`` the rows of the index and
 ``n`` the rows holding the phrase; per row ``sum_i idf_i * (f_i * (k1 + 1)) / (f_i + k1 * (1 - b + b * D /
 avgdl))`` over the query's phrases in order, ``k1 = 1.2``, ``b = 0.75``, ``D`` the row's token count,
-``avgdl`` the index's tokens per row; ``bm25()`` returns the negated sum. tests/store/test_lexical_bm25.py
+``avgdl`` the index's tokens per row; ``bm25()`` returns the negated sum. tests/store/test_lexical_fts5_bm25.py
 compares every score with SQLite's own.
 
 PostgreSQL keeps the same postings in ``memory_terms`` (tokens of the same tokenizer, schema 9) and

@@ -1,4 +1,4 @@
-"""SQLite's lexical channel scores matches in process from remembered postings (store/bm25.py). The answer
+"""SQLite's lexical channel scores matches in process from remembered postings (store/fts5_bm25.py). The answer
 must be SQLite's own to the bit: the same ids, the same ``bm25()`` scores and the same order as the SQL
 query, through stemming, diacritics, repeated words, long texts, other scopes, retired and compressed
 memories, another connection's writes and a transaction that has written."""
@@ -14,7 +14,7 @@ import pytest
 from _sqlite_trace import traced
 
 from remem_agent import ReMem
-from remem_agent.store import bm25, lexical
+from remem_agent.store import fts5_bm25, lexical
 from remem_agent.store.lifecycle import LifecycleEvent
 from remem_agent.store.sqlite_tx import SQLiteTx
 
@@ -131,9 +131,9 @@ def _sqlite_varint(value: int) -> bytes:
 
 def test_varints_decode_sqlite_encoding() -> None:
     values = [0, 1, 127, 128, 300, 16_383, 16_384, 2**32 + 5, 2**56 - 1, 2**56, 2**63 - 1]
-    assert bm25.varints(b"".join(_sqlite_varint(v) for v in values)) == values
+    assert fts5_bm25.varints(b"".join(_sqlite_varint(v) for v in values)) == values
     with pytest.raises(ValueError):
-        bm25.varints(b"\x81")
+        fts5_bm25.varints(b"\x81")
 
 
 def test_totals_and_sizes_are_what_fts5_stores(tmp_path: Path) -> None:
