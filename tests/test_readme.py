@@ -7,15 +7,15 @@ How the blocks are run (the rule README.md and every page of docs/ are written t
   reason is required, and such exemptions are kept rare (at most ``MAX_EXEMPT`` over all the files): a
   block that needs a network service, an API key or a server is rewritten to run offline with the shipped
   local pieces whenever that is possible.
-* Blocks are grouped by section: the nearest ``#``/``##``/``###`` heading above them in the same file. The
-  blocks of one section are concatenated in file order and run as one program, so a block may build on an
-  earlier block of the *same* section. Sections never share state.
-* Each section runs in a fresh interpreter whose working directory is a fresh, empty temporary folder,
+* Every block is a complete program and runs on its own, as a user who pastes it into a file would run it
+  (``python block.py``): it imports what it uses, and blocks never share state. It is named after the
+  nearest ``#``/``##``/``###`` heading above it.
+* Each block runs in a fresh interpreter whose working directory is a fresh, empty temporary folder,
   offline (``HF_HUB_OFFLINE=1``) and with any OpenAI/Ollama settings removed from the environment, so a
   block that silently needs a key or a server fails here. Blocks must not touch ``~``: the test cannot
   sandbox the home folder (the model cache lives there).
-* A program with top-level ``await`` is compiled with ``PyCF_ALLOW_TOP_LEVEL_AWAIT`` and run with
-  ``asyncio.run``; one that calls ``asyncio.run`` itself runs as it is.
+* No top-level ``await``: a block that awaits defines ``async def main()`` and ends with
+  ``asyncio.run(main())``, so it is valid Python when pasted (a test compiles every block, the exempt ones too).
 
 The local GGUF models and extras the blocks use are what the README's set-up installs; nothing skips.
 """
@@ -40,17 +40,6 @@ README = ROOT / "README.md"
 DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]  # the files whose Python blocks run
 MAX_EXEMPT = 2
 NOT_RUN = re.compile(r"^<!--\s*not-run:\s*(?P<reason>.*?)\s*-->\s*$")
-
-RUNNER = r"""
-import ast, asyncio, inspect, sys
-src = open(sys.argv[1], encoding="utf-8").read()
-code = compile(src, sys.argv[2], "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-ns = {"__name__": "__main__"}
-if code.co_flags & inspect.CO_COROUTINE:
-    asyncio.run(eval(code, ns))
-else:
-    exec(code, ns)
-"""
 
 
 @dataclass
@@ -106,12 +95,15 @@ def doc_blocks() -> list[Block]:
 
 
 def runnable_sections() -> list[Section]:
-    sections: dict[str, Section] = {}
+    """Every block that runs, each on its own (a section of one block): what a user pastes is a whole program."""
+    out: list[Section] = []
     for b in doc_blocks():
         if b.exempt is None:
             title = b.section if b.file == "README.md" else f"{b.file}: {b.section}"
-            sections.setdefault(title, Section(title)).blocks.append(b)
-    return list(sections.values())
+            if any(s.title == title for s in out):
+                title = f"{title} (line {b.line})"
+            out.append(Section(title, [b]))
+    return out
 
 
 def run_code(code: str, cwd: Path, name: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -120,7 +112,7 @@ def run_code(code: str, cwd: Path, name: str, timeout: float = 600) -> subproces
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "OLLAMA_"))}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(ROOT))
     return subprocess.run(
-        [sys.executable, "-c", RUNNER, str(script), name],
+        [sys.executable, str(script)],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -177,7 +169,16 @@ def test_exemptions_are_rare_and_give_a_reason() -> None:
             assert "~" not in b.code, f"{b.file} line {b.line}: a runnable block must not write under ~"
 
 
-# -- every runnable section runs ------------------------------------------------------------------------
+def test_every_block_is_a_program_a_user_can_paste() -> None:
+    """Valid Python as it stands: no top-level ``await`` (compiled without ``PyCF_ALLOW_TOP_LEVEL_AWAIT``)."""
+    for b in doc_blocks():
+        try:
+            compile(b.code, f"{b.file} line {b.line}", "exec")
+        except SyntaxError as exc:
+            pytest.fail(f"{b.file} line {b.line}: {exc.msg} (wrap it in async def main() + asyncio.run(main()))")
+
+
+# -- every runnable block runs ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("section", runnable_sections(), ids=lambda s: s.title)

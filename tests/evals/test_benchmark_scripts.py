@@ -197,7 +197,9 @@ def test_perf_postgres_quick_writes_its_report(tmp_path: Path) -> None:
     assert conc["lost_updates"] == 0 and conc["rows_differing"] == 0
     assert conc["verify_ok"] is True and conc["worker_errors"] == 0
     assert conc["sent_totals"]["shown"] == conc["ledger_totals"]["shown"] > 0
-    assert conc["retries"]["learning_retries"] >= 0
+    retries = conc["retries"]
+    assert retries["learning_retries"] == sum(retries["per_worker"])  # the total is the workers' counts added up
+    assert sum(retries["feedbacks_by_attempts"].values()) == conc["feedback_calls"]  # each feedback counted once
 
 
 def test_embed_ceiling_counts_the_model_and_writes_its_report(tmp_path: Path) -> None:
@@ -244,7 +246,9 @@ def test_pg_contention_quick_runs_every_workload_on_both_packages(tmp_path: Path
             assert run["workload"] == workload and run["workers"] == 2
             assert run["verify_ok"] is True and run["workers_given_up"] == 0, run["errors"]
             assert run["operations"] == 2 * rep["sizes"][workload]
-            assert run["learning_transactions"] > 0 and run["learning_reruns"] >= 0 and run["deadlocks"] >= 0
+            assert run["learning_transactions"] > 0 and isinstance(run["learning_reruns"], int)
+            if package == "head":  # lock order and commutative writes: the current code never deadlocks
+                assert run["deadlocks"] == 0, (workload, run["deadlocks"])
 
 
 def test_perf_protocols_measures_every_chat_route(tmp_path: Path) -> None:

@@ -311,4 +311,6 @@ def test_transfer_bound_fixture_matches_the_transfer_protocol(tmp_path):
         assert mine["recall"]["learned"] == theirs["learned"]
         assert sum(mine["evidence"].values()) == pytest.approx(1.0)
         assert mine["recall"]["ceiling"]["recall@5"] >= mine["recall"]["cold"]["recall@5"]
+        assert set(mine["recall"]["features (LearnedUtility)"]) == {"recall@1", "recall@5", "recall@10"}
     assert "| ceiling |" in (tmp_path / "transfer_bound.md").read_text()
+    assert "| features (LearnedUtility) |" in (tmp_path / "transfer_bound.md").read_text()
