@@ -3,15 +3,16 @@
 =================  ==========================================================================
 stage              module
 =================  ==========================================================================
-recall             ``ReMem.search`` (``remem_agent/ranking/pipeline.py`` ranks; :mod:`.ports`)
+recall             :mod:`.recall` (once per user turn) over ``ReMem.search`` (:mod:`.ports`)
 prompt             :mod:`.prompt` (memories as quoted data, per-ask citation labels)
 call + enforce     :mod:`.call` (bounded re-asks over the retry layer), :mod:`.enforce`
 score              :mod:`.scoring` (truth); user / inferred, later: ``remem_agent/outcomes/``
-learn              ``ReMem.feedback`` (``remem_agent/learning/feedback.py``)
-trace              :mod:`.trace` (``TraceRecord`` beside ``TRACE_SCHEMA``)
+learn              :mod:`.learn` (what a reply used), then ``ReMem.feedback`` (``learning/feedback.py``)
+trace              :mod:`.trace` (``TraceRecord`` beside ``TRACE_SCHEMA``), :mod:`.chat_trace` (chat lines)
 =================  ==========================================================================
 
-:mod:`.middleware` wires them into ``MemoryAgent.ask``.
+:mod:`.middleware` wires them into ``MemoryAgent.ask``; :mod:`.chat` and :mod:`.stream` into ``chat`` and
+``chat_stream``.
 """
 
 from remem_agent.agent.middleware import Answer, MemoryAgent

@@ -20,6 +20,7 @@ from remem_agent.agent._spans import model_attributes, ms, record_response, root
 from remem_agent.agent.chat import Conversations
 from remem_agent.agent.chat_types import ChatOptions, ChatReply
 from remem_agent.agent.conversation import CitationStripper
+from remem_agent.agent.learn import read_reply
 from remem_agent.agent.telemetry import Span
 from remem_agent.errors import ModelError
 from remem_agent.types import Hit
@@ -124,7 +125,7 @@ async def _stream_body(
     conv: Conversations, opts: ChatOptions, retry: RetryPolicy, stream: StreamState, root: Span
 ) -> AsyncGenerator[StreamChunk | None]:
     t0 = time.perf_counter()
-    turn, recalled = await conv.recall_stage(opts, t0, root)
+    turn, recalled = await conv.turns.stage(opts, t0, root)
     t_recall = time.perf_counter()
     req, block = conv.request(opts, turn)
     stream.answer_id, stream.served, stream.abstained = turn.answer_id, turn.result.items, turn.result.abstained
@@ -161,7 +162,7 @@ async def _stream_body(
         if t_first is not None:
             model_span.set("gen_ai.response.time_to_first_chunk", round(t_first - t_call, 6))
         model_span.end()
-        reply, waiting = conv.reply_of(opts, turn, resp, recalled=recalled) if outcome == "done" else (None, None)
+        reply, waiting = read_reply(opts, turn, resp, recalled=recalled) if outcome == "done" else (None, None)
 
         def latency() -> dict[str, float]:  # taken once the answer is waiting, as before
             times = {
