@@ -182,20 +182,31 @@ def _new_side(rev: str | None) -> Iterator[ModuleType]:
             yield new
 
 
+def add_world_options(ap: argparse.ArgumentParser) -> None:
+    """The options that size one A/B's world and its queries (shared with ``evals.perf.search_ab_range``)."""
+    ap.add_argument("--size", type=int, default=10_000)
+    ap.add_argument("--queries", type=int, default=600)
+    ap.add_argument("--warmup", type=int, default=300)
+    ap.add_argument("--seeds", default="7,11")
+
+
+def world_options(ap: argparse.ArgumentParser, args: argparse.Namespace) -> list[int]:
+    """The seeds of :func:`add_world_options`' options, after checking them all (``ap.error`` exits)."""
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    if args.size < 100 or args.queries < 2 or args.warmup < 0 or not seeds:
+        ap.error("--size must be >= 100, --queries >= 2, --warmup >= 0, --seeds not empty")
+    return seeds
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m evals.perf.search_ab", description=__doc__.split("\n\n")[0])
     ap.add_argument("--base", required=True, help="the earlier commit (any git revision)")
     ap.add_argument("--new", default=None, help="the later commit (default: the working tree)")
     ap.add_argument("--new-config", default=None, help="JSON overrides of the new side's RememConfig")
-    ap.add_argument("--size", type=int, default=10_000)
-    ap.add_argument("--queries", type=int, default=600)
-    ap.add_argument("--warmup", type=int, default=300)
-    ap.add_argument("--seeds", default="7,11")
+    add_world_options(ap)
     ap.add_argument("--out", default="results/perf/search_ab.json")
     args = ap.parse_args(argv)
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    if args.size < 100 or args.queries < 2 or args.warmup < 0 or not seeds:
-        ap.error("--size must be >= 100, --queries >= 2, --warmup >= 0, --seeds not empty")
+    seeds = world_options(ap, args)
     commit = resolve_commit(ap, args.base)
     new_commit = resolve_commit(ap, args.new) if args.new else None
     try:

@@ -28,7 +28,7 @@ from typing import Any
 
 from evals.harness.jsonio import write_json
 from evals.perf.measure import REPO_ROOT, loadavg, provenance
-from evals.perf.search_ab import NEW_PACKAGE, base_package, resolve_commit, run_seed
+from evals.perf.search_ab import NEW_PACKAGE, add_world_options, base_package, resolve_commit, run_seed, world_options
 
 
 def commits(base: str, tip: str) -> list[tuple[str, str]]:
@@ -48,15 +48,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m evals.perf.search_ab_range", description=__doc__.split("\n\n")[0])
     ap.add_argument("--base", required=True, help="the commit every other one is compared with")
     ap.add_argument("--tip", default="HEAD", help="the last commit of the range")
-    ap.add_argument("--size", type=int, default=10_000)
-    ap.add_argument("--queries", type=int, default=600)
-    ap.add_argument("--warmup", type=int, default=300)
-    ap.add_argument("--seeds", default="7,11")
+    add_world_options(ap)
     ap.add_argument("--out", default="results/perf/search_ab_range.json")
     args = ap.parse_args(argv)
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    if args.size < 100 or args.queries < 2 or args.warmup < 0 or not seeds:
-        ap.error("--size must be >= 100, --queries >= 2, --warmup >= 0, --seeds not empty")
+    seeds = world_options(ap, args)
     base, tip = resolve_commit(ap, args.base), resolve_commit(ap, args.tip)
     settings = {"size": args.size, "queries": args.queries, "warmup": args.warmup, "seeds": seeds, "k": 5}
     out = Path(args.out)

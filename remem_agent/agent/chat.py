@@ -28,23 +28,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 from remem_agent.adapters.base import (
     ChatModel,
     ChatRequest,
     ChatResponse,
     Message,
-    ToolCall,
     Usage,
 )
 from remem_agent.adapters.retry import RetryPolicy, call_with_retries
 from remem_agent.agent._spans import model_attributes, ms, record_response, root_span, stage
 from remem_agent.agent.call import Sampling
 from remem_agent.agent.capture import FactCapture
-from remem_agent.agent.chat_trace import ChatTraceLine, chat_line
+from remem_agent.agent.chat_trace import CallOutcome, ChatTraceLine, chat_line
 from remem_agent.agent.chat_types import ChatArgs, ChatOptions, ChatReply, TurnState
 from remem_agent.agent.conversation import (
     conversation_key,
@@ -217,28 +216,9 @@ class Conversations:
             await tracer.write(line.with_latency(latency()).to_dict())
 
     # -- traces -----------------------------------------------------------------------------------
-    def call_record(
-        self,
-        opts: ChatOptions,
-        turn: TurnState,
-        *,
-        recalled: bool,
-        block: str | None,
-        stream: bool,
-        text: str,
-        tool_calls: Sequence[ToolCall],
-        finish_reason: str | None,
-        usage: Usage,
-        reply: ChatReply | None,
-        error: str | None,
-    ) -> ChatTraceLine | None:
+    def call_record(self, opts: ChatOptions, turn: TurnState, **call: Unpack[CallOutcome]) -> ChatTraceLine | None:
         """The trace line of one call (None when there is no trace); ``persist`` fills in its latency."""
-        if self._tracer() is None:
-            return None
-        return chat_line(
-            self.run_id, opts, turn, recalled=recalled, block=block, stream=stream, text=text, tool_calls=tool_calls,
-            finish_reason=finish_reason, usage=usage, reply=reply, error=error,
-        )  # fmt: skip
+        return chat_line(self.run_id, opts, turn, **call) if self._tracer() is not None else None
 
 
 async def run_chat(conv: Conversations, opts: ChatOptions, retry: RetryPolicy) -> ChatReply:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from remem_agent.adapters.base import ToolCall, Usage
 from remem_agent.agent.chat_types import ChatOptions, ChatReply, TurnState
@@ -78,22 +78,23 @@ class ChatTraceLine:
         return out
 
 
-def chat_line(
-    run_id: str,
-    opts: ChatOptions,
-    turn: TurnState,
-    *,
-    recalled: bool,
-    block: str | None,
-    stream: bool,
-    text: str,
-    tool_calls: Sequence[ToolCall],
-    finish_reason: str | None,
-    usage: Usage,
-    reply: ChatReply | None,
-    error: str | None,
-) -> ChatTraceLine:
+class CallOutcome(TypedDict):
+    """What one call did, as its trace line records it beside the turn."""
+
+    recalled: bool
+    block: str | None  # the memory block added to the messages
+    stream: bool
+    text: str
+    tool_calls: Sequence[ToolCall]
+    finish_reason: str | None
+    usage: Usage
+    reply: ChatReply | None  # None when the model failed
+    error: str | None
+
+
+def chat_line(run_id: str, opts: ChatOptions, turn: TurnState, **call: Unpack[CallOutcome]) -> ChatTraceLine:
     """The line of a call that recalled (its reply, or the model's error)."""
+    recalled, text, reply, usage = call["recalled"], call["text"], call["reply"], call["usage"]
     return ChatTraceLine(
         run=run_id,
         answer_id=turn.answer_id,
@@ -112,19 +113,19 @@ def chat_line(
         ],
         aliases=dict(turn.aliases),
         messages=[m.to_dict() for m in opts.messages],
-        memory_block=block,
+        memory_block=call["block"],
         tools=[t.name for t in opts.tools],
-        stream=stream,
+        stream=call["stream"],
         reply={
             "text": text,
-            "tool_calls": [c.to_dict() for c in tool_calls],
-            "finish_reason": finish_reason,
+            "tool_calls": [c.to_dict() for c in call["tool_calls"]],
+            "finish_reason": call["finish_reason"],
             "usage": usage.to_dict(),
         },
         citations=list(reply.citations) if reply else [],
         unknown_citations=list(extract_citations(text, turn.aliases)[1]),
         used=list(reply.used) if reply else [],
-        error=error,
+        error=call["error"],
     )
 
 
