@@ -18,7 +18,6 @@ served whatever its score, before the guard: what an exploratory serving puts in
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Hashable, Sequence
 
@@ -78,21 +77,12 @@ def knapsack(values: NDArray[np.float64], weights: NDArray[np.int64], budget: in
 
 
 def text_keys(texts: Sequence[str]) -> list[int]:
-    """One group number per text: texts equal up to case and blanks share the number of the first of them."""
+    """One group number per text: texts equal up to case and blanks share the number of the first of them.
+
+    Not memoised: a pool's texts are fresh objects each search, and a memo keyed by text or by memory id measured
+    no faster in a paired search A/B (``evals.perf.search_ab``) while holding texts an erasure must then forget."""
     first: dict[str, int] = {}
-    return [first.setdefault(_text_key(t), i) for i, t in enumerate(texts)]
-
-
-@functools.lru_cache(maxsize=16384)
-def _text_key(text: str) -> str:
-    """``text`` up to case and blanks. Memoised: a pool's texts recur from search to search, and folding ~80 of
-    them cost about 2% of a search at 10k memories. Erasure empties the memo (:func:`forget_text_keys`)."""
-    return " ".join(text.casefold().split())
-
-
-def forget_text_keys() -> None:
-    """Empty the memo of folded texts, so that no erased text stays in this process's memory through it."""
-    _text_key.cache_clear()
+    return [first.setdefault(" ".join(t.casefold().split()), i) for i, t in enumerate(texts)]
 
 
 def text_twins(texts: list[str], p: NDArray[np.float64], similarity: NDArray[np.float64]) -> NDArray[np.bool_] | None:
