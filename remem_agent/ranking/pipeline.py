@@ -143,7 +143,7 @@ def rank_and_select(
         return Ranking(hits=(), features=())
     view = _pool_view(candidates, config=config, task=task, at=at, k=k, token_budget=token_budget)
     p, comps = view.scores(utility)
-    chosen, decision = _serve(view, config, p, explore_u, ids=[m.id for m in cands])
+    chosen, decision = _serve(view, config, p, explore_u, memories=cands)
     hits, snapshots = _hits(cands, chosen, view, p, comps if explain else None)
     return Ranking(hits=hits, features=snapshots, decision=decision)
 
@@ -176,13 +176,19 @@ def _pool_view(
     if candidates.groups is not None:
         # each candidate's kind's contribution factor, the prior mean of its own (ranking/utility.py)
         feats["group_factor"] = group_factors(candidates.groups, [m.role for m in cands], config.contribution_group)
-    by_task = pool.by_task
+    # the task class's exposures and contribution rate of the candidates the ledger has stats of (-1 and 0 for
+    # the rest): the guard's exemption reads them, a stored pool keeps them
+    shown = np.full(len(cands), -1, dtype=np.int64)
+    rate = np.zeros(len(cands), dtype=np.float64)
+    for i, s in enumerate(pool.by_task):
+        if s is not None:
+            shown[i], rate[i] = s.shown, s.contribution_rate
     return PoolView(
         features=feats,
         similarity=np.asarray(sims, dtype=np.float64),
         tokens=pool.tokens,
-        shown=np.array([-1 if s is None else s.shown for s in by_task], dtype=np.int64),
-        rate=np.array([0.0 if s is None else s.contribution_rate for s in by_task], dtype=np.float64),
+        shown=shown,
+        rate=rate,
         text_keys=tuple(text_keys([m.text for m in cands])),
         k=k,
         token_budget=token_budget,
@@ -237,7 +243,12 @@ def _hits(
 
 
 def _serve(
-    view: PoolView, config: RankingPolicy, p: NDArray[np.float64], explore_u: float | None, *, ids: list[str]
+    view: PoolView,
+    config: RankingPolicy,
+    p: NDArray[np.float64],
+    explore_u: float | None,
+    *,
+    memories: Sequence[Memory],
 ) -> tuple[list[int], dict[str, object] | None]:
     """The served indices, and with exploratory serving (``explore_u`` given) the decision a search stores."""
     rules = view.selection(config, p)
@@ -255,7 +266,7 @@ def _serve(
         fits=fits,
     )
     decision: dict[str, object] = {
-        "ids": ids,
+        "ids": [m.id for m in memories],
         "pool": view.record(),
         "policy": served.record(
             epsilon=config.explore_serving, width=config.explore_width, seed=config.explore_seed, u=explore_u
