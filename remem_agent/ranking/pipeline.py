@@ -176,19 +176,13 @@ def _pool_view(
     if candidates.groups is not None:
         # each candidate's kind's contribution factor, the prior mean of its own (ranking/utility.py)
         feats["group_factor"] = group_factors(candidates.groups, [m.role for m in cands], config.contribution_group)
-    # the task class's exposures and contribution rate of the candidates the ledger has stats of (-1 and 0 for
-    # the rest): the guard's exemption reads them, a stored pool keeps them
-    shown = np.full(len(cands), -1, dtype=np.int64)
-    rate = np.zeros(len(cands), dtype=np.float64)
-    for i, s in enumerate(pool.by_task):
-        if s is not None:
-            shown[i], rate[i] = s.shown, s.contribution_rate
+    by_task = pool.by_task
     return PoolView(
         features=feats,
         similarity=np.asarray(sims, dtype=np.float64),
         tokens=pool.tokens,
-        shown=shown,
-        rate=rate,
+        shown=np.array([-1 if s is None else s.shown for s in by_task], dtype=np.int64),
+        rate=np.array([0.0 if s is None else s.contribution_rate for s in by_task], dtype=np.float64),
         text_keys=tuple(text_keys([m.text for m in cands])),
         k=k,
         token_budget=token_budget,
