@@ -21,7 +21,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from remem_agent.adapters.base import ChatModel, ChatRequest, Message
+from remem_agent.adapters.base import ChatModel, ChatRequest, Message, check_chat_model
 from remem_agent.adapters.retry import RetryPolicy, call_with_retries
 from remem_agent.agent.enforce import check_reply
 from remem_agent.agent.prompt import reask_message
@@ -124,8 +124,7 @@ class LLMFactExtractor:
         confidence: float = 1.0,
         retry: RetryPolicy | None = None,
     ) -> None:
-        if not isinstance(chat_model, ChatModel):
-            raise UserInputError("chat_model must be a ChatModel (name, adapter, capabilities, async complete)")
+        check_chat_model(chat_model, "chat_model")
         for value, what, minimum in ((max_facts, "max_facts", 1), (max_reasks, "max_reasks", 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise UserInputError(f"{what} must be an integer >= {minimum}, got {value!r}")

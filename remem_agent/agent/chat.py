@@ -38,6 +38,7 @@ from remem_agent.adapters.base import (
     ChatResponse,
     Message,
     Usage,
+    check_chat_model,
 )
 from remem_agent.adapters.retry import RetryPolicy, call_with_retries
 from remem_agent.agent._spans import model_attributes, ms, record_response, root_span, stage
@@ -73,7 +74,8 @@ log = logging.getLogger("remem_agent.agent")
 
 
 class Conversations:
-    """Turn state, recall and dialogue outcomes for every conversation one ``MemoryAgent`` serves."""
+    """The chat calls of one ``MemoryAgent``: their options, prompt and waiting answer with its trace line; the
+    conversations' turns (``turns``, :mod:`.recall`) and their verdicts (``verdicts``, :mod:`.verdicts`)."""
 
     def __init__(
         self,
@@ -91,14 +93,15 @@ class Conversations:
         capture: FactCapture | None = None,
         capture_corrections: bool = False,
     ) -> None:
-        self.memory, self.model, self.pending = memory, model, pending
+        self.model, self.pending = model, pending
+        self.telemetry: Telemetry = telemetry or NoTelemetry()
         self.verdicts = Verdicts(
             memory=memory,
             pending=pending,
             tracer=tracer,
             run_id=run_id,
             retry=retry,
-            telemetry=telemetry or NoTelemetry(),
+            telemetry=self.telemetry,
             answer_of=self._answer_context,
             judge=judge,
             capture=capture is not None,
@@ -107,10 +110,7 @@ class Conversations:
         # the ledger's pending store adds in the caller's worker thread (see ``persist``); decided once
         self._add_blocking = pending.add_blocking if isinstance(pending, BlockingAdd) else None
         # (its reads and claims too: a new turn may settle and recall in one hop, ``Verdicts.settle_and_search``)
-        self.capture = capture
-        self.telemetry: Telemetry = telemetry or NoTelemetry()
-        self._tracer, self.run_id, self.retry = tracer, run_id, retry
-        self.k, self.token_budget, self.judge = k, token_budget, judge
+        self._tracer, self.run_id = tracer, run_id
         self.turns = Turns(
             memory=memory, verdicts=self.verdicts, capture=capture, k=k, token_budget=token_budget,
             telemetry=self.telemetry, tracer=tracer, run_id=run_id,
@@ -122,9 +122,10 @@ class Conversations:
         msgs = parse_messages(messages)
         specs = parse_tools(args.get("tools"))
         choice = parse_tool_choice(args.get("tool_choice"), specs)
-        model = args.get("model") or self.model
-        if not isinstance(model, ChatModel):
-            raise UserInputError("model must implement the ChatModel protocol (name, adapter, capabilities, complete)")
+        given = args.get("model")
+        # the agent's own model was checked when the agent was made: only a call's own is checked here (a
+        # runtime protocol check scans the model's members each time)
+        model = self.model if given is None else check_chat_model(given)
         if specs and not model.capabilities.tools:
             raise UserInputError(
                 f"model {model.name!r} ({model.adapter}) does not support tools; "

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, Unpack, cast
 
 from remem_agent._time import Timestamp
-from remem_agent.adapters.base import ChatModel, ChatResponse, Message
+from remem_agent.adapters.base import ChatModel, ChatResponse, Message, check_chat_model
 from remem_agent.adapters.retry import RetryPolicy
 from remem_agent.agent.ask import Answer, AskRequest, AskState, fallback_trace, run_ask, write
 from remem_agent.agent.call import Sampling
@@ -147,8 +147,7 @@ class MemoryAgent:
         pending: PendingStore | None = None,
         capture_corrections: bool = False,
     ) -> None:
-        if not isinstance(model, ChatModel):
-            raise UserInputError("model must implement the ChatModel protocol (name, adapter, capabilities, complete)")
+        check_chat_model(model)
         if max_reasks < 0 or max_concurrency < 1:
             raise UserInputError("max_reasks must be >= 0 and max_concurrency >= 1")
         self.memory, self.model, self.k, self.token_budget = memory, model, k, token_budget
@@ -163,8 +162,8 @@ class MemoryAgent:
         self.sampling = Sampling(temperature=temperature, max_tokens=max_tokens, seed=seed)
         self.system_prompt = system_prompt
         self.infer_outcomes = infer_outcomes
-        if judge is not None and not isinstance(judge, ChatModel):
-            raise UserInputError("judge must implement the ChatModel protocol")
+        if judge is not None:
+            check_chat_model(judge, "judge")
         self.tracer: TraceWriter | None = make_tracer(trace, memory, self.run_id, secrets_of=(model, judge))
         self.strip_citations = strip_citations
         self._sem = asyncio.Semaphore(max_concurrency)

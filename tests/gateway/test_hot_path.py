@@ -414,7 +414,15 @@ def _after(msgs: list[dict[str, Any]], reply: str, scope: str = "default") -> tu
 def test_can_stream_is_the_protocol_check() -> None:
     import typing
 
-    from remem_agent.adapters.base import STREAMING_MEMBERS, StreamingChatModel, can_stream
+    from remem_agent.adapters.base import (
+        CHAT_MEMBERS,
+        STREAMING_MEMBERS,
+        ChatModel,
+        StreamingChatModel,
+        can_stream,
+        check_chat_model,
+    )
+    from remem_agent.errors import UserInputError
 
     members = getattr(StreamingChatModel, "__protocol_attrs__", None) or typing._get_protocol_attrs(  # type: ignore[attr-defined]
         StreamingChatModel
@@ -451,6 +459,16 @@ def test_can_stream_is_the_protocol_check() -> None:
     for obj in zoo:
         assert can_stream(obj) is isinstance(obj, StreamingChatModel), obj
     assert can_stream(Full()) and not can_stream(NoStream()) and not can_stream(blocked) and can_stream(given)
+    # the chat-model check is the same test over ChatModel's members
+    chat_members = getattr(ChatModel, "__protocol_attrs__", None) or typing._get_protocol_attrs(ChatModel)  # type: ignore[attr-defined]
+    assert set(CHAT_MEMBERS) == set(chat_members)
+    zoo += [type(f"Missing_{m}", (Full,), {m: property(missing)})() for m in CHAT_MEMBERS]
+    for obj in zoo:
+        try:
+            accepted = check_chat_model(obj) is obj
+        except UserInputError:
+            accepted = False
+        assert accepted is isinstance(obj, ChatModel), obj
 
 
 async def _sse_messages(app: Any, body: dict[str, Any]) -> list[bytes]:
