@@ -48,6 +48,7 @@ from evals.bench.run_locomo import (
     CATEGORIES,
     SCORED,
     TASK,
+    give_feedback,
     load_samples,
     recall_at,
     sample_questions,
@@ -121,9 +122,7 @@ def feature_arm(
         dias = store_turns(mem, turns)
         for q in questions:
             if q["index"] % 2 == 0:
-                res = mem.search(q["question"], k=max(KS), now=now, task=TASK)
-                hits = [h.id for h in res.items if dias.get(h.id, set()) & set(q["evidence"])]
-                mem.feedback(res.search_id, success=bool(hits), used_ids=hits)
+                give_feedback(mem, mem.search(q["question"], k=max(KS), now=now, task=TASK), dias, set(q["evidence"]))
         rows = training_rows(mem)
         if 0 < rows.positives < len(rows):  # feedback of one label only: nothing to fit, the system's ranking stays
             mem.utility = LearnedUtility.fit(rows, cv="kfold", explore="none")

@@ -52,6 +52,7 @@ from evals.harness.stats import estimate, paired, sign_test, wilcoxon_signed_ran
 from evals.harness.systems import System
 from remem_agent.ingest import FactExtractor
 from remem_agent.memory import ReMem
+from remem_agent.types import SearchResult
 
 TASK = "locomo"
 
@@ -198,6 +199,13 @@ def store_turns(mem: ReMem, turns: list[dict[str, Any]], extractor: FactExtracto
     return dias
 
 
+def give_feedback(mem: ReMem, res: SearchResult, dias: dict[str, set[str]], evidence: set[str]) -> None:
+    """The transfer protocol's feedback on one search: a success when it served evidence of its question, with
+    the served evidence turns as ``used_ids``."""
+    hits = [h.id for h in res.items if dias.get(h.id, set()) & evidence]
+    mem.feedback(res.search_id, success=bool(hits), used_ids=hits)
+
+
 def transfer_arms(
     system: System, embedder: Any, turns: list[dict[str, Any]], questions: list[dict[str, Any]], now: datetime
 ) -> tuple[dict[str, list[list[set[str]]]], set[str], set[str]]:
@@ -217,8 +225,7 @@ def transfer_arms(
                 res = mem.search(q["question"], k=kmax, now=now, task=TASK)
                 if arm == "learned":
                     evidence = set(q["evidence"])
-                    hits = [h.id for h in res.items if dias.get(h.id, set()) & evidence]
-                    mem.feedback(res.search_id, success=bool(hits), used_ids=hits)
+                    give_feedback(mem, res, dias, evidence)
                     for h in res.items:
                         served |= dias.get(h.id, set())
                         used |= dias.get(h.id, set()) & evidence

@@ -109,10 +109,8 @@ def as_inputs(pkg: ModuleType, items: Sequence[Any]) -> list[Any]:
     return [cls(**{n: getattr(it, n) for n in names if hasattr(it, n)}) for it in items]
 
 
-def _stores(pkg: ModuleType, items: Sequence[Any], folder: Path, config: Any = None) -> tuple[Any, Any]:
-    """(the store with ``config``, default ``pkg.RememConfig()``, and system A on a copy of it) of ``pkg``, filled
-    with ``items`` in batches."""
-    config = pkg.RememConfig() if config is None else config
+def _stores(pkg: ModuleType, items: Sequence[Any], folder: Path, config: Any) -> tuple[Any, Any]:
+    """(the store with ``config`` and system A on a copy of it) of ``pkg``, filled with ``items`` in batches."""
     own = as_inputs(pkg, items)
     mem = pkg.ReMem(folder, config=config)
     with warnings.catch_warnings():
@@ -140,7 +138,7 @@ def run_seed(
     world = make_world(size, warmup + 2 * queries, seed=seed)
     with tempfile.TemporaryDirectory(prefix="remem_ab_") as tmp:
         sides = {
-            "base": _stores(base, world.items, Path(tmp) / "base"),
+            "base": _stores(base, world.items, Path(tmp) / "base", configured(base, None)),
             "new": _stores(new, world.items, Path(tmp) / "new", configured(new, new_config)),
         }
         for q, task in world.queries[:warmup]:

@@ -106,16 +106,23 @@ def test_search_ab_can_pin_the_new_side_to_a_commit_and_its_configuration(tmp_pa
 
 
 def test_search_ab_range_measures_each_commit_that_touched_the_library(tmp_path: Path) -> None:
-    from evals.perf import search_ab_range
+    import subprocess
 
-    touched = search_ab_range.commits("HEAD~3", "HEAD")
-    assert all(len(h) == 40 and s for h, s in touched)
+    from evals.perf import search_ab_range
+    from evals.perf.measure import REPO_ROOT
+
+    # the range from just before the newest commit that touched the library: exactly that commit is measured
+    last = subprocess.run(
+        ["git", "log", "-1", "--format=%H", "--", "remem_agent"], cwd=REPO_ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    (touched,) = search_ab_range.commits(f"{last}~1", "HEAD")
+    assert touched[0] == last and touched[1]
     out = tmp_path / "range.json"
-    argv = ["--base", "HEAD~1", "--size", "300", "--queries", "4", "--warmup", "1", "--seeds", "3", "--out", str(out)]
-    assert search_ab_range.main(argv) == 0
+    small = ["--size", "300", "--queries", "4", "--warmup", "1", "--seeds", "3", "--out", str(out)]
+    assert search_ab_range.main(["--base", f"{last}~1", *small]) == 0
     rep = json.loads(out.read_text())
-    assert [c["commit"] for c in rep["commits"]] == [h for h, _ in search_ab_range.commits("HEAD~1", "HEAD")]
-    assert all(c["median_ratio_new_over_base"] > 0 for c in rep["commits"])
+    (row,) = rep["commits"]
+    assert row["commit"] == last and row["subject"] == touched[1] and row["median_ratio_new_over_base"] > 0
 
 
 def test_add_ab_compares_a_commit_with_the_working_tree_in_one_process(tmp_path: Path) -> None:
