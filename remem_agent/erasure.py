@@ -4,7 +4,7 @@
 1. Check the request (ids, or a filter, or a whole scope; a reason; trace paths that exist) before writing.
 2. One ledger transaction redacts the memories and everything of the ledger that quotes them
    (:mod:`remem_agent.store.erasure`): all of it, or (on any error or a crash) none of it.
-3. The in-process vector index forgets their vectors.
+3. The in-process vector index forgets their vectors, and the ranking's memo of folded texts is emptied.
 4. Trace files lose every line that names an erased memory (or, for a whole scope, one of its searches or
    answers) or quotes its text (:mod:`remem_agent.trace_io`).
 5. The store's files are rewritten so that freed space keeps none of the bytes (``Store.scrub``).
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from remem_agent.errors import UserInputError
+from remem_agent.ranking.select import forget_folded_texts
 from remem_agent.store import erasure as ledger
 from remem_agent.store.base import Store
 from remem_agent.store.erasure import Erased, ScrubReport
@@ -215,6 +216,7 @@ def finish(
     """Steps 3 to 5, after the commit."""
     if forget_vectors is not None:
         forget_vectors([*erased.memories, *erased.already_erased])
+    forget_folded_texts()
     drop = line_filter(erased)
     lines = files = 0
     for f in files_of(traces):

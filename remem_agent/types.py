@@ -172,12 +172,16 @@ class TaskStats:
 
     @property
     def contribution_rate(self) -> float:
-        """Posterior mean of P(contributes | shown)."""
-        return self.alpha / (self.alpha + self.beta)
+        """Posterior mean of P(contributes | shown): ``alpha / (alpha + beta)``, written out (a search reads it
+        for every candidate with stats; the same operations in the same order as through the properties)."""
+        credit = self.credit_sum
+        a = 1.0 + credit
+        return a / (a + (1.0 + max(0.0, self.shown - credit)))
 
     @property
     def posterior_std(self) -> float:
-        a, b = self.alpha, self.beta
+        credit = self.credit_sum
+        a, b = 1.0 + credit, 1.0 + max(0.0, self.shown - credit)
         return float(((a * b) / ((a + b) ** 2 * (a + b + 1.0))) ** 0.5)
 
     def to_dict(self, times: TimeFormat = "epoch") -> dict[str, Any]:

@@ -435,6 +435,17 @@ def test_an_erasure_drops_the_waiting_answers_that_served_it_and_no_other(
     assert mem.verify().ok
 
 
+def test_an_erasure_empties_the_rankings_memo_of_folded_texts(world: tuple[ReMem, dict[str, str]]) -> None:
+    """Search folds each pooled text (case and blanks) once and memoises it; erasing must not leave a text there."""
+    from remem_agent.ranking import select
+
+    mem, ids = world
+    mem.search("where is our server? admin password", k=10)
+    assert len(select._MEMO) > 0
+    mem.erase([ids["leak"]], scrub=False)
+    assert len(select._MEMO) == 0
+
+
 def test_the_trace_line_filter_by_hand() -> None:
     """A line goes when it names an erased id anywhere in its JSON (a key or a value, nested) or quotes an erased
     text, as written or JSON-escaped; another line stays, and so does a line that only contains an id as part of

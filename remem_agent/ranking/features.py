@@ -88,6 +88,10 @@ class Pool:
     tokens: NDArray[np.int64]  # what selection counts against a token budget
     overall: list[TaskStats | None]  # stats over all task classes (ALL_TASKS)
     by_task: list[TaskStats | None]  # stats for the search's task class (``overall`` without a task)
+    # ``by_task`` as arrays for the guard and the outcome features: exposures (-1: no stats) and contribution
+    # rates (0.0: no stats), written only where there are stats
+    task_shown: NDArray[np.int64]
+    task_rate: NDArray[np.float64]
 
     @classmethod
     def read(cls, memories: Sequence[Memory], stats: Mapping[tuple[str, str], TaskStats], task: str | None) -> Pool:
@@ -106,6 +110,11 @@ class Pool:
             by_task = list(map(task_of.get, ids)) if task else overall
         else:  # no evidence read (a similarity-only config) or none yet: skip the lookups
             overall = by_task = [None] * len(memories)
+        task_shown, task_rate = np.full(len(memories), -1, dtype=np.int64), np.zeros(len(memories))
+        if stats:
+            for i, row in enumerate(by_task):
+                if row is not None:
+                    task_shown[i], task_rate[i] = row.shown, row.contribution_rate
         return cls(
             valid_from=np.array([m.valid_from for m in memories], dtype=np.float64),
             # None -> NaN (numpy's conversion of None to a float)
@@ -114,6 +123,8 @@ class Pool:
             tokens=np.array([m.token_cost for m in memories], dtype=np.int64),
             overall=overall,
             by_task=by_task,
+            task_shown=task_shown,
+            task_rate=task_rate,
         )
 
 
@@ -212,11 +223,13 @@ def _outcome_features(
     rate_all, shown_all = _filled(n, 0.5), np.zeros(n)
     for i, s in overall:
         rate_all[i], shown_all[i] = s.contribution_rate, s.shown
-    rate_class, shown, wasted, blame = _filled(n, 0.5), np.zeros(n), np.zeros(n), np.zeros(n)
-    post_std = _filled(n, 0.2887)
+    has = pool.task_shown >= 0
+    # the rates and exposures Pool.read took from the same rows (the same floats; int -> float is exact)
+    rate_class = np.where(has, pool.task_rate, 0.5)
+    shown = np.maximum(pool.task_shown, 0).astype(np.float64)
+    wasted, blame, post_std = np.zeros(n), np.zeros(n), _filled(n, 0.2887)
     for i, s in by_task:
-        rate_class[i], shown[i], wasted[i], blame[i] = s.contribution_rate, s.shown, s.wasted, s.blame_sum
-        post_std[i] = s.posterior_std
+        wasted[i], blame[i], post_std[i] = s.wasted, s.blame_sum, s.posterior_std
     f["rate_all"], f["rate_class"] = rate_all, rate_class
     denom = np.maximum(shown, 1.0)
     f["waste_rate"] = wasted / denom

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 from numpy.typing import NDArray
@@ -25,6 +26,7 @@ from remem_agent.types import SERVABLE_STATES, Hit, Memory, State, TaskStats
 Key = tuple[str, str, str]  # (scope, entity, attribute)
 
 
+_TEXT = attrgetter("text")
 _NOT_ARCHIVED = frozenset(State) - {State.ARCHIVED, State.ERASED}  # what an ``as_of`` search may serve
 
 
@@ -176,14 +178,13 @@ def _pool_view(
     if candidates.groups is not None:
         # each candidate's kind's contribution factor, the prior mean of its own (ranking/utility.py)
         feats["group_factor"] = group_factors(candidates.groups, [m.role for m in cands], config.contribution_group)
-    by_task = pool.by_task
     return PoolView(
         features=feats,
         similarity=np.asarray(sims, dtype=np.float64),
         tokens=pool.tokens,
-        shown=np.array([-1 if s is None else s.shown for s in by_task], dtype=np.int64),
-        rate=np.array([0.0 if s is None else s.contribution_rate for s in by_task], dtype=np.float64),
-        text_keys=tuple(text_keys([m.text for m in cands])),
+        shown=pool.task_shown,
+        rate=pool.task_rate,
+        text_keys=text_keys(list(map(_TEXT, cands))),
         k=k,
         token_budget=token_budget,
     )

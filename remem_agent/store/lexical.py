@@ -59,14 +59,18 @@ def query_terms(query: str) -> list[str]:
     """The distinct search words of ``query``, in order: lower-cased letter/digit runs, no stopwords,
     no single letters (a single digit stays: "5 years"), each one index token (``word_token``), at most
     ``MAX_TERMS``."""
-    out: list[str] = []
-    seen: set[str] = set()
+    words: list[str] = []
     for match in _WORD.finditer(query):
         word = match.group().casefold()
         if len(word) > MAX_TERM_CHARS or word in STOPWORDS or (len(word) == 1 and not word.isdigit()):
             continue
         if not _WORD.fullmatch(word):  # casefold can yield characters that are not letters (rare)
             continue
+        words.append(word)
+    TOKENIZER.learn(words)  # the words not met yet, tokenized in one round trip
+    out: list[str] = []
+    seen: set[str] = set()
+    for word in words:
         if len(TOKENIZER.tokens(word)) != 1:
             continue
         if word not in seen:
@@ -126,19 +130,34 @@ class Tokenizer:
         self._max = max_words
 
     def tokens(self, word: str) -> tuple[str, ...]:
-        """The tokens of a query word (remembered)."""
+        """The tokens of a query word (remembered; a number is its own token and is not remembered)."""
+        if word.isascii() and word.isdigit():
+            return (word,)  # unicode61 keeps ASCII digits as they are and porter stems letters only
         known = self._known.get(word)
         if known is not None:
             return known
-        out = tuple(self.text_tokens(word))
+        self.learn([word])
+        got = self._known.get(word)
+        return got if got is not None else tuple(self.text_tokens(word))  # emptied meanwhile by another thread
+
+    def learn(self, words: list[str]) -> None:
+        """Remember the tokens of each of ``words`` not known yet, all read in one transaction."""
+        known = self._known
+        new = list(dict.fromkeys(w for w in words if w not in known and not (w.isascii() and w.isdigit())))
+        if not new:
+            return
+        found = self._tokenize(new)
         with self._lock:
-            if len(self._known) >= self._max:
-                self._known.clear()
-            self._known[word] = out
-        return out
+            if len(known) + len(new) > self._max:
+                known.clear()
+            known.update(zip(new, map(tuple, found), strict=True))
 
     def text_tokens(self, text: str) -> list[str]:
         """The tokens FTS5 indexes for ``text``, in order (their count is the row size it stores)."""
+        return self._tokenize([text])[0]
+
+    def _tokenize(self, texts: list[str]) -> list[list[str]]:
+        """The tokens of each of ``texts``: one row each in the private table, read back in one statement."""
         with self._lock:
             c = self._conn
             if c is None:
@@ -147,8 +166,11 @@ class Tokenizer:
                 c.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)")
             c.execute("BEGIN")
             try:
-                c.execute("INSERT INTO t (rowid, text) VALUES (1, ?)", (text,))
-                return [str(t) for (t,) in c.execute("SELECT term FROM v ORDER BY offset")]
+                c.executemany("INSERT INTO t (rowid, text) VALUES (?, ?)", enumerate(texts, start=1))
+                out: list[list[str]] = [[] for _ in texts]
+                for doc, term in c.execute("SELECT doc, term FROM v ORDER BY doc, offset"):
+                    out[int(doc) - 1].append(str(term))
+                return out
             finally:
                 c.execute("ROLLBACK")
 

@@ -38,6 +38,10 @@ class ReadCache:
     def __init__(self, max_rows: int = 100_000, max_counts: int = 50_000) -> None:
         self.rows: dict[str, Memory] = {}
         self.counts: dict[tuple[str, int], int] = {}
+        # Numbers (ids, counters) are an open vocabulary: they are counted apart, in a small table emptied when
+        # full, so that a stream of requests each naming its own number neither grows memory nor evicts words.
+        self.number_counts: dict[tuple[str, int], int] = {}
+        self.max_number_counts = 4_096
         self.counts_seq = -1  # the highest memory seq the counts were read at
         self.ids_by_seq: dict[int, str] = {}  # the full-text index's rowid -> memory id
         # Outcome statistics: every stats row of a memory (of every task) by task, an empty table for a memory
@@ -96,6 +100,7 @@ class ReadCache:
     def forget_texts(self) -> None:
         """Drop everything derived from the indexed texts (a text changed without a new seq, or anything)."""
         self.counts.clear()
+        self.number_counts.clear()
         self.counts_seq = -1
         self.forget_postings()
         self.sizes = np.full(0, -1, dtype=np.int32)

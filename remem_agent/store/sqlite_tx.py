@@ -406,16 +406,20 @@ class SQLiteTx(LedgerTx):
         seq = self.max_seq()
         if seq != known.counts_seq:  # this connection added memories: only counts at their cap still hold
             known.counts = {key: n for key, n in known.counts.items() if n >= key[1]}
+            known.number_counts = {key: n for key, n in known.number_counts.items() if n >= key[1]}
             known.counts_seq = seq
         out: list[int] = []
         for t in terms:
-            n = known.counts.get((t, cap))
+            # numbers (ids, counters) in their own small table: an open vocabulary must not evict the words
+            table, bound = (
+                (known.number_counts, known.max_number_counts) if t.isdigit() else (known.counts, known.max_counts)
+            )
+            n = table.get((t, cap))
             if n is None:
                 n = int(self.c.execute(q, (lexical.fts5_match([t]), cap)).fetchone()[0])
-                if not t.isdigit():  # numbers rarely recur (ids, counters): remembered they only fill the cache
-                    if len(known.counts) >= known.max_counts:
-                        known.counts.clear()
-                    known.counts[(t, cap)] = n
+                if len(table) >= bound:
+                    table.clear()
+                table[(t, cap)] = n
             out.append(n)
         return out
 

@@ -203,6 +203,20 @@ def test_greedy_fills_the_budget_in_rank_order() -> None:
     assert sum(tokens[knap]) <= 45 and sum(p[knap]) >= sum(p[[0, 2]])
 
 
+def test_text_keys_group_copies_up_to_case_and_blanks_memo_or_not() -> None:
+    from remem_agent.ranking.select import _MEMO, FoldMemo, text_keys
+
+    _MEMO.clear()
+    texts = ["A  b", "a b", "c", "C ", "d"]
+    assert text_keys(texts) == (0, 0, 2, 2, 4)
+    assert text_keys(texts) == (0, 0, 2, 2, 4)  # the same keys from the memo
+    assert text_keys(["x", "y", "z"]) == (0, 1, 2)
+    memo = FoldMemo(max_texts=3)
+    assert memo.folded(["A", "b "]) == ["a", "b"]
+    assert memo.folded(["c", "D\tE"]) == ["c", "d e"]  # over its bound: it starts over, the answer is whole
+    assert len(memo) == 2
+
+
 def test_text_twins_keep_the_best_copy_of_each_text() -> None:
     from remem_agent.ranking.select import text_twins
 

@@ -118,3 +118,26 @@ def test_another_connections_searches_keep_the_caches_and_its_transitions_drop_t
     assert got == want and reads == len(WORDS)
     mem.close()
     other.close()
+
+
+def test_numbers_are_counted_in_their_own_bounded_table(tmp_path: Path) -> None:
+    """Numbers (an open vocabulary) are remembered apart: they never evict a word's count, their table stays
+    within its bound, and a count is never stale after an insert."""
+    mem = ReMem(tmp_path / "store")
+    mem.add_many(["ticket 4711 amber", "ticket 4711 cedar", "order 99 amber"])
+    with mem.store.read() as tx:
+        assert isinstance(tx, SQLiteTx) and tx._cache is not None
+        cache = tx._cache
+        cache.max_number_counts = 3
+        with traced(tx) as statements:
+            assert tx._lexical_counts(["amber", "4711", "99"], 8) == [2, 2, 1]
+            assert tx._lexical_counts(["amber", "4711", "99"], 8) == [2, 2, 1]
+        assert sum("memories_fts MATCH" in s for s in statements) == 3  # the second time: all remembered
+        tx._lexical_counts([str(n) for n in range(1000, 1010)], 8)  # a stream of new numbers
+        assert len(cache.number_counts) <= 3 and ("amber", 8) in cache.counts
+    mem.add("ticket 4711 lotus")
+    with mem.store.read() as tx:
+        assert isinstance(tx, SQLiteTx)
+        fresh = int(tx.c.execute(FRESH, (lexical.fts5_match(["4711"]), 8)).fetchone()[0])
+        assert tx._lexical_counts(["4711"], 8) == [fresh] == [3]
+    mem.close()

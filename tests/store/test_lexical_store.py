@@ -389,3 +389,27 @@ def test_choose_terms_takes_the_rarest_words_within_the_budget() -> None:
     assert lexical.choose_terms(["a", "b", "c", "d"], [5, 0, 2, 4], budget=6) == ["c", "d"]
     assert lexical.choose_terms(["a", "b"], [7, 9], budget=6) == []
     assert lexical.choose_terms(["a", "b"], [3, 3], budget=6) == ["a", "b"]
+
+
+def _fts5_tokens(text: str) -> tuple[str, ...]:
+    """What a fresh FTS5 table with the index's tokenizer holds for ``text`` (the reference)."""
+    c = sqlite3.connect(":memory:")
+    c.execute(f"CREATE VIRTUAL TABLE t USING fts5(text, tokenize = '{lexical.SQLITE_TOKENIZE}')")
+    c.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)")
+    c.execute("INSERT INTO t (rowid, text) VALUES (1, ?)", (text,))
+    out = tuple(str(t) for (t,) in c.execute("SELECT term FROM v ORDER BY offset"))
+    c.close()
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(min_size=0, max_size=12), min_size=1, max_size=6), st.from_regex(r"\A[0-9]{1,64}\Z"))
+def test_the_tokenizer_answers_as_fts5_in_batches_and_for_numbers(words: list[str], number: str) -> None:
+    """Words learned together, one at a time, and a number (its own token, never remembered) all get the tokens
+    FTS5 itself stores."""
+    together, alone = lexical.Tokenizer(), lexical.Tokenizer()
+    together.learn([*words, number, *words])
+    for w in [*words, number]:
+        assert together.tokens(w) == alone.tokens(w) == _fts5_tokens(w)
+    assert number not in together._known
+    assert together.text_tokens(" ".join(words)) == list(_fts5_tokens(" ".join(words)))
