@@ -192,7 +192,12 @@ class Gather:
         """The fused pool with what the ledger knows about it, as far as the ranking reads it (``EvidenceNeeds``)."""
         needs = EvidenceNeeds.of(self.config)
         tasks = (ALL_TASKS, task) if task else (ALL_TASKS,)
-        keyed = [(m.scope, *m.key) for m in cands if m.key is not None and m.role == "state"]
+        # ``Memory.key`` written out: a pool's every row is tested, and two property calls each were most of it
+        keyed = [
+            (m.scope, m.entity, m.attribute)
+            for m in cands
+            if m.role == "state" and m.entity is not None and m.attribute is not None
+        ]
         return Candidates(
             memories=cands,
             similarities=fused.similarity,
