@@ -29,6 +29,13 @@ beside it: ``features (LearnedUtility)`` fits the library's logistic utility (``
 CV over its L2 grid, no exploration) on the feedback rows of the even questions (each served turn's feature
 snapshot, labelled by the credit it got) and ranks the odd questions with it.
 
+A learner that keeps verdicts per turn *and* per question neighbourhood is run too: ``neighbourhood (kNN,
+LOCO)`` re-ranks each odd question's cold top-``N`` (up to 30, so it can bring in turns the top-10 lacks) by its
+retrieval score (or its rank) plus, for every even question whose embedding's cosine with it exceeds ``tau``,
+``a * (cos - tau)`` for a turn that question used and ``-b * (cos - tau)`` for one it was served and did not use.
+Its settings are chosen on the other conversations (leave one conversation out, from ``NEIGHBOURHOOD_GRID``;
+with one conversation, nothing is learned and the cold top-``N`` order stays).
+
 Also reported: the shares of the odd questions' evidence turns in each part of the partition. Paired
 differences against cold carry their 95% t-interval (``evals/harness/stats.py``).
 """
@@ -36,12 +43,17 @@ differences against cold carry their 95% t-interval (``evals/harness/stats.py``)
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
 
 from evals.bench.retrieval import KS, command_line, select_systems, write_outputs
 from evals.bench.run_locomo import (
@@ -73,13 +85,100 @@ ORDERINGS = (
     "oracle: promote used evidence",
     "ceiling",
     "features (LearnedUtility)",
+    "neighbourhood (kNN, LOCO)",
 )
+NEIGHBOURHOOD = "neighbourhood (kNN, LOCO)"
+# (a, b, tau, N, base): weight of a neighbour's used turn, of its served-unused turn, the cosine below which a
+# question is no neighbour, how much of the cold ranking is re-ranked, and what the re-ranking starts from
+NEIGHBOURHOOD_GRID: tuple[tuple[float, float, float, int, str], ...] = tuple(
+    itertools.product(
+        (0.0, 0.5, 1.0, 2.0, 4.0), (0.0, 0.5, 1.0, 2.0), (0.3, 0.4, 0.5, 0.6), (10, 20, 30), ("score", "rank")
+    )
+)
+NO_LEARNING = (0.0, 0.0, 1.0, 30, "score")  # nothing moves: the cold top-30 in its own order
+
+
+@dataclass(frozen=True, kw_only=True)
+class Neighbourhood:
+    """One conversation as the neighbourhood learner sees it: each even question's served and used turns (the
+    protocol's feedback), each odd question's cold top-30 (turns and retrieval scores) and evidence, and the
+    questions' unit embeddings (even ones first, in ``even`` order, then the odd ones)."""
+
+    even: list[tuple[set[str], set[str]]]  # (served, used) per even question
+    odd_top: list[tuple[Ranked, list[float]]]
+    odd_evidence: list[list[str]]
+    vectors: NDArray[np.float64]
+
+
+def neighbourhood_inputs(
+    system: System, embedder: Any, turns: list[dict[str, Any]], questions: list[dict[str, Any]], now: datetime
+) -> Neighbourhood:
+    """The protocol's even searches (top-10) and the odd questions' cold top-30, in a store of its own."""
+    train = [q for q in questions if q["index"] % 2 == 0]
+    test = [q for q in questions if q["index"] % 2 == 1]
+    even: list[tuple[set[str], set[str]]] = []
+    odd_top: list[tuple[Ranked, list[float]]] = []
+    with temp_store(system.config, embedder, prefix="remem_bench_") as mem:
+        dias = store_turns(mem, turns)
+        for q in train:
+            res = mem.search(q["question"], k=max(KS), now=now, task=TASK)
+            served = set().union(*(dias.get(h.id, set()) for h in res.items))
+            even.append((served, served & set(q["evidence"])))
+        for q in test:
+            res = mem.search(q["question"], k=30, now=now, task=TASK)
+            odd_top.append(([dias.get(h.id, set()) for h in res.items], [h.score for h in res.items]))
+    vectors = np.asarray(embedder.embed([q["question"] for q in [*train, *test]]), dtype=np.float64)
+    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    return Neighbourhood(even=even, odd_top=odd_top, odd_evidence=[q["evidence"] for q in test], vectors=vectors)
+
+
+def neighbourhood_orders(conv: Neighbourhood, params: tuple[float, float, float, int, str]) -> list[Ranked]:
+    """Each odd question's cold top-``N`` re-ranked by the verdicts of its neighbouring even questions."""
+    a, b, tau, n, base = params
+    n_even = len(conv.even)
+    out: list[Ranked] = []
+    for j, (top, scores) in enumerate(conv.odd_top):
+        cos = conv.vectors[n_even:][j] @ conv.vectors[:n_even].T if n_even else np.zeros(0)
+        weights = [(float(c) - tau, served, used) for c, (served, used) in zip(cos, conv.even, strict=True) if c > tau]
+        keyed = []
+        for r, turn in enumerate(top[:n]):
+            value = scores[r] if base == "score" else -r / 10.0
+            for w, served, used in weights:
+                if turn & used:
+                    value += a * w
+                elif turn & served:
+                    value -= b * w
+            keyed.append((-value, r))
+        out.append([top[r] for _, r in sorted(keyed)])
+    return out
+
+
+def _mean_recall5(convs: Sequence[Neighbourhood], params: tuple[float, float, float, int, str]) -> float:
+    got = [
+        recall_at(order, evidence)["recall@5"]
+        for conv in convs
+        for order, evidence in zip(neighbourhood_orders(conv, params), conv.odd_evidence, strict=True)
+    ]
+    return sum(got) / len(got) if got else 0.0
+
+
+def neighbourhood_loco(convs: Sequence[Neighbourhood]) -> tuple[list[list[Ranked]], list[tuple[Any, ...]]]:
+    """Per conversation: the odd questions' orders under the settings that did best (recall@5) on the others,
+    and those settings (``NO_LEARNING`` when there is no other conversation)."""
+    orders, chosen = [], []
+    for i, conv in enumerate(convs):
+        others = [c for k, c in enumerate(convs) if k != i]
+        params = max(NEIGHBOURHOOD_GRID, key=lambda g: _mean_recall5(others, g)) if others else NO_LEARNING
+        chosen.append(params)
+        orders.append(neighbourhood_orders(conv, params))
+    return orders, chosen
 
 
 def sample_bound(
     system: System, embedder: Any, turns: list[dict[str, Any]], questions: list[dict[str, Any]], now: datetime
 ) -> list[dict[str, Any]]:
-    """Per odd question: recall@k of each ordering, and where its evidence turns fall in the partition."""
+    """Per odd question: recall@k of each ordering but the neighbourhood's (``run`` adds it), and where its evidence
+    turns fall in the partition."""
     tops, served, used = transfer_arms(system, embedder, turns, questions, now)
     test = [q for q in questions if q["index"] % 2 == 1]
     unused = served - used
@@ -178,6 +277,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def run(samples: Sequence[dict[str, Any]], system: System, embedder: Any) -> dict[str, Any]:
     t0 = time.perf_counter()
     rows: list[dict[str, Any]] = []
+    per_sample: list[list[dict[str, Any]]] = []
+    convs: list[Neighbourhood] = []
     for si, sample in enumerate(samples):
         sid = str(sample.get("sample_id", si))
         turns, _ = sample_turns(sample)
@@ -185,8 +286,19 @@ def run(samples: Sequence[dict[str, Any]], system: System, embedder: Any) -> dic
         if not turns or not questions:
             continue
         now = max(t["t"] for t in turns) + timedelta(hours=1)
-        rows += [{"sample_id": sid, **r} for r in sample_bound(system, embedder, turns, questions, now)]
+        per_sample.append([{"sample_id": sid, **r} for r in sample_bound(system, embedder, turns, questions, now)])
+        convs.append(neighbourhood_inputs(system, embedder, turns, questions, now))
+    orders, chosen = neighbourhood_loco(convs)
+    for sample_rows, conv, sample_orders in zip(per_sample, convs, orders, strict=True):
+        for row, order, evidence in zip(sample_rows, sample_orders, conv.odd_evidence, strict=True):
+            row["recall"][NEIGHBOURHOOD] = recall_at(order, evidence)
+        rows += sample_rows
     meta = {
+        "neighbourhood_chosen": {
+            rows_[0]["sample_id"]: dict(zip(("a", "b", "tau", "n", "base"), params, strict=True))
+            for rows_, params in zip(per_sample, chosen, strict=True)
+            if rows_
+        },
         "system": system.name,
         "embedder": embedder.name,
         "samples": len(samples),
@@ -224,7 +336,15 @@ def markdown(result: dict[str, Any]) -> str:
         "`oracle` also needs the odd question's own answer, and the `ceiling` further ignores the top-k's room: no",
         "re-ranking by what feedback said about each turn can beat it. Learning that generalises through features",
         "rather than turns is not bounded by it; `features (LearnedUtility)` is such a learner: the library's",
-        "logistic utility fitted on the even questions' feedback rows, ranking the odd questions.",
+        "logistic utility fitted on the even questions' feedback rows, ranking the odd questions. The",
+        "`neighbourhood` learner keeps per-turn verdicts per question neighbourhood: an odd question's cold top-N",
+        "(N up to 30) is re-ranked by the verdicts of the even questions whose embeddings are close to its own,",
+        "with settings chosen on the other conversations (leave one conversation out): "
+        + "; ".join(
+            f"{sid}: a={p['a']}, b={p['b']}, tau={p['tau']}, N={p['n']}, {p['base']}"
+            for sid, p in meta.get("neighbourhood_chosen", {}).items()
+        )
+        + ".",
     ]
     return "\n".join(lines) + "\n"
 

@@ -292,6 +292,27 @@ def test_transfer_bound_orderings_by_hand():
     assert locomo_transfer_bound.ceiling(top, {"D1:1"}, set())["recall@1"] == 1.0
 
 
+def test_transfer_bound_neighbourhood_orders_by_hand():
+    import numpy as np
+
+    # two even questions: the first close to the odd one (cos 0.8), the second far (cos 0.0)
+    conv = locomo_transfer_bound.Neighbourhood(
+        even=[({"D1:1", "D1:2"}, {"D1:2"}), ({"D1:3"}, {"D1:3"})],
+        odd_top=[([{"D1:1"}, {"D1:4"}, {"D1:3"}, {"D1:2"}], [0.9, 0.8, 0.7, 0.6])],
+        odd_evidence=[["D1:2"]],
+        vectors=np.array([[0.8, 0.6], [0.0, 1.0], [1.0, 0.0]]),
+    )
+    # used by the near neighbour: D1:2 gains 1 * (0.8 - 0.5); served unused there: D1:1 loses 1 * 0.3; the far
+    # neighbour's used D1:3 moves nothing
+    got = locomo_transfer_bound.neighbourhood_orders(conv, (1.0, 1.0, 0.5, 4, "score"))
+    assert got == [[{"D1:2"}, {"D1:4"}, {"D1:3"}, {"D1:1"}]]
+    assert locomo_transfer_bound.neighbourhood_orders(conv, locomo_transfer_bound.NO_LEARNING) == [conv.odd_top[0][0]]
+    # only the top two re-ranked, by rank (0, -0.1): the served-unused D1:1 (-0.3) falls below D1:4
+    assert locomo_transfer_bound.neighbourhood_orders(conv, (1.0, 1.0, 0.5, 2, "rank")) == [[{"D1:4"}, {"D1:1"}]]
+    orders, chosen = locomo_transfer_bound.neighbourhood_loco([conv])
+    assert chosen == [locomo_transfer_bound.NO_LEARNING] and orders == [[conv.odd_top[0][0]]]
+
+
 def test_transfer_bound_fixture_matches_the_transfer_protocol(tmp_path):
     argv = ["--data", str(LOCOMO), "--system", "C", "--embedder", "hash", "--out", str(tmp_path), "--quiet"]
     assert locomo_transfer_bound.main(argv) == 0
@@ -314,3 +335,8 @@ def test_transfer_bound_fixture_matches_the_transfer_protocol(tmp_path):
         assert set(mine["recall"]["features (LearnedUtility)"]) == {"recall@1", "recall@5", "recall@10"}
     assert "| ceiling |" in (tmp_path / "transfer_bound.md").read_text()
     assert "| features (LearnedUtility) |" in (tmp_path / "transfer_bound.md").read_text()
+    # one conversation: the neighbourhood learner has no other to choose its settings on, and learns nothing
+    assert list(result["meta"]["neighbourhood_chosen"].values()) == [
+        {"a": 0.0, "b": 0.0, "tau": 1.0, "n": 30, "base": "score"}
+    ]
+    assert all(set(r["recall"]["neighbourhood (kNN, LOCO)"]) == {"recall@1", "recall@5", "recall@10"} for r in rows)
