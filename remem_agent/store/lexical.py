@@ -131,8 +131,8 @@ class Tokenizer:
 
     def tokens(self, word: str) -> tuple[str, ...]:
         """The tokens of a query word (remembered; a number is its own token and is not remembered)."""
-        if word.isascii() and word.isdigit():
-            return (word,)  # unicode61 keeps ASCII digits as they are and porter stems letters only
+        if _plain_number(word):
+            return (word,)
         known = self._known.get(word)
         if known is not None:
             return known
@@ -143,7 +143,7 @@ class Tokenizer:
     def learn(self, words: list[str]) -> None:
         """Remember the tokens of each of ``words`` not known yet, all read in one transaction."""
         known = self._known
-        new = list(dict.fromkeys(w for w in words if w not in known and not (w.isascii() and w.isdigit())))
+        new = list(dict.fromkeys(w for w in words if w not in known and not _plain_number(w)))
         if not new:
             return
         found = self._tokenize(new)
@@ -173,6 +173,12 @@ class Tokenizer:
                 return out
             finally:
                 c.execute("ROLLBACK")
+
+
+def _plain_number(word: str) -> bool:
+    """An ASCII number is its own one token (unicode61 keeps ASCII digits as they are, porter stems letters only),
+    so the tokenizer answers it without SQLite and does not remember it (an open vocabulary)."""
+    return word.isascii() and word.isdigit()
 
 
 TOKENIZER = Tokenizer()

@@ -302,3 +302,16 @@ def test_sigmoid_clip_matches_np_clip_everywhere() -> None:
     z = np.array(specials * 5 + list(np.random.default_rng(0).normal(0, 30, 500)))
     want = 1.0 / (1.0 + np.exp(-np.clip(z, -40.0, 40.0)))
     assert _same(_sigmoid(z), want)
+
+
+def test_the_written_out_posterior_is_the_beta_posterior_bit_for_bit() -> None:
+    """``TaskStats.contribution_rate`` and ``posterior_std`` compute the Beta(alpha, beta) mean and standard
+    deviation without calling the ``alpha`` and ``beta`` properties; they must give the same floats."""
+    rng = random.Random(7)
+    for _ in range(20_000):
+        shown = rng.randint(0, 60)
+        credit = rng.choice([0.0, float(rng.randint(0, shown)), rng.random() * shown, shown * 1.7, shown * 0.3])
+        s = TaskStats(ALL_TASKS, shown=shown, credit_sum=credit)
+        a, b = s.alpha, s.beta
+        assert s.contribution_rate == a / (a + b)
+        assert s.posterior_std == float(((a * b) / ((a + b) ** 2 * (a + b + 1.0))) ** 0.5)
