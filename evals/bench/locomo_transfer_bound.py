@@ -36,6 +36,11 @@ retrieval score (or its rank) plus, for every even question whose embedding's co
 Its settings are chosen on the other conversations (leave one conversation out, from ``NEIGHBOURHOOD_GRID``;
 with one conversation, nothing is learned and the cold top-``N`` order stays).
 
+A learner that generalises through the embedding space is run as well: ``embedding adapter (LOCO)`` fits, per
+conversation, an L2 logistic regression on the elementwise product of an even question's embedding and each
+served turn's (label: used), and re-ranks each odd question's cold top-``N`` by its retrieval score plus
+``weight`` times that model's logit. Its settings (``ADAPTER_GRID``) are chosen leaving one conversation out too.
+
 Also reported: the shares of the odd questions' evidence turns in each part of the partition. Paired
 differences against cold carry their 95% t-interval (``evals/harness/stats.py``).
 """
@@ -72,7 +77,7 @@ from evals.harness.embedders import make_embedder
 from evals.harness.replay import temp_store
 from evals.harness.stats import estimate, paired
 from evals.harness.systems import System
-from remem_agent.ranking.learned import LearnedUtility
+from remem_agent.ranking.learned import LearnedUtility, irls
 from remem_agent.ranking.training import training_rows
 
 Ranked = list[set[str]]
@@ -86,8 +91,10 @@ ORDERINGS = (
     "ceiling",
     "features (LearnedUtility)",
     "neighbourhood (kNN, LOCO)",
+    "embedding adapter (LOCO)",
 )
 NEIGHBOURHOOD = "neighbourhood (kNN, LOCO)"
+ADAPTER = "embedding adapter (LOCO)"
 # (a, b, tau, N, base): weight of a neighbour's used turn, of its served-unused turn, the cosine below which a
 # question is no neighbour, how much of the cold ranking is re-ranked, and what the re-ranking starts from
 NEIGHBOURHOOD_GRID: tuple[tuple[float, float, float, int, str], ...] = tuple(
@@ -96,6 +103,12 @@ NEIGHBOURHOOD_GRID: tuple[tuple[float, float, float, int, str], ...] = tuple(
     )
 )
 NO_LEARNING = (0.0, 0.0, 1.0, 30, "score")  # nothing moves: the cold top-30 in its own order
+# (lam, weight, N): the adapter's L2 penalty (on standardised products), the weight of its logit beside the
+# retrieval score, and how much of the cold ranking is re-ranked
+ADAPTER_GRID: tuple[tuple[float, float, int], ...] = tuple(
+    itertools.product((1e-3, 1e-2, 1e-1, 1.0), (0.02, 0.05, 0.1, 0.2, 0.5), (10, 20, 30))
+)
+ADAPTER_OFF = (1.0, 0.0, 30)  # nothing moves
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +121,7 @@ class Neighbourhood:
     odd_top: list[tuple[Ranked, list[float]]]
     odd_evidence: list[list[str]]
     vectors: NDArray[np.float64]
+    turn_vectors: dict[str, NDArray[np.float64]]  # dia id -> unit embedding of the turn's text
 
 
 def neighbourhood_inputs(
@@ -127,9 +141,21 @@ def neighbourhood_inputs(
         for q in test:
             res = mem.search(q["question"], k=30, now=now, task=TASK)
             odd_top.append(([dias.get(h.id, set()) for h in res.items], [h.score for h in res.items]))
-    vectors = np.asarray(embedder.embed([q["question"] for q in [*train, *test]]), dtype=np.float64)
-    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-    return Neighbourhood(even=even, odd_top=odd_top, odd_evidence=[q["evidence"] for q in test], vectors=vectors)
+    vectors = _unit(embedder.embed([q["question"] for q in [*train, *test]]))
+    turn_vectors = dict(zip((t["dia"] for t in turns), _unit(embedder.embed([t["text"] for t in turns])), strict=True))
+    return Neighbourhood(
+        even=even,
+        odd_top=odd_top,
+        odd_evidence=[q["evidence"] for q in test],
+        vectors=vectors,
+        turn_vectors=turn_vectors,
+    )
+
+
+def _unit(rows: Any) -> NDArray[np.float64]:
+    out = np.asarray(rows, dtype=np.float64)
+    out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+    return out
 
 
 def neighbourhood_orders(conv: Neighbourhood, params: tuple[float, float, float, int, str]) -> list[Ranked]:
@@ -171,6 +197,79 @@ def neighbourhood_loco(convs: Sequence[Neighbourhood]) -> tuple[list[list[Ranked
         params = max(NEIGHBOURHOOD_GRID, key=lambda g: _mean_recall5(others, g)) if others else NO_LEARNING
         chosen.append(params)
         orders.append(neighbourhood_orders(conv, params))
+    return orders, chosen
+
+
+def _pair(conv: Neighbourhood, question: NDArray[np.float64], turn: set[str]) -> NDArray[np.float64]:
+    """The adapter's features of a (question, memory) pair: the elementwise product of the question's embedding
+    and the mean embedding of the memory's turns (zeros for a memory that stands for none)."""
+    vecs = [conv.turn_vectors[d] for d in sorted(turn) if d in conv.turn_vectors]
+    return question * np.mean(vecs, axis=0) if vecs else np.zeros_like(question)
+
+
+Adapter = tuple[NDArray[np.float64], float, NDArray[np.float64], NDArray[np.float64]]
+
+
+def fit_adapter(conv: Neighbourhood, lam: float) -> Adapter | None:
+    """A diagonal bilinear relevance model fitted on the protocol's feedback: one row per turn an even question
+    was served, its features ``_pair``, labelled used (1) or not (0); an L2 logistic regression on standardised
+    features (the library's ``irls``). ``None`` when the feedback has one label only."""
+    rows, labels = [], []
+    for j, (served, used) in enumerate(conv.even):
+        for dia in sorted(served):
+            rows.append(_pair(conv, conv.vectors[j], {dia}))
+            labels.append(int(dia in used))
+    if not rows or len(set(labels)) < 2:
+        return None
+    X = np.asarray(rows)
+    mean, std = X.mean(axis=0), X.std(axis=0)
+    std = np.where(std > 1e-12, std, 1.0)
+    w, b, _ = irls((X - mean) / std, np.asarray(labels), lam)
+    return w, b, mean, std
+
+
+def adapter_orders(conv: Neighbourhood, params: tuple[float, float, int], model: Adapter | None) -> list[Ranked]:
+    """Each odd question's cold top-``N`` re-ranked by its retrieval score plus ``weight`` times the adapter's
+    logit (``model`` fitted with ``params``' lam); the rest of the top-30 follows in its cold order."""
+    _, weight, n = params
+    n_even = len(conv.even)
+    out: list[Ranked] = []
+    for j, (top, scores) in enumerate(conv.odd_top):
+        if model is None or weight == 0.0:
+            out.append(list(top))
+            continue
+        w, b, mean, std = model
+        question = conv.vectors[n_even + j]
+        head = top[:n]
+        logits = [float(((_pair(conv, question, turn) - mean) / std) @ w + b) for turn in head]
+        keyed = sorted((-(scores[r] + weight * z), r) for r, z in enumerate(logits))
+        out.append([head[r] for _, r in keyed] + list(top[n:]))
+    return out
+
+
+def adapter_loco(convs: Sequence[Neighbourhood]) -> tuple[list[list[Ranked]], list[tuple[float, float, int]]]:
+    """Per conversation: the odd questions' orders under the adapter settings that did best (recall@5) on the other
+    conversations (each fitted on its own feedback), and those settings (``ADAPTER_OFF`` with no other)."""
+    models = {(i, lam): fit_adapter(conv, lam) for i, conv in enumerate(convs) for lam in {g[0] for g in ADAPTER_GRID}}
+    recall5: dict[tuple[int, tuple[float, float, int]], list[float]] = {
+        (i, g): [
+            recall_at(order, evidence)["recall@5"]
+            for order, evidence in zip(adapter_orders(conv, g, models[i, g[0]]), conv.odd_evidence, strict=True)
+        ]
+        for i, conv in enumerate(convs)
+        for g in ADAPTER_GRID
+    }
+    orders, chosen = [], []
+    for i, conv in enumerate(convs):
+        others = [k for k in range(len(convs)) if k != i]
+
+        def pooled(g: tuple[float, float, int], others: list[int] = others) -> float:
+            got = [x for k in others for x in recall5[k, g]]
+            return sum(got) / len(got) if got else 0.0
+
+        params = max(ADAPTER_GRID, key=pooled) if others else ADAPTER_OFF
+        chosen.append(params)
+        orders.append(adapter_orders(conv, params, models.get((i, params[0]))))
     return orders, chosen
 
 
@@ -289,14 +388,23 @@ def run(samples: Sequence[dict[str, Any]], system: System, embedder: Any) -> dic
         per_sample.append([{"sample_id": sid, **r} for r in sample_bound(system, embedder, turns, questions, now)])
         convs.append(neighbourhood_inputs(system, embedder, turns, questions, now))
     orders, chosen = neighbourhood_loco(convs)
-    for sample_rows, conv, sample_orders in zip(per_sample, convs, orders, strict=True):
-        for row, order, evidence in zip(sample_rows, sample_orders, conv.odd_evidence, strict=True):
+    adapted, adapter_chosen = adapter_loco(convs)
+    for sample_rows, conv, sample_orders, sample_adapted in zip(per_sample, convs, orders, adapted, strict=True):
+        for row, order, adapted_order, evidence in zip(
+            sample_rows, sample_orders, sample_adapted, conv.odd_evidence, strict=True
+        ):
             row["recall"][NEIGHBOURHOOD] = recall_at(order, evidence)
+            row["recall"][ADAPTER] = recall_at(adapted_order, evidence)
         rows += sample_rows
     meta = {
         "neighbourhood_chosen": {
             rows_[0]["sample_id"]: dict(zip(("a", "b", "tau", "n", "base"), params, strict=True))
             for rows_, params in zip(per_sample, chosen, strict=True)
+            if rows_
+        },
+        "adapter_chosen": {
+            rows_[0]["sample_id"]: dict(zip(("lam", "weight", "n"), params, strict=True))
+            for rows_, params in zip(per_sample, adapter_chosen, strict=True)
             if rows_
         },
         "system": system.name,
@@ -343,6 +451,16 @@ def markdown(result: dict[str, Any]) -> str:
         + "; ".join(
             f"{sid}: a={p['a']}, b={p['b']}, tau={p['tau']}, N={p['n']}, {p['base']}"
             for sid, p in meta.get("neighbourhood_chosen", {}).items()
+        )
+        + ".",
+        "",
+        "The `embedding adapter` generalises through the embedding itself: a logistic model on the elementwise",
+        "product of the question's and the turn's embeddings (a diagonal bilinear relevance model), fitted on the",
+        "even questions' served turns labelled used or not, and added (times a weight) to the retrieval score of",
+        "each odd question's cold top-N. Its settings were chosen leaving one conversation out: "
+        + "; ".join(
+            f"{sid}: lam={p['lam']}, weight={p['weight']}, N={p['n']}"
+            for sid, p in meta.get("adapter_chosen", {}).items()
         )
         + ".",
     ]

@@ -301,6 +301,7 @@ def test_transfer_bound_neighbourhood_orders_by_hand():
         odd_top=[([{"D1:1"}, {"D1:4"}, {"D1:3"}, {"D1:2"}], [0.9, 0.8, 0.7, 0.6])],
         odd_evidence=[["D1:2"]],
         vectors=np.array([[0.8, 0.6], [0.0, 1.0], [1.0, 0.0]]),
+        turn_vectors={},
     )
     # used by the near neighbour: D1:2 gains 1 * (0.8 - 0.5); served unused there: D1:1 loses 1 * 0.3; the far
     # neighbour's used D1:3 moves nothing
@@ -311,6 +312,39 @@ def test_transfer_bound_neighbourhood_orders_by_hand():
     assert locomo_transfer_bound.neighbourhood_orders(conv, (1.0, 1.0, 0.5, 2, "rank")) == [[{"D1:4"}, {"D1:1"}]]
     orders, chosen = locomo_transfer_bound.neighbourhood_loco([conv])
     assert chosen == [locomo_transfer_bound.NO_LEARNING] and orders == [[conv.odd_top[0][0]]]
+
+
+def test_transfer_bound_adapter_learns_which_dimension_answers():
+    import numpy as np
+
+    # four even questions, each served D1:1 (along the first axis) and D1:2 (along the second), using only D1:1
+    even_vectors = [[1.0, 0.0], [0.8, 0.6], [0.6, 0.8], [0.9, 0.436]]
+    conv = locomo_transfer_bound.Neighbourhood(
+        even=[({"D1:1", "D1:2"}, {"D1:1"})] * 4,
+        odd_top=[([{"D1:2"}, {"D1:1"}, {"D1:3"}], [0.9, 0.8, 0.7])],
+        odd_evidence=[["D1:1"]],
+        vectors=np.array([*even_vectors, [0.7, 0.714]]),
+        turn_vectors={"D1:1": np.array([1.0, 0.0]), "D1:2": np.array([0.0, 1.0]), "D1:3": np.array([0.6, 0.8])},
+    )
+    model = locomo_transfer_bound.fit_adapter(conv, 1e-3)
+    assert model is not None
+    w, b, mean, std = model
+    first = float(((locomo_transfer_bound._pair(conv, conv.vectors[4], {"D1:1"}) - mean) / std) @ w + b)
+    second = float(((locomo_transfer_bound._pair(conv, conv.vectors[4], {"D1:2"}) - mean) / std) @ w + b)
+    assert first > 0 > second  # the used direction scores up, the served-unused one down
+    assert locomo_transfer_bound.adapter_orders(conv, (1e-3, 0.5, 2), model) == [[{"D1:1"}, {"D1:2"}, {"D1:3"}]]
+    # only the head of N is re-ranked; weight 0 or no model moves nothing
+    cold = [conv.odd_top[0][0]]
+    assert locomo_transfer_bound.adapter_orders(conv, (1e-3, 0.5, 1), model) == cold
+    assert locomo_transfer_bound.adapter_orders(conv, (1e-3, 0.0, 3), model) == cold
+    assert locomo_transfer_bound.adapter_orders(conv, (1e-3, 0.5, 3), None) == cold
+    # feedback of one label only: nothing to fit
+    one_label = locomo_transfer_bound.Neighbourhood(
+        even=[({"D1:1"}, {"D1:1"})], odd_top=[], odd_evidence=[], vectors=conv.vectors, turn_vectors=conv.turn_vectors
+    )
+    assert locomo_transfer_bound.fit_adapter(one_label, 1e-3) is None
+    orders, chosen = locomo_transfer_bound.adapter_loco([conv])
+    assert chosen == [locomo_transfer_bound.ADAPTER_OFF] and orders == [cold]
 
 
 def test_transfer_bound_fixture_matches_the_transfer_protocol(tmp_path):
@@ -340,3 +374,5 @@ def test_transfer_bound_fixture_matches_the_transfer_protocol(tmp_path):
         {"a": 0.0, "b": 0.0, "tau": 1.0, "n": 30, "base": "score"}
     ]
     assert all(set(r["recall"]["neighbourhood (kNN, LOCO)"]) == {"recall@1", "recall@5", "recall@10"} for r in rows)
+    assert list(result["meta"]["adapter_chosen"].values()) == [{"lam": 1.0, "weight": 0.0, "n": 30}]
+    assert all(r["recall"]["embedding adapter (LOCO)"] == r["recall"]["cold"] for r in rows)
