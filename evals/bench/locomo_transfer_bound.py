@@ -55,7 +55,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -77,10 +77,13 @@ from evals.harness.embedders import make_embedder
 from evals.harness.replay import temp_store
 from evals.harness.stats import estimate, paired
 from evals.harness.systems import System
-from remem_agent.ranking.learned import LearnedUtility, irls
+from remem_agent.ranking.learned import LearnedUtility, fit_logistic
 from remem_agent.ranking.training import training_rows
 
 Ranked = list[set[str]]
+NeighbourhoodParams = tuple[float, float, float, int, str]
+AdapterParams = tuple[float, float, int]
+P = TypeVar("P")  # one learner's settings, as its grid spells them
 ORDERINGS = (
     "cold",
     "learned",
@@ -97,25 +100,25 @@ NEIGHBOURHOOD = "neighbourhood (kNN, LOCO)"
 ADAPTER = "embedding adapter (LOCO)"
 # (a, b, tau, N, base): weight of a neighbour's used turn, of its served-unused turn, the cosine below which a
 # question is no neighbour, how much of the cold ranking is re-ranked, and what the re-ranking starts from
-NEIGHBOURHOOD_GRID: tuple[tuple[float, float, float, int, str], ...] = tuple(
+NEIGHBOURHOOD_GRID: tuple[NeighbourhoodParams, ...] = tuple(
     itertools.product(
         (0.0, 0.5, 1.0, 2.0, 4.0), (0.0, 0.5, 1.0, 2.0), (0.3, 0.4, 0.5, 0.6), (10, 20, 30), ("score", "rank")
     )
 )
-NO_LEARNING = (0.0, 0.0, 1.0, 30, "score")  # nothing moves: the cold top-30 in its own order
+NO_LEARNING: NeighbourhoodParams = (0.0, 0.0, 1.0, 30, "score")  # nothing moves: the cold top-30 in its own order
 # (lam, weight, N): the adapter's L2 penalty (on standardised products), the weight of its logit beside the
 # retrieval score, and how much of the cold ranking is re-ranked
-ADAPTER_GRID: tuple[tuple[float, float, int], ...] = tuple(
+ADAPTER_GRID: tuple[AdapterParams, ...] = tuple(
     itertools.product((1e-3, 1e-2, 1e-1, 1.0), (0.02, 0.05, 0.1, 0.2, 0.5), (10, 20, 30))
 )
-ADAPTER_OFF = (1.0, 0.0, 30)  # nothing moves
+ADAPTER_OFF: AdapterParams = (1.0, 0.0, 30)  # nothing moves
 
 
 @dataclass(frozen=True, kw_only=True)
 class Neighbourhood:
-    """One conversation as the neighbourhood learner sees it: each even question's served and used turns (the
-    protocol's feedback), each odd question's cold top-30 (turns and retrieval scores) and evidence, and the
-    questions' unit embeddings (even ones first, in ``even`` order, then the odd ones)."""
+    """One conversation as the neighbourhood learner and the adapter see it: each even question's served and used
+    turns (the protocol's feedback), each odd question's cold top-30 (turns and retrieval scores) and evidence,
+    the questions' unit embeddings (even ones first, in ``even`` order, then the odd ones) and the turns'."""
 
     even: list[tuple[set[str], set[str]]]  # (served, used) per even question
     odd_top: list[tuple[Ranked, list[float]]]
@@ -158,7 +161,7 @@ def _unit(rows: Any) -> NDArray[np.float64]:
     return out
 
 
-def neighbourhood_orders(conv: Neighbourhood, params: tuple[float, float, float, int, str]) -> list[Ranked]:
+def neighbourhood_orders(conv: Neighbourhood, params: NeighbourhoodParams) -> list[Ranked]:
     """Each odd question's cold top-``N`` re-ranked by the verdicts of its neighbouring even questions."""
     a, b, tau, n, base = params
     n_even = len(conv.even)
@@ -179,25 +182,41 @@ def neighbourhood_orders(conv: Neighbourhood, params: tuple[float, float, float,
     return out
 
 
-def _mean_recall5(convs: Sequence[Neighbourhood], params: tuple[float, float, float, int, str]) -> float:
-    got = [
-        recall_at(order, evidence)["recall@5"]
-        for conv in convs
-        for order, evidence in zip(neighbourhood_orders(conv, params), conv.odd_evidence, strict=True)
-    ]
-    return sum(got) / len(got) if got else 0.0
-
-
-def neighbourhood_loco(convs: Sequence[Neighbourhood]) -> tuple[list[list[Ranked]], list[tuple[Any, ...]]]:
-    """Per conversation: the odd questions' orders under the settings that did best (recall@5) on the others,
-    and those settings (``NO_LEARNING`` when there is no other conversation)."""
+def choose_loco(
+    convs: Sequence[Neighbourhood],
+    grid: Sequence[P],
+    off: P,
+    orders_of: Callable[[int, P], list[Ranked]],
+) -> tuple[list[list[Ranked]], list[P]]:
+    """Leave one conversation out: per conversation, the odd questions' orders (``orders_of(i, params)``) under
+    the settings of ``grid`` whose mean recall@5 over the other conversations' odd questions is highest (the
+    first of equals), and those settings (``off`` when there is no other conversation)."""
+    recall5 = {
+        (i, g): [
+            recall_at(order, evidence)["recall@5"]
+            for order, evidence in zip(orders_of(i, g), conv.odd_evidence, strict=True)
+        ]
+        for i, conv in enumerate(convs)
+        for g in (grid if len(convs) > 1 else ())
+    }
     orders, chosen = [], []
-    for i, conv in enumerate(convs):
-        others = [c for k, c in enumerate(convs) if k != i]
-        params = max(NEIGHBOURHOOD_GRID, key=lambda g: _mean_recall5(others, g)) if others else NO_LEARNING
+    for i in range(len(convs)):
+        others = [k for k in range(len(convs)) if k != i]
+
+        def pooled(g: P, others: list[int] = others) -> float:
+            got = [x for k in others for x in recall5[k, g]]
+            return sum(got) / len(got) if got else 0.0
+
+        params = max(grid, key=pooled) if others else off
         chosen.append(params)
-        orders.append(neighbourhood_orders(conv, params))
+        orders.append(orders_of(i, params))
     return orders, chosen
+
+
+def neighbourhood_loco(convs: Sequence[Neighbourhood]) -> tuple[list[list[Ranked]], list[NeighbourhoodParams]]:
+    """The neighbourhood learner's orders and settings, chosen leaving one conversation out (``NO_LEARNING``
+    when there is no other conversation)."""
+    return choose_loco(convs, NEIGHBOURHOOD_GRID, NO_LEARNING, lambda i, g: neighbourhood_orders(convs[i], g))
 
 
 def _pair(conv: Neighbourhood, question: NDArray[np.float64], turn: set[str]) -> NDArray[np.float64]:
@@ -212,8 +231,8 @@ Adapter = tuple[NDArray[np.float64], float, NDArray[np.float64], NDArray[np.floa
 
 def fit_adapter(conv: Neighbourhood, lam: float) -> Adapter | None:
     """A diagonal bilinear relevance model fitted on the protocol's feedback: one row per turn an even question
-    was served, its features ``_pair``, labelled used (1) or not (0); an L2 logistic regression on standardised
-    features (the library's ``irls``). ``None`` when the feedback has one label only."""
+    was served, its features ``_pair``, labelled used (1) or not (0); the library's L2 logistic regression on
+    standardised features (``fit_logistic``). ``None`` when the feedback has one label only."""
     rows, labels = [], []
     for j, (served, used) in enumerate(conv.even):
         for dia in sorted(served):
@@ -221,14 +240,10 @@ def fit_adapter(conv: Neighbourhood, lam: float) -> Adapter | None:
             labels.append(int(dia in used))
     if not rows or len(set(labels)) < 2:
         return None
-    X = np.asarray(rows)
-    mean, std = X.mean(axis=0), X.std(axis=0)
-    std = np.where(std > 1e-12, std, 1.0)
-    w, b, _ = irls((X - mean) / std, np.asarray(labels), lam)
-    return w, b, mean, std
+    return fit_logistic(np.asarray(rows), np.asarray(labels), lam)
 
 
-def adapter_orders(conv: Neighbourhood, params: tuple[float, float, int], model: Adapter | None) -> list[Ranked]:
+def adapter_orders(conv: Neighbourhood, params: AdapterParams, model: Adapter | None) -> list[Ranked]:
     """Each odd question's cold top-``N`` re-ranked by its retrieval score plus ``weight`` times the adapter's
     logit (``model`` fitted with ``params``' lam); the rest of the top-30 follows in its cold order."""
     _, weight, n = params
@@ -247,37 +262,23 @@ def adapter_orders(conv: Neighbourhood, params: tuple[float, float, int], model:
     return out
 
 
-def adapter_loco(convs: Sequence[Neighbourhood]) -> tuple[list[list[Ranked]], list[tuple[float, float, int]]]:
-    """Per conversation: the odd questions' orders under the adapter settings that did best (recall@5) on the other
-    conversations (each fitted on its own feedback), and those settings (``ADAPTER_OFF`` with no other)."""
+def adapter_loco(convs: Sequence[Neighbourhood]) -> tuple[list[list[Ranked]], list[AdapterParams]]:
+    """The adapter's orders and settings, chosen leaving one conversation out, each conversation's models fitted
+    on its own feedback (``ADAPTER_OFF`` when there is no other conversation)."""
     models = {(i, lam): fit_adapter(conv, lam) for i, conv in enumerate(convs) for lam in {g[0] for g in ADAPTER_GRID}}
-    recall5: dict[tuple[int, tuple[float, float, int]], list[float]] = {
-        (i, g): [
-            recall_at(order, evidence)["recall@5"]
-            for order, evidence in zip(adapter_orders(conv, g, models[i, g[0]]), conv.odd_evidence, strict=True)
-        ]
-        for i, conv in enumerate(convs)
-        for g in ADAPTER_GRID
-    }
-    orders, chosen = [], []
-    for i, conv in enumerate(convs):
-        others = [k for k in range(len(convs)) if k != i]
-
-        def pooled(g: tuple[float, float, int], others: list[int] = others) -> float:
-            got = [x for k in others for x in recall5[k, g]]
-            return sum(got) / len(got) if got else 0.0
-
-        params = max(ADAPTER_GRID, key=pooled) if others else ADAPTER_OFF
-        chosen.append(params)
-        orders.append(adapter_orders(conv, params, models.get((i, params[0]))))
-    return orders, chosen
+    return choose_loco(
+        convs,
+        ADAPTER_GRID,
+        ADAPTER_OFF,
+        lambda i, g: adapter_orders(convs[i], g, models.get((i, g[0]))),
+    )
 
 
 def sample_bound(
     system: System, embedder: Any, turns: list[dict[str, Any]], questions: list[dict[str, Any]], now: datetime
 ) -> list[dict[str, Any]]:
-    """Per odd question: recall@k of each ordering but the neighbourhood's (``run`` adds it), and where its evidence
-    turns fall in the partition."""
+    """Per odd question: recall@k of each ordering but the neighbourhood's and the adapter's (``run`` adds them, once
+    every conversation's inputs are in), and where its evidence turns fall in the partition."""
     tops, served, used = transfer_arms(system, embedder, turns, questions, now)
     test = [q for q in questions if q["index"] % 2 == 1]
     unused = served - used

@@ -171,9 +171,11 @@ def irls(
     return theta[:d].copy(), float(theta[d]), it
 
 
-def _fit_raw(
+def fit_logistic(
     X: NDArray[np.float64], y: NDArray[Any], lam: float
 ) -> tuple[NDArray[np.float64], float, NDArray[np.float64], NDArray[np.float64]]:
+    """An L2 logistic regression on ``X`` standardised by its own columns: (weights, intercept, mean, std); the
+    logit of a row ``x`` is ``((x - mean) / std) @ weights + intercept``."""
     mean, std = _standardise(X)
     w, b, _ = irls((X - mean) / std, y, lam)
     return w, b, mean, std
@@ -291,11 +293,11 @@ class LearnedUtility:
         for held in masks:
             train = ~held
             for lam in grid:
-                w, b, mean, std = _fit_raw(X[train], y[train], lam)
+                w, b, mean, std = fit_logistic(X[train], y[train], lam)
                 oof[lam][held] = _predict(X[held], w, b, mean, std)
         cv_loss = {lam: _log_loss(y, oof[lam]) for lam in grid}
         best = min(grid, key=lambda lam: (round(cv_loss[lam], 12), -lam))  # ties: the larger lambda
-        w, b, mean, std = _fit_raw(X, y, best)
+        w, b, mean, std = fit_logistic(X, y, best)
         in_sample = _predict(X, w, b, mean, std)
         report = {
             "n": n,

@@ -347,6 +347,26 @@ def test_transfer_bound_adapter_learns_which_dimension_answers():
     assert chosen == [locomo_transfer_bound.ADAPTER_OFF] and orders == [cold]
 
 
+def test_transfer_bound_loco_chooses_on_the_other_conversations():
+    import numpy as np
+
+    def conv(evidence: str) -> locomo_transfer_bound.Neighbourhood:
+        return locomo_transfer_bound.Neighbourhood(
+            even=[], odd_top=[], odd_evidence=[[evidence]], vectors=np.zeros((1, 2)), turn_vectors={}
+        )
+
+    convs = [conv("D1:1"), conv("D1:2")]
+    # setting "x" serves D1:1 first, "y" serves D1:2: each conversation gets the setting the *other* one prefers
+    orders, chosen = locomo_transfer_bound.choose_loco(
+        convs, ["x", "y"], "off", lambda i, g: [[{"D1:1"} if g == "x" else {"D1:2"}]]
+    )
+    assert chosen == ["y", "x"]
+    assert orders == [[[{"D1:2"}]], [[{"D1:1"}]]]
+    # equals: the first in the grid; one conversation: ``off``
+    assert locomo_transfer_bound.choose_loco(convs, ["y", "x"], "off", lambda i, g: [[set()]])[1] == ["y", "y"]
+    assert locomo_transfer_bound.choose_loco(convs[:1], ["x", "y"], "off", lambda i, g: [[set()]])[1] == ["off"]
+
+
 def test_transfer_bound_fixture_matches_the_transfer_protocol(tmp_path):
     argv = ["--data", str(LOCOMO), "--system", "C", "--embedder", "hash", "--out", str(tmp_path), "--quiet"]
     assert locomo_transfer_bound.main(argv) == 0
