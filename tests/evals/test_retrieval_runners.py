@@ -310,7 +310,7 @@ def test_transfer_bound_neighbourhood_orders_by_hand():
     assert locomo_transfer_bound.neighbourhood_orders(conv, locomo_transfer_bound.NO_LEARNING) == [conv.odd_top[0][0]]
     # only the top two re-ranked, by rank (0, -0.1): the served-unused D1:1 (-0.3) falls below D1:4
     assert locomo_transfer_bound.neighbourhood_orders(conv, (1.0, 1.0, 0.5, 2, "rank")) == [[{"D1:4"}, {"D1:1"}]]
-    orders, chosen = locomo_transfer_bound.neighbourhood_loco([conv])
+    (orders, chosen), _ = locomo_transfer_bound.neighbourhood_choices([conv])
     assert chosen == [locomo_transfer_bound.NO_LEARNING] and orders == [[conv.odd_top[0][0]]]
 
 
@@ -343,11 +343,13 @@ def test_transfer_bound_adapter_learns_which_dimension_answers():
         even=[({"D1:1"}, {"D1:1"})], odd_top=[], odd_evidence=[], vectors=conv.vectors, turn_vectors=conv.turn_vectors
     )
     assert locomo_transfer_bound.fit_adapter(one_label, 1e-3) is None
-    orders, chosen = locomo_transfer_bound.adapter_loco([conv])
+    (orders, chosen), (tuned, _) = locomo_transfer_bound.adapter_choices([conv])
     assert chosen == [locomo_transfer_bound.ADAPTER_OFF] and orders == [cold]
+    # tuned on its own odd question, the adapter finds the settings that serve its evidence first
+    assert tuned == [[[{"D1:1"}, {"D1:2"}, {"D1:3"}]]]
 
 
-def test_transfer_bound_loco_chooses_on_the_other_conversations():
+def test_transfer_bound_settings_chosen_on_the_others_or_tuned_on_the_test():
     import numpy as np
 
     def conv(evidence: str) -> locomo_transfer_bound.Neighbourhood:
@@ -356,15 +358,21 @@ def test_transfer_bound_loco_chooses_on_the_other_conversations():
         )
 
     convs = [conv("D1:1"), conv("D1:2")]
-    # setting "x" serves D1:1 first, "y" serves D1:2: each conversation gets the setting the *other* one prefers
-    orders, chosen = locomo_transfer_bound.choose_loco(
+    # setting "x" serves D1:1 first, "y" serves D1:2: left out, each conversation gets the setting the *other*
+    # one prefers; tuned on the test, its own
+    (orders, chosen), (tuned_orders, tuned) = locomo_transfer_bound.choose_settings(
         convs, ["x", "y"], "off", lambda i, g: [[{"D1:1"} if g == "x" else {"D1:2"}]]
     )
-    assert chosen == ["y", "x"]
+    assert chosen == ["y", "x"] and tuned == ["x", "y"]
     assert orders == [[[{"D1:2"}]], [[{"D1:1"}]]]
-    # equals: the first in the grid; one conversation: ``off``
-    assert locomo_transfer_bound.choose_loco(convs, ["y", "x"], "off", lambda i, g: [[set()]])[1] == ["y", "y"]
-    assert locomo_transfer_bound.choose_loco(convs[:1], ["x", "y"], "off", lambda i, g: [[set()]])[1] == ["off"]
+    assert tuned_orders == [[[{"D1:1"}]], [[{"D1:2"}]]]
+    # equals: the first in the grid; one conversation: ``off`` left out, its own best tuned
+    (_, chosen), (_, tuned) = locomo_transfer_bound.choose_settings(convs, ["y", "x"], "off", lambda i, g: [[set()]])
+    assert chosen == ["y", "y"] and tuned == ["y", "y"]
+    (_, chosen), (_, tuned) = locomo_transfer_bound.choose_settings(
+        convs[:1], ["y", "x"], "off", lambda i, g: [[{"D1:1"} if g == "x" else {"D1:2"}]]
+    )
+    assert chosen == ["off"] and tuned == ["x"]
 
 
 def test_transfer_bound_fixture_matches_the_transfer_protocol(tmp_path):
@@ -396,3 +404,9 @@ def test_transfer_bound_fixture_matches_the_transfer_protocol(tmp_path):
     assert all(set(r["recall"]["neighbourhood (kNN, LOCO)"]) == {"recall@1", "recall@5", "recall@10"} for r in rows)
     assert list(result["meta"]["adapter_chosen"].values()) == [{"lam": 1.0, "weight": 0.0, "n": 30}]
     assert all(r["recall"]["embedding adapter (LOCO)"] == r["recall"]["cold"] for r in rows)
+    # tuned on the test, the neighbourhood learner is never below cold: its grid holds settings that move nothing
+    overall = result["summary"]["overall"]["recall@5"]
+    assert overall["neighbourhood (kNN, tuned on test)"]["mean"]["mean"] >= overall["cold"]["mean"]["mean"]
+    tuned_adapter = [r["recall"]["embedding adapter (tuned on test)"] for r in rows]
+    assert all(set(r) == {"recall@1", "recall@5", "recall@10"} for r in tuned_adapter)
+    assert set(result["meta"]["adapter_tuned"]) == set(result["meta"]["adapter_chosen"])
