@@ -7,8 +7,8 @@ searches are pruned after ``--retention`` seconds, each worker sweeps every ``--
 is archived at ``--trace-max-mb`` with archives trimmed to ``--trace-keep-mb``. A load generator sends
 ``--requests`` chat requests (no feedback, no conversation header: every request leaves a search row and a
 waiting answer) in windows of ``--window`` requests at ``--concurrency``. After each window it records the
-window's latency, the gateway's resident memory, the ledger's bytes on disk (file and WAL), the trace folder's
-bytes, and the searches and answers the store holds.
+window's latency, the gateway's resident memory (with its anonymous and file-backed parts), the ledger's bytes
+on disk (file and WAL), the trace folder's bytes, and the searches and answers the store holds.
 
 The verdicts written to the JSON:
 
@@ -62,12 +62,17 @@ async def send(base: str, headers: dict[str, str], n: int, concurrency: int, rng
     return {"seconds": round(wall, 2), "ok": ok, "statuses": statuses, "rate": round(ok / wall, 1), **latency_ms(lat)}
 
 
-def rss_mb(pid: int) -> float:
-    """Resident memory of ``pid`` (VmRSS), in MiB."""
+def rss_parts(pid: int) -> dict[str, float]:
+    """Resident memory of ``pid`` in MiB: the whole (``VmRSS``) and its parts, anonymous (``RssAnon``: the heaps
+    of Python, SQLite and the allocator), file-backed (``RssFile``: mapped code and files) and shared
+    (``RssShmem``), as ``/proc/PID/status`` gives them."""
+    wanted = ("VmRSS", "RssAnon", "RssFile", "RssShmem")
+    out: dict[str, float] = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return float("nan")
+        key, _, rest = line.partition(":")
+        if key in wanted:
+            out[key] = round(int(rest.split()[0]) / 1024, 1)
+    return out
 
 
 def folder_bytes(folder: Path) -> int:
@@ -166,9 +171,12 @@ def main(argv: list[str] | None = None) -> int:
             w = asyncio.run(send(base, auth, n, args.concurrency, rng))
             sent += n
             ledger = sum(f.stat().st_size for f in store.glob("ledger.db*"))
+            parts = rss_parts(gw.pid)
             w.update(
                 sent=sent,
-                rss_mb=rss_mb(gw.pid),
+                rss_mb=parts.get("VmRSS", float("nan")),
+                rss_anon_mb=parts.get("RssAnon", float("nan")),
+                rss_file_mb=parts.get("RssFile", float("nan")),
                 ledger_bytes=ledger,
                 trace_bytes=folder_bytes(store / "traces"),
                 trace_files=len(list((store / "traces").glob("*"))),
@@ -182,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             kept = mem.stats().kept
     out = {
         "benchmark": "gateway soak without feedback (growth limits compressed in time)",
-        "command": "python -m evals.perf.soak" + (" --quick" if args.quick else ""),
+        "command": " ".join(["python -m evals.perf.soak", *(sys.argv[1:] if argv is None else argv)]),
         "settings": {k: v for k, v in vars(args).items() if k not in ("out", "quick")},
         "embedder": "hash",
         "windows": windows,
