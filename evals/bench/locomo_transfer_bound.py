@@ -206,13 +206,13 @@ def choose_settings(
       optimistic bound for the learner family that no learner can reach without the answers.
 
     Ties go to the first in ``grid``."""
+    orders_by = {(i, g): orders_of(i, g) for i in range(len(convs)) for g in grid}
     recall5 = {
         (i, g): [
             recall_at(order, evidence)["recall@5"]
-            for order, evidence in zip(orders_of(i, g), conv.odd_evidence, strict=True)
+            for order, evidence in zip(orders_by[i, g], convs[i].odd_evidence, strict=True)
         ]
-        for i, conv in enumerate(convs)
-        for g in grid
+        for i, g in orders_by
     }
 
     def best_of(settings: Sequence[P], scored: list[int]) -> P:
@@ -233,7 +233,7 @@ def choose_settings(
         best = best_of(grid, [i])
         for (orders, chosen), params in ((loco, honest), (tuned, best)):
             chosen.append(params)
-            orders.append(orders_of(i, params))
+            orders.append(orders_by[i, params] if (i, params) in orders_by else orders_of(i, params))
     return loco, tuned
 
 
@@ -452,6 +452,18 @@ def run(samples: Sequence[dict[str, Any]], system: System, embedder: Any) -> dic
     return {"meta": meta, "summary": summary(rows), "questions": rows}
 
 
+def _settings_text(meta: dict[str, Any], key: str) -> str:
+    """Each conversation's settings under ``meta[key]`` (a neighbourhood's or an adapter's), as the report spells
+    them."""
+
+    def one(p: dict[str, Any]) -> str:
+        if "lam" in p:
+            return f"lam={p['lam']}, weight={p['weight']}, N={p['n']}"
+        return f"a={p['a']}, b={p['b']}, tau={p['tau']}, N={p['n']}, {p['base']}"
+
+    return "; ".join(f"{sid}: {one(p)}" for sid, p in meta.get(key, {}).items())
+
+
 def markdown(result: dict[str, Any]) -> str:
     meta, overall = result["meta"], result["summary"]["overall"]
     share = overall["evidence_share"]
@@ -484,34 +496,22 @@ def markdown(result: dict[str, Any]) -> str:
         "`neighbourhood` learner keeps per-turn verdicts per question neighbourhood: an odd question's cold top-N",
         "(N up to 30) is re-ranked by the verdicts of the even questions whose embeddings are close to its own,",
         "with settings chosen on the other conversations (leave one conversation out): "
-        + "; ".join(
-            f"{sid}: a={p['a']}, b={p['b']}, tau={p['tau']}, N={p['n']}, {p['base']}"
-            for sid, p in meta.get("neighbourhood_chosen", {}).items()
-        )
+        + _settings_text(meta, "neighbourhood_chosen")
         + ".",
         "",
         "The `embedding adapter` generalises through the embedding itself: a logistic model on the elementwise",
         "product of the question's and the turn's embeddings (a diagonal bilinear relevance model), fitted on the",
         "even questions' served turns labelled used or not, and added (times a weight) to the retrieval score of",
         "each odd question's cold top-N. Its settings were chosen leaving one conversation out: "
-        + "; ".join(
-            f"{sid}: lam={p['lam']}, weight={p['weight']}, N={p['n']}"
-            for sid, p in meta.get("adapter_chosen", {}).items()
-        )
+        + _settings_text(meta, "adapter_chosen")
         + ".",
         "",
         "The two `tuned on test` rows run the same two learners with each conversation's settings chosen on that",
         "conversation's own odd questions, the ones they are scored on. No learner can choose so: the rows bound",
         "what these learner families could show here with the luckiest settings of their grids. Neighbourhood: "
-        + "; ".join(
-            f"{sid}: a={p['a']}, b={p['b']}, tau={p['tau']}, N={p['n']}, {p['base']}"
-            for sid, p in meta.get("neighbourhood_tuned", {}).items()
-        )
+        + _settings_text(meta, "neighbourhood_tuned")
         + ". Adapter: "
-        + "; ".join(
-            f"{sid}: lam={p['lam']}, weight={p['weight']}, N={p['n']}"
-            for sid, p in meta.get("adapter_tuned", {}).items()
-        )
+        + _settings_text(meta, "adapter_tuned")
         + ".",
     ]
     return "\n".join(lines) + "\n"

@@ -63,10 +63,10 @@ async def send(base: str, headers: dict[str, str], n: int, concurrency: int, rng
 
 
 def rss_parts(pid: int) -> dict[str, float]:
-    """Resident memory of ``pid`` in MiB: the whole (``VmRSS``) and its parts, anonymous (``RssAnon``: the heaps
-    of Python, SQLite and the allocator), file-backed (``RssFile``: mapped code and files) and shared
-    (``RssShmem``), as ``/proc/PID/status`` gives them."""
-    wanted = ("VmRSS", "RssAnon", "RssFile", "RssShmem")
+    """Resident memory of ``pid`` in MiB: the whole (``VmRSS``) and two of its parts, anonymous (``RssAnon``: the
+    heaps of Python, SQLite and the allocator) and file-backed (``RssFile``: mapped code and files), as
+    ``/proc/PID/status`` gives them."""
+    wanted = ("VmRSS", "RssAnon", "RssFile")
     out: dict[str, float] = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         key, _, rest = line.partition(":")
