@@ -41,9 +41,18 @@ conversation, an L2 logistic regression on the elementwise product of an even qu
 served turn's (label: used), and re-ranks each odd question's cold top-``N`` by its retrieval score plus
 ``weight`` times that model's logit. Its settings (``ADAPTER_GRID``) are chosen leaving one conversation out too.
 
-Both are also reported ``tuned on test``: each conversation's settings chosen on its own odd questions' recall@5.
-No learner can choose so (it needs the answers it is scored on); the rows bound what the two learner families
-could show on these conversations with the luckiest settings of their grids.
+A learner that generalises through what surrounds a turn is the third: ``context re-ranker (LOCO)`` fits, per
+conversation, an L2 logistic regression on features of each turn an even question was served (label: used):
+its retrieval score and the parts the search explains (similarity, lexical match, length, gap to the top), its
+rank, whether its speaker is named in the question, and, by ``features``, the retrieval scores of the turns
+before and after it in its session and how much of the question's top-20 its session holds (``context``), and
+whether it holds a time expression, alone and for a "when" question (``context+time``). It re-ranks each odd
+question's cold top-``N`` by that model's logit. Its settings (``RERANKER_GRID``) are chosen leaving one
+conversation out as well.
+
+All three are also reported ``tuned on test``: each conversation's settings chosen on its own odd questions'
+recall@5. No learner can choose so (it needs the answers it is scored on); the rows bound what the learner
+families could show on these conversations with the luckiest settings of their grids.
 
 Also reported: the shares of the odd questions' evidence turns in each part of the partition. Paired
 differences against cold carry their 95% t-interval (``evals/harness/stats.py``).
@@ -53,13 +62,15 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -102,11 +113,17 @@ ORDERINGS = (
     "embedding adapter (LOCO)",
     "neighbourhood (kNN, tuned on test)",
     "embedding adapter (tuned on test)",
+    "context re-ranker (LOCO)",
+    "context re-ranker (tuned on test)",
+    "context re-ranker (other conversations' feedback, LOCO)",
 )
 NEIGHBOURHOOD = "neighbourhood (kNN, LOCO)"
 ADAPTER = "embedding adapter (LOCO)"
 NEIGHBOURHOOD_TUNED = "neighbourhood (kNN, tuned on test)"
 ADAPTER_TUNED = "embedding adapter (tuned on test)"
+RERANKER = "context re-ranker (LOCO)"
+RERANKER_TUNED = "context re-ranker (tuned on test)"
+RERANKER_ELSEWHERE = "context re-ranker (other conversations' feedback, LOCO)"
 # (a, b, tau, N, base): weight of a neighbour's used turn, of its served-unused turn, the cosine below which a
 # question is no neighbour, how much of the cold ranking is re-ranked, and what the re-ranking starts from
 NEIGHBOURHOOD_GRID: tuple[NeighbourhoodParams, ...] = tuple(
@@ -121,6 +138,24 @@ ADAPTER_GRID: tuple[AdapterParams, ...] = tuple(
     itertools.product((1e-3, 1e-2, 1e-1, 1.0), (0.02, 0.05, 0.1, 0.2, 0.5), (10, 20, 30))
 )
 ADAPTER_OFF: AdapterParams = (1.0, 0.0, 30)  # nothing moves
+RerankerFeatures = Literal["plain", "context", "context+time"]
+RerankerParams = tuple[float, int, RerankerFeatures]
+# (lam, N, features): the re-ranker's L2 penalty (on standardised features), how much of the cold ranking it
+# re-ranks, and which features it sees
+RERANKER_GRID: tuple[RerankerParams, ...] = tuple(
+    itertools.product((1e-4, 1e-3, 1e-2, 1e-1), (10, 20, 30), ("plain", "context", "context+time"))
+)
+RERANKER_OFF: RerankerParams = (1.0, 0, "plain")  # nothing moves
+RERANK_DEPTH = 60  # each question's cold ranking is read this deep, for the scores of a turn's neighbours
+SESSION_DEPTH = 20  # a session's share of a question's ranking is counted over this many places
+_TIME_WORDS = re.compile(
+    r"\d|\b(?:yesterday|today|tomorrow|ago|tonight|weekend|(?:last|next|this) (?:week|month|year|night|summer|"
+    r"winter|spring|fall)|january|february|march|april|may|june|july|august|september|october|november|december|"
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b",
+    re.IGNORECASE,
+)
+_DIA = re.compile(r"D(\d+):(\d+)")
+_WORD = re.compile(r"[a-z]+")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,12 +169,33 @@ class Neighbourhood:
     odd_evidence: list[list[str]]
     vectors: NDArray[np.float64]
     turn_vectors: dict[str, NDArray[np.float64]]  # dia id -> unit embedding of the turn's text
+    even_ranked: list[Asked] = field(default_factory=list)  # each even question's cold ranking, ``RERANK_DEPTH`` deep
+    odd_ranked: list[Asked] = field(default_factory=list)  # each odd question's
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    """One place of a question's cold ranking as the context re-ranker sees it."""
+
+    turns: frozenset[str]  # the dia ids the memory stands for
+    score: float
+    explain: dict[str, float]  # the search's explanation of the score (``search(..., explain=True)``)
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Asked:
+    """A question and its cold ranking, read ``RERANK_DEPTH`` deep."""
+
+    question: str
+    ranked: list[Candidate]
 
 
 def neighbourhood_inputs(
     system: System, embedder: Any, turns: list[dict[str, Any]], questions: list[dict[str, Any]], now: datetime
 ) -> Neighbourhood:
-    """The protocol's even searches (top-10) and the odd questions' cold top-30, in a store of its own."""
+    """The protocol's even searches (top-10) and the odd questions' cold top-30, in a store of its own; and, in
+    another, every question's cold ranking as the context re-ranker reads it (``_asked``)."""
     train = [q for q in questions if q["index"] % 2 == 0]
     test = [q for q in questions if q["index"] % 2 == 1]
     even: list[tuple[set[str], set[str]]] = []
@@ -153,6 +209,9 @@ def neighbourhood_inputs(
         for q in test:
             res = mem.search(q["question"], k=30, now=now, task=TASK)
             odd_top.append(([dias.get(h.id, set()) for h in res.items], [h.score for h in res.items]))
+    with temp_store(system.config, embedder, prefix="remem_bench_") as mem:  # the same searches, read deeper
+        dias = store_turns(mem, turns)
+        ranked = [_asked(mem, dias, q["question"], now) for q in [*train, *test]]
     vectors = _unit(embedder.embed([q["question"] for q in [*train, *test]]))
     turn_vectors = dict(zip((t["dia"] for t in turns), _unit(embedder.embed([t["text"] for t in turns])), strict=True))
     return Neighbourhood(
@@ -161,7 +220,24 @@ def neighbourhood_inputs(
         odd_evidence=[q["evidence"] for q in test],
         vectors=vectors,
         turn_vectors=turn_vectors,
+        even_ranked=ranked[: len(train)],
+        odd_ranked=ranked[len(train) :],
     )
+
+
+def _asked(mem: Any, dias: dict[str, set[str]], question: str, now: datetime) -> Asked:
+    """``question``'s cold ranking as the protocol serves it (its top-10, in order), then the rest of its ranking
+    to ``RERANK_DEPTH`` places (a deeper search can order its head differently: the served head is kept)."""
+
+    def candidate(h: Any) -> Candidate:
+        turns = frozenset(dias.get(h.id, set()))
+        return Candidate(turns=turns, score=h.score, explain=dict(h.explain or {}), text=h.text)
+
+    served = mem.search(question, k=max(KS), now=now, task=TASK, explain=True).items
+    seen = {h.id for h in served}
+    deep = mem.search(question, k=RERANK_DEPTH, now=now, task=TASK, explain=True).items
+    deeper = [h for h in deep if h.id not in seen]
+    return Asked(question=question, ranked=[candidate(h) for h in [*served, *deeper]])
 
 
 def _unit(rows: Any) -> NDArray[np.float64]:
@@ -300,6 +376,109 @@ def adapter_choices(convs: Sequence[Neighbourhood]) -> tuple[Choice[AdapterParam
     )
 
 
+def _place(turns: frozenset[str]) -> tuple[int, int] | None:
+    """(session, turn) of a memory that stands for one turn with a dia id ``D<session>:<turn>``, else ``None``."""
+    if len(turns) != 1:
+        return None
+    m = _DIA.fullmatch(next(iter(turns)))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def reranker_features(asked: Asked, kind: RerankerFeatures) -> NDArray[np.float64]:
+    """One row per place of ``asked``'s ranking: the context re-ranker's features of that (question, memory)."""
+    ranked = asked.ranked
+    if not ranked:
+        return np.zeros((0, 0))
+    top = ranked[0].score if ranked[0].score > 0 else 1.0
+    by_place = {p: c.score / top for c in ranked if (p := _place(c.turns)) is not None}
+    session_share: dict[int, float] = {}
+    for c in ranked[:SESSION_DEPTH]:
+        if (p := _place(c.turns)) is not None:
+            session_share[p[0]] = session_share.get(p[0], 0.0) + c.score / top
+    words = set(_WORD.findall(asked.question.lower()))
+    when = float(asked.question.lower().lstrip().startswith("when"))
+    rows = []
+    for r, c in enumerate(ranked):
+        ex = c.explain
+        speaker = c.text.split(":", 1)[0].strip().lower()
+        row = [
+            ex.get("feature.similarity", 0.0),
+            ex.get("feature.lexical", 0.0),
+            ex.get("feature.retrieval", 0.0),
+            ex.get("feature.tokens", 0.0),
+            ex.get("feature.gap", 0.0),
+            math.log1p(r),
+            c.score / top,
+            float(speaker in words),
+            len(c.text) / 200.0,
+        ]
+        if kind != "plain":
+            p = _place(c.turns)
+            row += (
+                [by_place.get((p[0], p[1] - 1), 0.0), by_place.get((p[0], p[1] + 1), 0.0), session_share.get(p[0], 0.0)]
+                if p is not None
+                else [0.0, 0.0, 0.0]
+            )
+        if kind == "context+time":
+            timed = float(bool(_TIME_WORDS.search(c.text)))
+            row += [timed, timed * when]
+        rows.append(row)
+    return np.asarray(rows, dtype=np.float64)
+
+
+Reranker = tuple[NDArray[np.float64], float, NDArray[np.float64], NDArray[np.float64]]
+
+
+def fit_reranker(convs: Sequence[Neighbourhood], lam: float, kind: RerankerFeatures) -> Reranker | None:
+    """The context re-ranker fitted on the protocol's feedback in ``convs``: one row per turn an even question was
+    served (its cold top-10), its ``reranker_features``, labelled used (1) or not (0); the library's L2 logistic
+    regression on standardised features (``fit_logistic``). ``None`` when the feedback has one label only."""
+    rows, labels = [], []
+    pairs = [p for conv in convs for p in zip(conv.even_ranked, conv.even, strict=True)]
+    for asked, (_, used) in pairs:
+        served = asked.ranked[: max(KS)]
+        if not served:
+            continue
+        rows.append(reranker_features(asked, kind)[: len(served)])
+        labels += [int(bool(c.turns & used)) for c in served]
+    if not rows or len(set(labels)) < 2:
+        return None
+    return fit_logistic(np.vstack(rows), np.asarray(labels), lam)
+
+
+def reranker_orders(conv: Neighbourhood, params: RerankerParams, model: Reranker | None) -> list[Ranked]:
+    """Each odd question's cold top-``N`` re-ranked by the re-ranker's logit (ties keep the cold order); the rest
+    of its cold ranking follows in order."""
+    _, n, kind = params
+    out: list[Ranked] = []
+    for asked in conv.odd_ranked:
+        cold = [set(c.turns) for c in asked.ranked]
+        if model is None or n == 0:
+            out.append(cold)
+            continue
+        w, b, mean, std = model
+        logits = ((reranker_features(asked, kind)[:n] - mean) / std) @ w + b
+        head = sorted(range(len(logits)), key=lambda r: (-float(logits[r]), r))
+        out.append([cold[r] for r in head] + cold[n:])
+    return out
+
+
+def reranker_choices(
+    convs: Sequence[Neighbourhood], *, own: bool = True
+) -> tuple[Choice[RerankerParams], Choice[RerankerParams]]:
+    """The context re-ranker's orders and settings, chosen leaving one conversation out (``RERANKER_OFF`` when there
+    is no other conversation) and tuned on the test, each conversation's models fitted on its own feedback (or,
+    not ``own``, on the other conversations' feedback only: what a model shipped from other stores would do)."""
+    models = {
+        (i, g[0], g[2]): fit_reranker([conv] if own else [c for c in convs if c is not conv], g[0], g[2])
+        for i, conv in enumerate(convs)
+        for g in RERANKER_GRID
+    }
+    return choose_settings(
+        convs, RERANKER_GRID, RERANKER_OFF, lambda i, g: reranker_orders(convs[i], g, models.get((i, g[0], g[2])))
+    )
+
+
 def sample_bound(
     system: System, embedder: Any, turns: list[dict[str, Any]], questions: list[dict[str, Any]], now: datetime
 ) -> list[dict[str, Any]]:
@@ -416,23 +595,35 @@ def run(samples: Sequence[dict[str, Any]], system: System, embedder: Any) -> dic
         convs.append(neighbourhood_inputs(system, embedder, turns, questions, now))
     (orders, chosen), (tuned_orders, tuned_chosen) = neighbourhood_choices(convs)
     (adapted, adapter_chosen), (tuned_adapted, tuned_adapter_chosen) = adapter_choices(convs)
+    (reranked, reranker_chosen), (tuned_reranked, tuned_reranker_chosen) = reranker_choices(convs)
+    (elsewhere, elsewhere_chosen), _ = reranker_choices(convs, own=False)
     learners = {
         NEIGHBOURHOOD: orders,
         ADAPTER: adapted,
         NEIGHBOURHOOD_TUNED: tuned_orders,
         ADAPTER_TUNED: tuned_adapted,
+        RERANKER: reranked,
+        RERANKER_TUNED: tuned_reranked,
+        RERANKER_ELSEWHERE: elsewhere,
     }
     for i, (sample_rows, conv) in enumerate(zip(per_sample, convs, strict=True)):
         for j, (row, evidence) in enumerate(zip(sample_rows, conv.odd_evidence, strict=True)):
             for name, learner_orders in learners.items():
                 row["recall"][name] = recall_at(learner_orders[i][j], evidence)
         rows += sample_rows
-    kinds = {"neighbourhood": ("a", "b", "tau", "n", "base"), "adapter": ("lam", "weight", "n")}
+    kinds = {
+        "neighbourhood": ("a", "b", "tau", "n", "base"),
+        "adapter": ("lam", "weight", "n"),
+        "reranker": ("lam", "n", "features"),
+    }
     settings: dict[str, tuple[Sequence[Sequence[object]], tuple[str, ...]]] = {
         "neighbourhood_chosen": (chosen, kinds["neighbourhood"]),
         "adapter_chosen": (adapter_chosen, kinds["adapter"]),
         "neighbourhood_tuned": (tuned_chosen, kinds["neighbourhood"]),
         "adapter_tuned": (tuned_adapter_chosen, kinds["adapter"]),
+        "reranker_chosen": (reranker_chosen, kinds["reranker"]),
+        "reranker_tuned": (tuned_reranker_chosen, kinds["reranker"]),
+        "reranker_elsewhere_chosen": (elsewhere_chosen, kinds["reranker"]),
     }
     meta = {
         **{
@@ -457,6 +648,8 @@ def _settings_text(meta: dict[str, Any], key: str) -> str:
     them."""
 
     def one(p: dict[str, Any]) -> str:
+        if "features" in p:
+            return f"lam={p['lam']}, N={p['n']}, {p['features']}"
         if "lam" in p:
             return f"lam={p['lam']}, weight={p['weight']}, N={p['n']}"
         return f"a={p['a']}, b={p['b']}, tau={p['tau']}, N={p['n']}, {p['base']}"
@@ -506,12 +699,26 @@ def markdown(result: dict[str, Any]) -> str:
         + _settings_text(meta, "adapter_chosen")
         + ".",
         "",
-        "The two `tuned on test` rows run the same two learners with each conversation's settings chosen on that",
+        "The `context re-ranker` generalises through what surrounds a turn: a logistic model on each served turn's",
+        "retrieval score and its explained parts, its rank and length, whether its speaker is named in the question,",
+        "the scores of the turns before and after it in its session, its session's share of the question's top-20",
+        "and whether it holds a time expression (alone and for a question asking when), fitted on the even questions'",
+        "served turns labelled used or not and re-ranking each odd question's cold top-N. Its settings were chosen",
+        "leaving one conversation out: " + _settings_text(meta, "reranker_chosen") + ". The same model fitted on",
+        "the other conversations' feedback instead of the conversation's own (`other conversations' feedback`)",
+        "shows how much of that is learned from the store's own outcomes rather than carried from elsewhere; its",
+        "settings, also chosen leaving one conversation out: "
+        + _settings_text(meta, "reranker_elsewhere_chosen")
+        + ".",
+        "",
+        "The `tuned on test` rows run the same learners with each conversation's settings chosen on that",
         "conversation's own odd questions, the ones they are scored on. No learner can choose so: the rows bound",
         "what these learner families could show here with the luckiest settings of their grids. Neighbourhood: "
         + _settings_text(meta, "neighbourhood_tuned")
         + ". Adapter: "
         + _settings_text(meta, "adapter_tuned")
+        + ". Context re-ranker: "
+        + _settings_text(meta, "reranker_tuned")
         + ".",
     ]
     return "\n".join(lines) + "\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import itertools
 import json
@@ -349,6 +350,102 @@ def test_transfer_bound_adapter_learns_which_dimension_answers():
     assert tuned == [[[{"D1:1"}, {"D1:2"}, {"D1:3"}]]]
 
 
+def _reranked(question: str, places: list[tuple[str, float]]) -> locomo_transfer_bound.Asked:
+    return locomo_transfer_bound.Asked(
+        question=question,
+        ranked=[
+            locomo_transfer_bound.Candidate(turns=frozenset({d}), score=sc, explain={}, text="Ann: a turn")
+            for d, sc in places
+        ],
+    )
+
+
+def test_transfer_bound_context_reranker_learns_from_the_turn_before():
+    import numpy as np
+
+    # six even questions, each served the top turn of a session, its next turn and a turn of another session;
+    # only the next turn is used, second or third by score in turn: only the turn before it tells it apart
+    even_ranked, even = [], []
+    for j in range(6):
+        s, other = j + 1, j + 9
+        after, elsewhere = (f"D{s}:2", 0.7), (f"D{other}:4", 0.6)
+        places = (
+            [(f"D{s}:1", 1.0), after, elsewhere] if j % 2 else [(f"D{s}:1", 1.0), (after[0], 0.6), (elsewhere[0], 0.7)]
+        )
+        even_ranked.append(_reranked("what did Bob do?", places))
+        even.append(({d for d, _ in places}, {f"D{s}:2"}))
+    odd = _reranked("what did Bob make?", [("D20:1", 1.0), ("D30:4", 0.7), ("D20:2", 0.6)])
+    conv = locomo_transfer_bound.Neighbourhood(
+        even=even,
+        odd_top=[],
+        odd_evidence=[["D20:2"]],
+        vectors=np.zeros((7, 2)),
+        turn_vectors={},
+        even_ranked=even_ranked,
+        odd_ranked=[odd],
+    )
+    features = locomo_transfer_bound.reranker_features(odd, "context")
+    assert features.shape == (3, 12)
+    assert list(features[2, -3:]) == [1.0, 0.0, pytest.approx(1.6)]  # the turn before at 1.0; its session's share
+    assert list(features[0, -3:]) == [0.0, 0.6, pytest.approx(1.6)]
+    assert locomo_transfer_bound.reranker_features(odd, "plain").shape == (3, 9)
+    assert locomo_transfer_bound.reranker_features(odd, "context+time").shape == (3, 14)
+    model = locomo_transfer_bound.fit_reranker([conv], 1e-3, "context")
+    assert model is not None
+    assert locomo_transfer_bound.reranker_orders(conv, (1e-3, 3, "context"), model) == [
+        [{"D20:2"}, {"D30:4"}, {"D20:1"}]
+    ]
+    cold = [[{"D20:1"}, {"D30:4"}, {"D20:2"}]]
+    # only the head of N is re-ranked; N = 0 or no model moves nothing
+    assert locomo_transfer_bound.reranker_orders(conv, (1e-3, 2, "context"), model) == [
+        [{"D30:4"}, {"D20:1"}, {"D20:2"}]
+    ]
+    assert locomo_transfer_bound.reranker_orders(conv, locomo_transfer_bound.RERANKER_OFF, model) == cold
+    assert locomo_transfer_bound.reranker_orders(conv, (1e-3, 3, "context"), None) == cold
+    # feedback of one label only: nothing to fit; no conversation: nothing either
+    one_label = locomo_transfer_bound.Neighbourhood(
+        even=[({"D1:1"}, {"D1:1"})],
+        odd_top=[],
+        odd_evidence=[],
+        vectors=conv.vectors,
+        turn_vectors={},
+        even_ranked=[_reranked("q", [("D1:1", 1.0)])],
+    )
+    assert locomo_transfer_bound.fit_reranker([one_label], 1e-3, "plain") is None
+    assert locomo_transfer_bound.fit_reranker([], 1e-3, "plain") is None
+    (orders, chosen), _ = locomo_transfer_bound.reranker_choices([conv])
+    assert chosen == [locomo_transfer_bound.RERANKER_OFF] and orders == [cold]
+    # the evidence seventh in a cold ranking: tuned on that question, the re-ranker brings it into the top-5
+    seventh = _reranked(
+        "what did Bob make?", [("D20:1", 1.0), *((f"D{30 + i}:4", 0.9 - i / 20) for i in range(5)), ("D20:2", 0.6)]
+    )
+    deep = dataclasses.replace(conv, odd_ranked=[seventh])
+    (orders, _), (tuned, tuned_chosen) = locomo_transfer_bound.reranker_choices([deep])
+    assert {"D20:2"} not in orders[0][0][:5] and {"D20:2"} in tuned[0][0][:5]
+    assert tuned_chosen != [locomo_transfer_bound.RERANKER_OFF]
+    # fitted on the other conversations only: with none, it learns nothing even with its own settings tuned
+    _, (elsewhere, _) = locomo_transfer_bound.reranker_choices([conv], own=False)
+    assert elsewhere == [cold]
+
+
+def test_transfer_bound_reranker_keeps_the_served_head_of_a_deeper_search():
+    from types import SimpleNamespace
+
+    def hit(mid: str, score: float) -> SimpleNamespace:
+        return SimpleNamespace(id=mid, score=score, explain={"feature.similarity": score}, text=f"Ann: {mid}")
+
+    class Ranking:  # a ranking whose head depends on how deep it is read, as a fused ranking's can
+        def search(self, question, *, k, now, task, explain):
+            assert explain and task == run_locomo.TASK
+            order = [hit("a", 0.9), hit("b", 0.8)] if k <= 10 else [hit("b", 0.85), hit("c", 0.7), hit("a", 0.6)]
+            return SimpleNamespace(items=order[:k])
+
+    dias = {"a": {"D1:1"}, "b": {"D1:2"}, "c": {"D2:1"}}
+    asked = locomo_transfer_bound._asked(Ranking(), dias, "q", datetime(2024, 1, 1, tzinfo=UTC))
+    # the served top-10 in its own order and scores, then what only the deeper search holds
+    assert [(set(c.turns), c.score) for c in asked.ranked] == [({"D1:1"}, 0.9), ({"D1:2"}, 0.8), ({"D2:1"}, 0.7)]
+
+
 def test_transfer_bound_settings_chosen_on_the_others_or_tuned_on_the_test():
     import numpy as np
 
@@ -410,3 +507,9 @@ def test_transfer_bound_fixture_matches_the_transfer_protocol(tmp_path):
     tuned_adapter = [r["recall"]["embedding adapter (tuned on test)"] for r in rows]
     assert all(set(r) == {"recall@1", "recall@5", "recall@10"} for r in tuned_adapter)
     assert set(result["meta"]["adapter_tuned"]) == set(result["meta"]["adapter_chosen"])
+    # the context re-ranker reads the protocol's own served top-10 first: learning nothing, it is the cold arm
+    assert list(result["meta"]["reranker_chosen"].values()) == [{"lam": 1.0, "n": 0, "features": "plain"}]
+    for name in ("context re-ranker (LOCO)", "context re-ranker (other conversations' feedback, LOCO)"):
+        assert all(r["recall"][name] == r["recall"]["cold"] for r in rows)
+    assert all(set(r["recall"]["context re-ranker (tuned on test)"]) == set(r["recall"]["cold"]) for r in rows)
+    assert "| context re-ranker (LOCO) |" in (tmp_path / "transfer_bound.md").read_text()
