@@ -194,24 +194,19 @@ class Asked:
 def neighbourhood_inputs(
     system: System, embedder: Any, turns: list[dict[str, Any]], questions: list[dict[str, Any]], now: datetime
 ) -> Neighbourhood:
-    """The protocol's even searches (top-10) and the odd questions' cold top-30, in a store of its own; and, in
-    another, every question's cold ranking as the context re-ranker reads it (``_asked``)."""
+    """Every question's cold ranking in a store of its own, as the protocol serves it and deeper (``_asked``): the
+    even questions' served top-10 and the turns of it their feedback calls used, the odd questions' top-30."""
     train = [q for q in questions if q["index"] % 2 == 0]
     test = [q for q in questions if q["index"] % 2 == 1]
-    even: list[tuple[set[str], set[str]]] = []
-    odd_top: list[tuple[Ranked, list[float]]] = []
     with temp_store(system.config, embedder, prefix="remem_bench_") as mem:
         dias = store_turns(mem, turns)
-        for q in train:
-            res = mem.search(q["question"], k=max(KS), now=now, task=TASK)
-            served = set().union(*(dias.get(h.id, set()) for h in res.items))
-            even.append((served, served & set(q["evidence"])))
-        for q in test:
-            res = mem.search(q["question"], k=30, now=now, task=TASK)
-            odd_top.append(([dias.get(h.id, set()) for h in res.items], [h.score for h in res.items]))
-    with temp_store(system.config, embedder, prefix="remem_bench_") as mem:  # the same searches, read deeper
-        dias = store_turns(mem, turns)
         ranked = [_asked(mem, dias, q["question"], now) for q in [*train, *test]]
+    served = [set().union(*(c.turns for c in asked.ranked[: max(KS)])) for asked in ranked[: len(train)]]
+    even = [(s, s & set(q["evidence"])) for q, s in zip(train, served, strict=True)]
+    odd_top = [
+        ([set(c.turns) for c in a.ranked[:30]], _descending([c.score for c in a.ranked[:30]]))
+        for a in ranked[len(train) :]
+    ]
     vectors = _unit(embedder.embed([q["question"] for q in [*train, *test]]))
     turn_vectors = dict(zip((t["dia"] for t in turns), _unit(embedder.embed([t["text"] for t in turns])), strict=True))
     return Neighbourhood(
@@ -238,6 +233,12 @@ def _asked(mem: Any, dias: dict[str, set[str]], question: str, now: datetime) ->
     deep = mem.search(question, k=RERANK_DEPTH, now=now, task=TASK, explain=True).items
     deeper = [h for h in deep if h.id not in seen]
     return Asked(question=question, ranked=[candidate(h) for h in [*served, *deeper]])
+
+
+def _descending(scores: list[float]) -> list[float]:
+    """``scores`` as a running minimum: a deeper search's scores can exceed the served tail's, and a re-ranking
+    that adds nothing to them must keep the served order."""
+    return [float(x) for x in np.minimum.accumulate(scores)] if scores else []
 
 
 def _unit(rows: Any) -> NDArray[np.float64]:

@@ -498,7 +498,7 @@ def test_transfer_bound_fixture_matches_the_transfer_protocol(tmp_path):
     assert list(result["meta"]["neighbourhood_chosen"].values()) == [
         {"a": 0.0, "b": 0.0, "tau": 1.0, "n": 30, "base": "score"}
     ]
-    assert all(set(r["recall"]["neighbourhood (kNN, LOCO)"]) == {"recall@1", "recall@5", "recall@10"} for r in rows)
+    assert all(r["recall"]["neighbourhood (kNN, LOCO)"] == r["recall"]["cold"] for r in rows)  # the served order
     assert list(result["meta"]["adapter_chosen"].values()) == [{"lam": 1.0, "weight": 0.0, "n": 30}]
     assert all(r["recall"]["embedding adapter (LOCO)"] == r["recall"]["cold"] for r in rows)
     # tuned on the test, the neighbourhood learner is never below cold: its grid holds settings that move nothing
