@@ -160,9 +160,10 @@ _WORD = re.compile(r"[a-z]+")
 
 @dataclass(frozen=True, kw_only=True)
 class Neighbourhood:
-    """One conversation as the neighbourhood learner and the adapter see it: each even question's served and used
-    turns (the protocol's feedback), each odd question's cold top-30 (turns and retrieval scores) and evidence,
-    the questions' unit embeddings (even ones first, in ``even`` order, then the odd ones) and the turns'."""
+    """One conversation as the learners see it: each even question's served and used turns (the protocol's
+    feedback), each odd question's cold top-30 (turns and retrieval scores) and evidence, the questions' unit
+    embeddings (even ones first, in ``even`` order, then the odd ones) and the turns', and every question's cold
+    ranking as the context re-ranker reads it."""
 
     even: list[tuple[set[str], set[str]]]  # (served, used) per even question
     odd_top: list[tuple[Ranked, list[float]]]
