@@ -50,6 +50,10 @@ whether it holds a time expression, alone and for a "when" question (``context+t
 question's cold top-``N`` by that model's logit. Its settings (``RERANKER_GRID``) are chosen leaving one
 conversation out as well.
 
+The re-ranker is also run as a store could run it with no other conversation to choose on: ``fixed design,
+penalty by own CV`` fixes ``RERANKER_DESIGN`` (every feature, the top-20 re-ranked) and chooses the penalty by
+cross-validation on the conversation's own feedback rows.
+
 All three are also reported ``tuned on test``: each conversation's settings chosen on its own odd questions'
 recall@5. No learner can choose so (it needs the answers it is scored on); the rows bound what the learner
 families could show on these conversations with the luckiest settings of their grids.
@@ -116,6 +120,7 @@ ORDERINGS = (
     "context re-ranker (LOCO)",
     "context re-ranker (tuned on test)",
     "context re-ranker (other conversations' feedback, LOCO)",
+    "context re-ranker (fixed design, penalty by own CV)",
 )
 NEIGHBOURHOOD = "neighbourhood (kNN, LOCO)"
 ADAPTER = "embedding adapter (LOCO)"
@@ -124,6 +129,7 @@ ADAPTER_TUNED = "embedding adapter (tuned on test)"
 RERANKER = "context re-ranker (LOCO)"
 RERANKER_TUNED = "context re-ranker (tuned on test)"
 RERANKER_ELSEWHERE = "context re-ranker (other conversations' feedback, LOCO)"
+RERANKER_OWN_CV = "context re-ranker (fixed design, penalty by own CV)"
 # (a, b, tau, N, base): weight of a neighbour's used turn, of its served-unused turn, the cosine below which a
 # question is no neighbour, how much of the cold ranking is re-ranked, and what the re-ranking starts from
 NEIGHBOURHOOD_GRID: tuple[NeighbourhoodParams, ...] = tuple(
@@ -146,6 +152,10 @@ RERANKER_GRID: tuple[RerankerParams, ...] = tuple(
     itertools.product((1e-4, 1e-3, 1e-2, 1e-1), (10, 20, 30), ("plain", "context", "context+time"))
 )
 RERANKER_OFF: RerankerParams = (1.0, 0, "plain")  # nothing moves
+# what a store could run with no other conversation to choose on: every feature, the top-20 re-ranked (the design
+# every left-out choice picked), and the penalty chosen by cross-validation on the store's own feedback
+RERANKER_DESIGN: tuple[int, RerankerFeatures] = (20, "context+time")
+RERANKER_FOLDS = 5
 RERANK_DEPTH = 60  # each question's cold ranking is read this deep, for the scores of a turn's neighbours
 SESSION_DEPTH = 20  # a session's share of a question's ranking is counted over this many places
 _TIME_WORDS = re.compile(
@@ -431,21 +441,71 @@ def reranker_features(asked: Asked, kind: RerankerFeatures) -> NDArray[np.float6
 Reranker = tuple[NDArray[np.float64], float, NDArray[np.float64], NDArray[np.float64]]
 
 
-def fit_reranker(convs: Sequence[Neighbourhood], lam: float, kind: RerankerFeatures) -> Reranker | None:
-    """The context re-ranker fitted on the protocol's feedback in ``convs``: one row per turn an even question was
-    served (its cold top-10), its ``reranker_features``, labelled used (1) or not (0); the library's L2 logistic
-    regression on standardised features (``fit_logistic``). ``None`` when the feedback has one label only."""
-    rows, labels = [], []
+def reranker_rows(
+    convs: Sequence[Neighbourhood], kind: RerankerFeatures
+) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.int64]]:
+    """The re-ranker's training rows from the protocol's feedback in ``convs``: one per turn an even question was
+    served (its cold top-10), its ``reranker_features``; labels used (1) or not (0); each row's question (0, 1,
+    ... over ``convs``' even questions in order)."""
+    rows, labels, question = [], [], []
     pairs = [p for conv in convs for p in zip(conv.even_ranked, conv.even, strict=True)]
-    for asked, (_, used) in pairs:
+    for j, (asked, (_, used)) in enumerate(pairs):
         served = asked.ranked[: max(KS)]
         if not served:
             continue
         rows.append(reranker_features(asked, kind)[: len(served)])
         labels += [int(bool(c.turns & used)) for c in served]
-    if not rows or len(set(labels)) < 2:
+        question += [j] * len(served)
+    width = len(rows[0][0]) if rows else 0
+    return (
+        np.vstack(rows) if rows else np.zeros((0, width)),
+        np.asarray(labels, dtype=np.int64),
+        np.asarray(question, dtype=np.int64),
+    )
+
+
+def fit_reranker(convs: Sequence[Neighbourhood], lam: float, kind: RerankerFeatures) -> Reranker | None:
+    """The context re-ranker fitted on ``reranker_rows(convs, kind)``: the library's L2 logistic regression on
+    standardised features (``fit_logistic``). ``None`` when the feedback has one label only."""
+    X, y, _ = reranker_rows(convs, kind)
+    if len(set(y.tolist())) < 2:
         return None
-    return fit_logistic(np.vstack(rows), np.asarray(labels), lam)
+    return fit_logistic(X, y, lam)
+
+
+def own_cv_penalty(conv: Neighbourhood, kind: RerankerFeatures) -> float | None:
+    """The penalty of the re-ranker's grid with the lowest out-of-fold log-loss on the conversation's own feedback
+    rows, ``RERANKER_FOLDS`` folds by question (a question's rows stay together); ties go to the larger penalty.
+    ``None`` when some fold's training rows have one label only."""
+    X, y, question = reranker_rows([conv], kind)
+    fold = question % RERANKER_FOLDS
+    if len(y) == 0 or any(len(set(y[fold != f].tolist())) < 2 for f in range(RERANKER_FOLDS)):
+        return None
+    best: tuple[float, float] | None = None
+    for lam in sorted({g[0] for g in RERANKER_GRID}, reverse=True):
+        p = np.empty(len(y))
+        for f in range(RERANKER_FOLDS):
+            held = fold == f
+            w, b, mean, std = fit_logistic(X[~held], y[~held], lam)
+            p[held] = 1.0 / (1.0 + np.exp(-(((X[held] - mean) / std) @ w + b)))
+        p = np.clip(p, 1e-12, 1.0 - 1e-12)
+        loss = float(-np.mean(y * np.log(p) + (1 - y) * np.log(1.0 - p)))
+        if best is None or loss < best[0] - 1e-12:
+            best = (loss, lam)
+    return None if best is None else best[1]
+
+
+def own_cv_orders(convs: Sequence[Neighbourhood]) -> tuple[list[list[Ranked]], list[float | None]]:
+    """Per conversation: the odd questions' orders under ``RERANKER_DESIGN`` with the penalty ``own_cv_penalty``
+    chose (the cold order when it chose none), and that penalty."""
+    n, kind = RERANKER_DESIGN
+    orders, chosen = [], []
+    for conv in convs:
+        lam = own_cv_penalty(conv, kind)
+        model = fit_reranker([conv], lam, kind) if lam is not None else None
+        orders.append(reranker_orders(conv, (lam or 1.0, n, kind), model))
+        chosen.append(lam)
+    return orders, chosen
 
 
 def reranker_orders(conv: Neighbourhood, params: RerankerParams, model: Reranker | None) -> list[Ranked]:
@@ -599,6 +659,7 @@ def run(samples: Sequence[dict[str, Any]], system: System, embedder: Any) -> dic
     (adapted, adapter_chosen), (tuned_adapted, tuned_adapter_chosen) = adapter_choices(convs)
     (reranked, reranker_chosen), (tuned_reranked, tuned_reranker_chosen) = reranker_choices(convs)
     (elsewhere, elsewhere_chosen), _ = reranker_choices(convs, own=False)
+    own_cv, own_cv_chosen = own_cv_orders(convs)
     learners = {
         NEIGHBOURHOOD: orders,
         ADAPTER: adapted,
@@ -607,6 +668,7 @@ def run(samples: Sequence[dict[str, Any]], system: System, embedder: Any) -> dic
         RERANKER: reranked,
         RERANKER_TUNED: tuned_reranked,
         RERANKER_ELSEWHERE: elsewhere,
+        RERANKER_OWN_CV: own_cv,
     }
     for i, (sample_rows, conv) in enumerate(zip(per_sample, convs, strict=True)):
         for j, (row, evidence) in enumerate(zip(sample_rows, conv.odd_evidence, strict=True)):
@@ -636,6 +698,10 @@ def run(samples: Sequence[dict[str, Any]], system: System, embedder: Any) -> dic
             }
             for key, (picked, names) in settings.items()
         },
+        "reranker_own_cv_penalty": {
+            rows_[0]["sample_id"]: lam for rows_, lam in zip(per_sample, own_cv_chosen, strict=True) if rows_
+        },
+        "reranker_design": {"n": RERANKER_DESIGN[0], "features": RERANKER_DESIGN[1]},
         "system": system.name,
         "embedder": embedder.name,
         "samples": len(samples),
@@ -711,6 +777,10 @@ def markdown(result: dict[str, Any]) -> str:
         "shows how much of that is learned from the store's own outcomes rather than carried from elsewhere; its",
         "settings, also chosen leaving one conversation out: "
         + _settings_text(meta, "reranker_elsewhere_chosen")
+        + ". With no other conversation to choose on, a store can still fix the design (every feature, the top-20",
+        "re-ranked: what each left-out choice picked) and choose the penalty by cross-validation on its own feedback",
+        "(five folds by question, lowest out-of-fold log-loss): `fixed design, penalty by own CV`, penalties "
+        + "; ".join(f"{sid}: {lam}" for sid, lam in meta.get("reranker_own_cv_penalty", {}).items())
         + ".",
         "",
         "The `tuned on test` rows run the same learners with each conversation's settings chosen on that",

@@ -426,6 +426,30 @@ def test_transfer_bound_context_reranker_learns_from_the_turn_before():
     # fitted on the other conversations only: with none, it learns nothing even with its own settings tuned
     _, (elsewhere, _) = locomo_transfer_bound.reranker_choices([conv], own=False)
     assert elsewhere == [cold]
+    # a fixed design with the penalty chosen on its own feedback: the lowest out-of-fold log-loss, folds by question
+    from remem_agent.ranking.learned import fit_logistic
+
+    X, y, question = locomo_transfer_bound.reranker_rows([conv], "context+time")
+    assert (
+        X.shape == (18, 14)
+        and y.tolist() == [0, 1, 0] * 6
+        and question.tolist() == [j for j in range(6) for _ in "abc"]
+    )
+    losses = {}
+    for lam in sorted({g[0] for g in locomo_transfer_bound.RERANKER_GRID}):
+        total = 0.0
+        for f in range(5):
+            train, held = question % 5 != f, question % 5 == f
+            w, b, mean, std = fit_logistic(X[train], y[train], lam)
+            p = 1 / (1 + np.exp(-(((X[held] - mean) / std) @ w + b)))
+            total -= float(np.sum(y[held] * np.log(p) + (1 - y[held]) * np.log(1 - p)))
+        losses[lam] = total / len(y)
+    assert locomo_transfer_bound.own_cv_penalty(conv, "context+time") == min(
+        losses, key=lambda lam: (losses[lam], -lam)
+    )
+    orders, penalties = locomo_transfer_bound.own_cv_orders([conv, one_label])
+    assert orders[0] == [[{"D20:2"}, {"D30:4"}, {"D20:1"}]] and penalties[0] in losses
+    assert penalties[1] is None and orders[1] == []  # one label: no penalty, no model (and no odd question here)
 
 
 def test_transfer_bound_reranker_keeps_the_served_head_of_a_deeper_search():
@@ -513,3 +537,6 @@ def test_transfer_bound_fixture_matches_the_transfer_protocol(tmp_path):
         assert all(r["recall"][name] == r["recall"]["cold"] for r in rows)
     assert all(set(r["recall"]["context re-ranker (tuned on test)"]) == set(r["recall"]["cold"]) for r in rows)
     assert "| context re-ranker (LOCO) |" in (tmp_path / "transfer_bound.md").read_text()
+    assert set(result["meta"]["reranker_own_cv_penalty"]) == set(result["meta"]["reranker_chosen"])
+    own_cv = "context re-ranker (fixed design, penalty by own CV)"
+    assert all(set(r["recall"][own_cv]) == {"recall@1", "recall@5", "recall@10"} for r in rows)
