@@ -97,7 +97,7 @@ from evals.harness.replay import temp_store
 from evals.harness.stats import estimate, paired
 from evals.harness.systems import System
 from remem_agent.ranking.learned import LearnedUtility, fit_logistic
-from remem_agent.ranking.training import training_rows
+from remem_agent.ranking.training import TrainingSet, training_rows
 
 Ranked = list[set[str]]
 NeighbourhoodParams = tuple[float, float, float, int, str]
@@ -249,7 +249,7 @@ def _asked(mem: Any, dias: dict[str, set[str]], question: str, now: datetime) ->
 def _descending(scores: list[float]) -> list[float]:
     """``scores`` as a running minimum: a deeper search's scores can exceed the served tail's, and a re-ranking
     that adds nothing to them must keep the served order."""
-    return [float(x) for x in np.minimum.accumulate(scores)] if scores else []
+    return [float(x) for x in np.minimum.accumulate(scores)]
 
 
 def _unit(rows: Any) -> NDArray[np.float64]:
@@ -402,15 +402,16 @@ def reranker_features(asked: Asked, kind: RerankerFeatures) -> NDArray[np.float6
     if not ranked:
         return np.zeros((0, 0))
     top = ranked[0].score if ranked[0].score > 0 else 1.0
-    by_place = {p: c.score / top for c in ranked if (p := _place(c.turns)) is not None}
+    places = [_place(c.turns) for c in ranked]
+    by_place = {p: c.score / top for c, p in zip(ranked, places, strict=True) if p is not None}
     session_share: dict[int, float] = {}
-    for c in ranked[:SESSION_DEPTH]:
-        if (p := _place(c.turns)) is not None:
+    for c, p in zip(ranked[:SESSION_DEPTH], places[:SESSION_DEPTH], strict=True):
+        if p is not None:
             session_share[p[0]] = session_share.get(p[0], 0.0) + c.score / top
     words = set(_WORD.findall(asked.question.lower()))
     when = float(asked.question.lower().lstrip().startswith("when"))
     rows = []
-    for r, c in enumerate(ranked):
+    for r, (c, p) in enumerate(zip(ranked, places, strict=True)):
         ex = c.explain
         speaker = c.text.split(":", 1)[0].strip().lower()
         row = [
@@ -425,7 +426,6 @@ def reranker_features(asked: Asked, kind: RerankerFeatures) -> NDArray[np.float6
             len(c.text) / 200.0,
         ]
         if kind != "plain":
-            p = _place(c.turns)
             row += (
                 [by_place.get((p[0], p[1] - 1), 0.0), by_place.get((p[0], p[1] + 1), 0.0), session_share.get(p[0], 0.0)]
                 if p is not None
@@ -456,9 +456,8 @@ def reranker_rows(
         rows.append(reranker_features(asked, kind)[: len(served)])
         labels += [int(bool(c.turns & used)) for c in served]
         question += [j] * len(served)
-    width = len(rows[0][0]) if rows else 0
     return (
-        np.vstack(rows) if rows else np.zeros((0, width)),
+        np.vstack(rows) if rows else np.zeros((0, 0)),
         np.asarray(labels, dtype=np.int64),
         np.asarray(question, dtype=np.int64),
     )
@@ -473,38 +472,44 @@ def fit_reranker(convs: Sequence[Neighbourhood], lam: float, kind: RerankerFeatu
     return fit_logistic(X, y, lam)
 
 
-def own_cv_penalty(conv: Neighbourhood, kind: RerankerFeatures) -> float | None:
-    """The penalty of the re-ranker's grid with the lowest out-of-fold log-loss on the conversation's own feedback
-    rows, ``RERANKER_FOLDS`` folds by question (a question's rows stay together); ties go to the larger penalty.
-    ``None`` when some fold's training rows have one label only."""
+def own_cv_fit(conv: Neighbourhood, kind: RerankerFeatures) -> LearnedUtility | None:
+    """The re-ranker fitted on the conversation's own feedback rows with its penalty chosen by the library's
+    cross-validation (``LearnedUtility.fit``: the grid's penalty with the lowest out-of-fold log-loss, ties to the
+    larger), ``RERANKER_FOLDS`` folds by question (a question's rows stay together). ``None`` when some fold's
+    training rows have one label only."""
     X, y, question = reranker_rows([conv], kind)
     fold = question % RERANKER_FOLDS
     if len(y) == 0 or any(len(set(y[fold != f].tolist())) < 2 for f in range(RERANKER_FOLDS)):
         return None
-    best: tuple[float, float] | None = None
-    for lam in sorted({g[0] for g in RERANKER_GRID}, reverse=True):
-        p = np.empty(len(y))
-        for f in range(RERANKER_FOLDS):
-            held = fold == f
-            w, b, mean, std = fit_logistic(X[~held], y[~held], lam)
-            p[held] = 1.0 / (1.0 + np.exp(-(((X[held] - mean) / std) @ w + b)))
-        p = np.clip(p, 1e-12, 1.0 - 1e-12)
-        loss = float(-np.mean(y * np.log(p) + (1 - y) * np.log(1.0 - p)))
-        if best is None or loss < best[0] - 1e-12:
-            best = (loss, lam)
-    return None if best is None else best[1]
+    names = tuple(f"x{j}" for j in range(X.shape[1]))
+    rows = TrainingSet(
+        X=X,
+        y=y.astype(np.int8),
+        groups=fold.astype(str),
+        feature_names=names,
+        search_ids=question.astype(str),
+        memory_ids=question.astype(str),
+    )
+    lambdas = sorted({g[0] for g in RERANKER_GRID})
+    return LearnedUtility.fit(rows, lambdas, cv="leave-one-group-out", explore="none")
+
+
+def own_cv_penalty(conv: Neighbourhood, kind: RerankerFeatures) -> float | None:
+    """The penalty ``own_cv_fit`` chose (``None`` when it fitted nothing)."""
+    fitted = own_cv_fit(conv, kind)
+    return None if fitted is None else fitted.lam
 
 
 def own_cv_orders(convs: Sequence[Neighbourhood]) -> tuple[list[list[Ranked]], list[float | None]]:
-    """Per conversation: the odd questions' orders under ``RERANKER_DESIGN`` with the penalty ``own_cv_penalty``
-    chose (the cold order when it chose none), and that penalty."""
+    """Per conversation: the odd questions' orders under ``RERANKER_DESIGN`` with ``own_cv_fit``'s model (the cold
+    order when it fitted none), and the penalty it chose."""
     n, kind = RERANKER_DESIGN
     orders, chosen = [], []
     for conv in convs:
-        lam = own_cv_penalty(conv, kind)
-        model = fit_reranker([conv], lam, kind) if lam is not None else None
-        orders.append(reranker_orders(conv, (lam or 1.0, n, kind), model))
-        chosen.append(lam)
+        fitted = own_cv_fit(conv, kind)
+        model = None if fitted is None else (fitted.weights, fitted.intercept, fitted.mean, fitted.std)
+        orders.append(reranker_orders(conv, (fitted.lam if fitted else 1.0, n, kind), model))
+        chosen.append(None if fitted is None else fitted.lam)
     return orders, chosen
 
 
@@ -532,9 +537,9 @@ def reranker_choices(
     is no other conversation) and tuned on the test, each conversation's models fitted on its own feedback (or,
     not ``own``, on the other conversations' feedback only: what a model shipped from other stores would do)."""
     models = {
-        (i, g[0], g[2]): fit_reranker([conv] if own else [c for c in convs if c is not conv], g[0], g[2])
+        (i, lam, kind): fit_reranker([conv] if own else [c for c in convs if c is not conv], lam, kind)
         for i, conv in enumerate(convs)
-        for g in RERANKER_GRID
+        for lam, kind in {(g[0], g[2]) for g in RERANKER_GRID}
     }
     return choose_settings(
         convs, RERANKER_GRID, RERANKER_OFF, lambda i, g: reranker_orders(convs[i], g, models.get((i, g[0], g[2])))
@@ -712,8 +717,8 @@ def run(samples: Sequence[dict[str, Any]], system: System, embedder: Any) -> dic
 
 
 def _settings_text(meta: dict[str, Any], key: str) -> str:
-    """Each conversation's settings under ``meta[key]`` (a neighbourhood's or an adapter's), as the report spells
-    them."""
+    """Each conversation's settings under ``meta[key]`` (a neighbourhood's, an adapter's or a re-ranker's), as the
+    report spells them."""
 
     def one(p: dict[str, Any]) -> str:
         if "features" in p:

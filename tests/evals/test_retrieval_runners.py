@@ -447,6 +447,9 @@ def test_transfer_bound_context_reranker_learns_from_the_turn_before():
     assert locomo_transfer_bound.own_cv_penalty(conv, "context+time") == min(
         losses, key=lambda lam: (losses[lam], -lam)
     )
+    fitted = locomo_transfer_bound.own_cv_fit(conv, "context+time")
+    assert fitted is not None  # its out-of-fold losses are those of the five folds by question above
+    assert {r["lambda"]: r["log_loss"] for r in fitted.report["cv_log_loss"]} == pytest.approx(losses, rel=1e-9)
     orders, penalties = locomo_transfer_bound.own_cv_orders([conv, one_label])
     assert orders[0] == [[{"D20:2"}, {"D30:4"}, {"D20:1"}]] and penalties[0] in losses
     assert penalties[1] is None and orders[1] == []  # one label: no penalty, no model (and no odd question here)
