@@ -121,6 +121,10 @@ class RememConfig:
     explore_serving: float = 0.0
     explore_width: int = 4
     explore_seed: int = 0
+    # The store's re-ranker (ranking/rerank.py, learning/rerank_fit.py): "store" records each served memory's
+    # re-rank features, fits a model on the store's own answered searches (at 20 of them, then each time they have
+    # grown by half) and lets it re-order the head of each ranking; "off" does neither.
+    rerank: Literal["off", "store"] = "off"
 
     def __post_init__(self) -> None:
         if self.retrieval not in ("hybrid", "dense", "lexical"):
@@ -141,6 +145,8 @@ class RememConfig:
             raise UserInputError("contribution_group must be a number in [0, 1e6) (0: every memory starts at 1)")
         if self.p_floor_reference not in ("absolute", "best"):
             raise UserInputError(f"p_floor_reference must be 'absolute' or 'best', got {self.p_floor_reference!r}")
+        if self.rerank not in ("off", "store"):
+            raise UserInputError(f"rerank must be 'off' or 'store', got {self.rerank!r}")
         if self.abstain not in ("off", "null"):
             raise UserInputError(f"abstain must be 'off' or 'null', got {self.abstain!r}")
         q, m = self.abstain_quantile, self.abstain_margin

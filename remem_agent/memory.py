@@ -32,6 +32,7 @@ from remem_agent.index.flat import FlatIndex
 from remem_agent.ingest import FactExtractor, conversation_items, insert_fact, new_id, state_keys
 from remem_agent.learning.credit import Replay
 from remem_agent.learning.feedback import apply_feedback, plan_feedback
+from remem_agent.learning.rerank_fit import RerankKeeper, RerankState
 from remem_agent.maintenance import Maintenance
 from remem_agent.ranking.explore import draw_for
 from remem_agent.ranking.gate import NULL_TEXTS, GateDecision, decide, null_threshold
@@ -122,6 +123,7 @@ class ReMem(Maintenance):
         self.dim = terms.dim
         self.turn_context = terms.turn_context
         self._null_vectors: NDArray[np.float64] | None = None  # the abstain gate's null corpus, when first needed
+        self.reranker = RerankKeeper(self.store)  # the store's re-ranker (RememConfig.rerank="store")
         self.store.bind_dimension(self.dim)
         # Candidate generation: the caller's backend, else the ledger's own vector index (pgvector),
         # else an exact in-process flat index built from the ledger and kept in sync by sequence number.
@@ -285,21 +287,7 @@ class ReMem(Maintenance):
         ranking = (
             Ranking(hits=(), features=())
             if abstained
-            else rank_and_select(
-                candidates,
-                config=self.config,
-                utility=self.utility,
-                task=task,
-                at=at,
-                k=k,
-                token_budget=token_budget,
-                explain=explain,
-                explore_u=(
-                    draw_for(self.config.explore_seed, scope, query, task, t_now, t_as_of, k, token_budget)
-                    if self.config.explore_serving > 0
-                    else None
-                ),
-            )
+            else self._rank(candidates, query, task, at, t_now, t_as_of, k, token_budget, explain, scope)
         )
         search_id = new_id("s")
         record = ranking.search_record()
@@ -320,6 +308,41 @@ class ReMem(Maintenance):
             commutative=True,  # a new row and counter increments: concurrent searches commute
         )
         return SearchResult(search_id, query, task, ranking.hits, t_as_of, t_now, token_budget, scope, abstained)
+
+    def _rank(
+        self,
+        candidates: Candidates,
+        query: str,
+        task: str | None,
+        at: float,
+        t_now: float,
+        t_as_of: float | None,
+        k: int,
+        token_budget: int | None,
+        explain: bool,
+        scope: str,
+    ) -> Ranking:
+        """Search's pure middle stage (``rank_and_select``) with this handle's utility, exploration draw and
+        re-ranker."""
+        config = self.config
+        reranking = config.rerank == "store"
+        return rank_and_select(
+            candidates,
+            config=config,
+            utility=self.utility,
+            task=task,
+            at=at,
+            k=k,
+            token_budget=token_budget,
+            explain=explain,
+            explore_u=(
+                draw_for(config.explore_seed, scope, query, task, t_now, t_as_of, k, token_budget)
+                if config.explore_serving > 0
+                else None
+            ),
+            rerank_query=query if reranking else None,
+            reranker=self.reranker.model() if reranking else None,
+        )
 
     def _gate(self, qvec: Any, similarities: Any) -> GateDecision | None:
         """The abstain gate's decision for this query and pool (None when the gate is off)."""
@@ -413,7 +436,16 @@ class ReMem(Maintenance):
         )
         if repeated is not None:
             return repeated
-        return self.store.transact(lambda tx: apply_feedback(tx, plan, self.config))
+        receipt = self.store.transact(lambda tx: apply_feedback(tx, plan, self.config))
+        if self.config.rerank == "store":
+            self.reranker.answered(at=wall_now())
+        return receipt
+
+    def fit_reranker(self) -> RerankState:
+        """Fit the store's re-ranker now on its answered searches (``learning/rerank_fit.py``), whether or not a fit
+        is due, and store it; with ``RememConfig.rerank="store"`` searches use it from then on. Returns the
+        state: the model, or None when the feedback cannot support one yet."""
+        return self.reranker.refit(at=wall_now())
 
     # -- async twins ----------------------------------------------------------------------------
     # The same signatures as the sync calls (so calls are type-checked); the work runs on a worker thread.

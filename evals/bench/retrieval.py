@@ -32,13 +32,15 @@ def parse_date(value: object) -> datetime | None:
 
 def library_systems() -> dict[str, System]:
     """``ReMem.search`` as a user gets it (the default RememConfig, no learning in a cold run) per retrieval
-    channel, and plain cosine (``RememConfig.similarity_only`` on the dense channel, each turn's own vector:
+    channel, with the store's re-ranker on (``ReMem-rerank``), and plain cosine (``RememConfig.similarity_only`` on
+    the dense channel, each turn's own vector:
     ``turn_context`` 0) for reference."""
     base = RememConfig()
     configs = {
         "ReMem": base,
         "ReMem-dense": replace(base, retrieval="dense"),
         "ReMem-lexical": replace(base, retrieval="lexical"),
+        "ReMem-rerank": replace(base, rerank="store"),
         "cosine": RememConfig.similarity_only(retrieval="dense", turn_context=0.0),
     }
     return {

@@ -220,6 +220,11 @@ def evaluate_decisions(
     logged search's ``k``."""
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
         raise UserInputError(f"k must be a positive integer, got {k!r}")
+    if target.rerank != "off":
+        raise UserInputError(
+            "a target with the store's re-ranker (rerank='store') cannot be estimated from logged pools: a pool "
+            "is logged without the query and the re-rank features of the candidates it did not serve"
+        )
     if not decisions:
         raise NoPropensitiesError("no judged search was logged with propensities")
     utility = target.make_utility()

@@ -85,9 +85,7 @@ class PoolView:
             # relative to the pool's best score: a floor on how much worse than the best candidate a memory may
             # be, so that a pool whose scores are all low (a question every memory matches weakly) is not emptied
             floors = floors * float(np.max(p))
-        order_by = np.asarray(
-            feats["retrieval"] if "static" in config.features.groups else self.similarity, dtype=np.float64
-        )
+        order_by = self.order_by(config)
         return Selection(
             view=self,
             config=config,
@@ -97,6 +95,13 @@ class PoolView:
             # the guard's exemption: shown often enough for this task class and (almost) never useful
             exempt=(self.shown >= config.guard_min_shown) & (self.rate < config.guard_max_rate),
             twins=key_twins(self.text_keys, p, order_by),
+        )
+
+    def order_by(self, config: RankingPolicy) -> NDArray[np.float64]:
+        """What the guard and ties in score follow: the retrieval score (the fused one in hybrid mode), or the
+        cosine without static features."""
+        return np.asarray(
+            self.features["retrieval"] if "static" in config.features.groups else self.similarity, dtype=np.float64
         )
 
     # -- the stored form ---------------------------------------------------------------------------

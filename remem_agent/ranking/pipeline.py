@@ -19,6 +19,7 @@ from remem_agent.ranking.decide import PoolView
 from remem_agent.ranking.explore import draw
 from remem_agent.ranking.features import FEATURE_NAMES, Pool, build_features
 from remem_agent.ranking.policy import RankingPolicy
+from remem_agent.ranking.rerank import RERANK_DEPTH, StoreReranker, rerank_features, utility_order
 from remem_agent.ranking.select import text_keys
 from remem_agent.ranking.utility import PriorCalibration, UtilityModel, group_factors, relevance_prior
 from remem_agent.types import SERVABLE_STATES, Hit, Memory, State, TaskStats
@@ -112,13 +113,19 @@ class Ranking:
     features: tuple[tuple[float, ...], ...]
     # with exploratory serving: the pool, its features and the served set's distribution (ranking/explore.py)
     decision: Mapping[str, object] | None = None
+    # with the store's re-ranker on: each served row's re-rank features (ranking/rerank.py), its training input
+    rerank: tuple[tuple[float, ...], ...] | None = None
 
     def search_record(self) -> list[dict[str, object]]:
         """The served list as the ledger stores it (rounded so the record is compact and stable)."""
-        return [
+        rows = [
             {"id": h.id, "rank": h.rank, "score": round(h.score, 6), "similarity": round(h.similarity, 6), "f": list(f)}
             for h, f in zip(self.hits, self.features, strict=True)
         ]
+        if self.rerank is not None:
+            for row, r in zip(rows, self.rerank, strict=True):
+                row["r"] = list(r)
+        return rows
 
 
 def rank_and_select(
@@ -132,8 +139,14 @@ def rank_and_select(
     token_budget: int | None,
     explain: bool = False,
     explore_u: float | None = None,
+    rerank_query: str | None = None,
+    reranker: StoreReranker | None = None,
 ) -> Ranking:
-    """Features -> utility -> selection (p_floor, similarity guard, knapsack under a token budget).
+    """Features -> utility -> (re-ranker) -> selection (p_floor, similarity guard, knapsack under a token budget).
+
+    With ``rerank_query`` (the search's query; ``RememConfig.rerank="store"``), each served row also records its
+    re-rank features, and ``reranker``, when given, re-orders the head of the utility's order first
+    (``ranking/rerank.py``).
 
     Cold start (``static_prior="with_evidence"``): the ``p_floor`` applies only to candidates the ledger
     holds outcome evidence about (shown at least once); a never-shown candidate's score only restates its
@@ -145,9 +158,17 @@ def rank_and_select(
         return Ranking(hits=(), features=())
     view = _pool_view(candidates, config=config, task=task, at=at, k=k, token_budget=token_budget)
     p, comps = view.scores(utility)
+    rerank_rows: NDArray[np.float64] | None = None
+    if rerank_query is not None:
+        order = utility_order(p, view.order_by(config))
+        rerank_rows = rerank_features(query=rerank_query, memories=cands, features=view.features, p=p, order=order)
+        if reranker is not None:
+            p, z = reranker.reorder(p, order[:RERANK_DEPTH], rerank_rows)
+            comps = {**comps, "rerank": z}
     chosen, decision = _serve(view, config, p, explore_u, memories=cands)
     hits, snapshots = _hits(cands, chosen, view, p, comps if explain else None)
-    return Ranking(hits=hits, features=snapshots, decision=decision)
+    served_rerank = None if rerank_rows is None else tuple(tuple(r) for r in rerank_rows[chosen].round(5).tolist())
+    return Ranking(hits=hits, features=snapshots, decision=decision, rerank=served_rerank)
 
 
 def _pool_view(

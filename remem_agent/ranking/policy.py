@@ -86,6 +86,9 @@ class RankingPolicy(Protocol):
     @property
     def explore_seed(self) -> int: ...
 
+    @property
+    def rerank(self) -> Literal["off", "store"]: ...
+
     def calibrates(self) -> bool:
         """Whether searches rank with the store's calibrated relevance prior."""
         ...

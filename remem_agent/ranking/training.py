@@ -27,6 +27,7 @@ from numpy.typing import NDArray
 
 from remem_agent.errors import UserInputError
 from remem_agent.ranking.features import FEATURE_NAMES, LEGACY_FEATURE_NAMES, upgrade_snapshot
+from remem_agent.ranking.rerank import RERANK_FEATURES
 from remem_agent.store.base import Store, is_postgres_url
 from remem_agent.store.factory import open_store
 
@@ -156,6 +157,42 @@ def _read(store: Store, group: str) -> TrainingSet:
     return ts
 
 
+def rerank_rows(store: Store, *, latest: int, folds: int) -> tuple[TrainingSet, int]:
+    """The store re-ranker's training rows (``learning/rerank_fit.py``) and how many answered searches recorded
+    re-rank features: one row per served memory of the ``latest`` such searches, its features ``r``
+    (``RERANK_FEATURES``) and the label the learned utility's rows get; each row's group is its search's fold
+    (the search's position among those read, modulo ``folds``)."""
+    with store.read() as tx:
+        searches = [(sid, served, fb) for sid, served, fb in tx.answered_searches() if _has_rerank(served)]
+        credit = {(sid, mid): cr for sid, mid, cr in tx.credit_values()}
+    width = len(RERANK_FEATURES)
+    rows: list[list[float]] = []
+    labels: list[int] = []
+    groups: list[str] = []
+    sids: list[str] = []
+    mids: list[str] = []
+    for position, (sid, served, feedback) in enumerate(searches[-latest:] if latest > 0 else []):
+        success = bool(feedback.get("success"))
+        for item in served:
+            r = item.get("r")
+            if not isinstance(r, list) or len(r) != width:
+                continue
+            mid = str(item["id"])
+            rows.append([float(v) for v in r])
+            labels.append(int(success and credit.get((sid, mid), 0.0) >= CREDIT_THRESHOLD))
+            groups.append(str(position % folds))
+            sids.append(str(sid))
+            mids.append(mid)
+    ts = _make(rows, labels, groups, sids, mids, RERANK_FEATURES)
+    if not np.isfinite(ts.X).all():
+        raise UserInputError(f"{store.location}: re-rank features contain non-finite values")
+    return ts, len(searches)
+
+
+def _has_rerank(served: Sequence[Any]) -> bool:
+    return any(isinstance(item, dict) and "r" in item for item in served)
+
+
 def _group_name(store: Store) -> str:
     folder = getattr(store, "folder", None)
     return folder.name if isinstance(folder, Path) else store.location
@@ -206,4 +243,4 @@ def concat(sets: Sequence[TrainingSet]) -> TrainingSet:
     )
 
 
-__all__ = ["CREDIT_THRESHOLD", "TrainingSet", "concat", "training_rows"]
+__all__ = ["CREDIT_THRESHOLD", "TrainingSet", "concat", "rerank_rows", "training_rows"]

@@ -437,6 +437,13 @@ class LedgerTx(OutcomeQueries):
         r = self.run("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if r is None else str(r[0])
 
+    def set_meta(self, key: str, value: str) -> None:
+        """Store ``value`` under ``key``, replacing what was stored."""
+        self.run(
+            "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
     def set_meta_default(self, key: str, value: str) -> str:
         self.run("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING", (key, value))
         return str(self.run("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()[0])

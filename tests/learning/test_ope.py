@@ -252,6 +252,12 @@ def test_evaluate_policy_on_the_logging_configuration_matches_its_greedy_sets(tm
     assert set(res.to_dict()) >= {"ips", "snips", "dr", "match_rate", "support_rate", "effective_n"}
 
 
+def test_a_target_with_the_store_reranker_is_refused(tmp_path: Path) -> None:
+    _logged_store(tmp_path / "s")
+    with ReMem(tmp_path / "s") as mem, pytest.raises(UserInputError, match="re-ranker"):
+        evaluate_policy(mem.store, replace(EXPLORING, rerank="store"))
+
+
 def _target_set(d: LoggedDecision) -> frozenset[int]:
     p, _ = d.view.scores(EXPLORING.make_utility())
     return frozenset(d.view.choose(EXPLORING, p))
