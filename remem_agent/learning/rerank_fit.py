@@ -8,12 +8,13 @@ out-of-fold log-loss over ``FOLDS`` folds that split by search (a search's rows 
 larger penalty). Nothing is fitted while some fold's training rows hold one label only: the store keeps serving
 the utility's order.
 
-Schedule. A fit is due once ``MIN_SEARCHES`` answered searches recorded re-rank features, and again each time
-their count has grown by ``GROWTH`` since the last attempt (20, 30, 45, ...): a store fits about
-``log(n / 20) / log(1.5)`` times over its first ``n`` answered searches, and a fit reads at most
-``MAX_SEARCHES`` of them, so no feedback call waits on more than one bounded fit.
+Schedule. The store counts its answered searches from a baseline: how many it had when it first searched or
+took feedback with the re-ranker on. A fit is due once ``MIN_SEARCHES`` were answered since, and again each time
+that count has grown by ``GROWTH`` since the last attempt (20, 30, 45, ...): about ``log(n / 20) / log(1.5)``
+fits over the first ``n``. A fit reads the ``MAX_SEARCHES`` latest answered searches, so no feedback call waits
+on more than one bounded fit.
 
-The attempt is kept in the ledger's meta (``META_KEY``), with its model when it fitted one, so every handle on
+The state (baseline, last attempt and its model) is kept in the ledger's meta (``META_KEY``), so every handle on
 the store serves the same model and a reopened store does not fit again until more feedback came.
 """
 
@@ -41,49 +42,53 @@ LAMBDAS: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1)
 
 @dataclass(frozen=True, kw_only=True)
 class RerankState:
-    """The last fit attempt: how many answered searches with re-rank features it read, and its model (None when
-    the rows could not support one)."""
+    """The store's re-ranker: how many answered searches the last fit attempt counted (0 before the first), its
+    model (None when the rows could not support one), and ``baseline``, the store's answered searches when it
+    began recording re-rank features (they are counted from there)."""
 
     attempted: int
     model: StoreReranker | None
+    baseline: int = 0
 
     def to_json(self) -> str:
         model = None if self.model is None else json.loads(self.model.to_json())
-        return json.dumps({"attempted": self.attempted, "model": model}, sort_keys=True)
+        return json.dumps({"attempted": self.attempted, "baseline": self.baseline, "model": model}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> RerankState:
         """The state :meth:`to_json` wrote; anything else is a ``UserInputError``."""
         try:
             d: Any = json.loads(text)
-            attempted = int(d["attempted"])
+            attempted, baseline = int(d["attempted"]), int(d["baseline"])
             model = d["model"]
         except (KeyError, TypeError, ValueError) as exc:
             raise UserInputError(f"not a stored re-ranker state: {exc}") from exc
-        if attempted < 0:
+        if attempted < 0 or baseline < 0:
             raise UserInputError("not a stored re-ranker state: a negative count")
-        return cls(attempted=attempted, model=None if model is None else StoreReranker.from_json(json.dumps(model)))
+        return cls(
+            attempted=attempted,
+            baseline=baseline,
+            model=None if model is None else StoreReranker.from_json(json.dumps(model)),
+        )
 
 
-def due(answered: int, state: RerankState | None) -> bool:
-    """Whether a fit is due with ``answered`` answered searches holding re-rank features."""
-    if answered < MIN_SEARCHES:
-        return False
-    return state is None or answered >= math.ceil(state.attempted * GROWTH)
+def next_due(state: RerankState) -> int:
+    """The count of answered searches (since the baseline) at which the next fit is due."""
+    return max(MIN_SEARCHES, math.ceil(state.attempted * GROWTH))
 
 
-def next_due(state: RerankState | None) -> int:
-    """The count of answered searches at which the next fit is due."""
-    return MIN_SEARCHES if state is None else max(MIN_SEARCHES, math.ceil(state.attempted * GROWTH))
+def due(answered: int, state: RerankState) -> bool:
+    """Whether a fit is due with ``answered`` answered searches since the baseline."""
+    return answered >= next_due(state)
 
 
-def fit(rows: TrainingSet, *, searches: int, at: float) -> RerankState:
-    """The fit on ``rows`` (groups: the folds), or a state without a model when some fold's training rows hold
-    one label only."""
+def fit(rows: TrainingSet, *, searches: int, at: float, baseline: int = 0) -> RerankState:
+    """The fit on ``rows`` (groups: the folds) after ``searches`` answered searches, or a state without a model
+    when some fold's training rows hold one label only."""
     folds = rows.group_names
     y = rows.y
     if len(folds) < 2 or any(len(set(y[rows.groups != g].tolist())) < 2 for g in folds):
-        return RerankState(attempted=searches, model=None)
+        return RerankState(attempted=searches, model=None, baseline=baseline)
     fitted = LearnedUtility.fit(rows, LAMBDAS, cv="leave-one-group-out", explore="none")
     model = StoreReranker(
         weights=tuple(float(v) for v in fitted.weights),
@@ -96,74 +101,81 @@ def fit(rows: TrainingSet, *, searches: int, at: float) -> RerankState:
         positives=rows.positives,
         fitted_at=at,
     )
-    return RerankState(attempted=searches, model=model)
+    return RerankState(attempted=searches, model=model, baseline=baseline)
 
 
 class RerankKeeper:
     """One store handle's view of its re-ranker: the model searches use, and the fits feedback makes due.
 
-    The handle reads the stored state once, counts the feedback it gives from there, and when that count
-    reaches :func:`next_due` reads the rows (their exact count), fits if still due and stores the state; a
-    model another handle stored is picked up then too. Thread-safe: searches and feedback may run on worker
-    threads (the async twins)."""
+    The first search or feedback reads the stored state, or, in a store that has none, stores one whose baseline
+    is the store's answered searches then. The handle counts the feedback it gives; when its count says a fit may
+    be due, it counts the store's answered searches since the baseline (one query), and fits when one is due.
+    A state another handle stored is picked up then. Searches never wait for a fit: they read the state in place
+    while a fit runs, and a fit that finds another running skips (that one covers it)."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._lock = threading.Lock()
+        self._load_lock = threading.Lock()
+        self._fit_lock = threading.Lock()
+        self._count_lock = threading.Lock()
         self._state: RerankState | None = None
-        self._loaded = False
-        self._answered = 0  # answered searches with re-rank features, as far as this handle knows
+        self._given = 0  # feedback this handle gave since the state it holds
 
-    def _load(self) -> None:
-        if not self._loaded:
-            self._state = self._read()
-            self._answered = 0 if self._state is None else self._state.attempted
-            self._loaded = True
+    def _loaded(self) -> RerankState:
+        state = self._state
+        if state is not None:
+            return state
+        with self._load_lock:
+            if self._state is None:
+                text = self._store.get_meta(META_KEY)
+                if text is None:
+                    fresh = RerankState(attempted=0, model=None, baseline=self._judged())
+                    text = self._store.set_meta_default(META_KEY, fresh.to_json())
+                self._state = RerankState.from_json(text)
+            return self._state
 
-    def _read(self) -> RerankState | None:
-        text = self._store.get_meta(META_KEY)
-        return None if text is None else RerankState.from_json(text)
+    def _judged(self) -> int:
+        with self._store.read() as tx:
+            return tx.search_counts()[1]
 
     @property
-    def state(self) -> RerankState | None:
-        """The last fit attempt this handle knows of (None before the first)."""
-        with self._lock:
-            self._load()
-            return self._state
+    def state(self) -> RerankState:
+        """The state this handle serves by."""
+        return self._loaded()
 
     def model(self) -> StoreReranker | None:
         """The model searches re-rank with (None until a fit produced one)."""
-        state = self.state
-        return None if state is None else state.model
+        return self._loaded().model
 
-    def answered(self, *, at: float) -> RerankState | None:
-        """Note one more answered search; fit when one is due. Returns the state after it."""
-        with self._lock:
-            self._load()
-            self._answered += 1
-            if self._answered < next_due(self._state):
-                return self._state
-            return self._refit(at=at, force=False)
+    def answered(self, *, at: float) -> None:
+        """Note one more answered search; fit when one is due."""
+        state = self._loaded()
+        with self._count_lock:
+            self._given += 1
+            given = self._given
+        if state.attempted + given < next_due(state) or not self._fit_lock.acquire(blocking=False):
+            return
+        try:
+            self._refit(at=at, force=False)
+        finally:
+            self._fit_lock.release()
 
     def refit(self, *, at: float) -> RerankState:
         """Fit now on the store's answered searches, due or not (``ReMem.fit_reranker``)."""
-        with self._lock:
-            self._load()
-            state = self._refit(at=at, force=True)
-            assert state is not None
-            return state
+        self._loaded()
+        with self._fit_lock:
+            return self._refit(at=at, force=True)
 
-    def _refit(self, *, at: float, force: bool) -> RerankState | None:
-        stored = self._read()
-        if stored is not None and (self._state is None or stored.attempted > self._state.attempted):
-            self._state = stored  # another handle fitted since
-        rows, answered = rerank_rows(self._store, latest=MAX_SEARCHES, folds=FOLDS)
-        self._answered = answered
-        if not force and not due(answered, self._state):
-            return self._state
-        state = fit(rows, searches=answered, at=at)
-        self._store.transact(lambda tx: tx.set_meta(META_KEY, state.to_json()))
-        self._state = state
+    def _refit(self, *, at: float, force: bool) -> RerankState:
+        text = self._store.get_meta(META_KEY)
+        state = self._loaded() if text is None else RerankState.from_json(text)  # another handle may have fitted
+        answered = max(0, self._judged() - state.baseline)
+        if force or due(answered, state):
+            rows = rerank_rows(self._store, latest=MAX_SEARCHES, folds=FOLDS)
+            state = fit(rows, searches=answered, at=at, baseline=state.baseline)
+            self._store.transact(lambda tx: tx.set_meta(META_KEY, state.to_json()))
+        with self._count_lock:
+            self._state, self._given = state, 0
         return state
 
 

@@ -157,21 +157,21 @@ def _read(store: Store, group: str) -> TrainingSet:
     return ts
 
 
-def rerank_rows(store: Store, *, latest: int, folds: int) -> tuple[TrainingSet, int]:
-    """The store re-ranker's training rows (``learning/rerank_fit.py``) and how many answered searches recorded
-    re-rank features: one row per served memory of the ``latest`` such searches, its features ``r``
-    (``RERANK_FEATURES``) and the label the learned utility's rows get; each row's group is its search's fold
-    (the search's position among those read, modulo ``folds``)."""
+def rerank_rows(store: Store, *, latest: int, folds: int) -> TrainingSet:
+    """The store re-ranker's training rows (``learning/rerank_fit.py``): one per served memory of those of the
+    ``latest`` answered searches that recorded re-rank features, its features ``r`` (``RERANK_FEATURES``) and the
+    label the learned utility's rows get; each row's group is its search's fold (the search's position among
+    those read, modulo ``folds``)."""
     with store.read() as tx:
-        searches = [(sid, served, fb) for sid, served, fb in tx.answered_searches() if _has_rerank(served)]
-        credit = {(sid, mid): cr for sid, mid, cr in tx.credit_values()}
+        searches = [(sid, served, fb) for sid, served, fb in tx.answered_searches(latest) if _has_rerank(served)]
+        credit = {(c.search_id, c.memory_id): c.credit for sid, _, _ in searches for c in tx.credits_for_search(sid)}
     width = len(RERANK_FEATURES)
     rows: list[list[float]] = []
     labels: list[int] = []
     groups: list[str] = []
     sids: list[str] = []
     mids: list[str] = []
-    for position, (sid, served, feedback) in enumerate(searches[-latest:] if latest > 0 else []):
+    for position, (sid, served, feedback) in enumerate(searches):
         success = bool(feedback.get("success"))
         for item in served:
             r = item.get("r")
@@ -186,7 +186,7 @@ def rerank_rows(store: Store, *, latest: int, folds: int) -> tuple[TrainingSet, 
     ts = _make(rows, labels, groups, sids, mids, RERANK_FEATURES)
     if not np.isfinite(ts.X).all():
         raise UserInputError(f"{store.location}: re-rank features contain non-finite values")
-    return ts, len(searches)
+    return ts
 
 
 def _has_rerank(served: Sequence[Any]) -> bool:

@@ -94,11 +94,22 @@ class OutcomeQueries(TxHooks):
             scope=r[10],
         )
 
-    def answered_searches(self) -> Iterator[tuple[str, list[dict[str, Any]], dict[str, Any]]]:
-        """(search_id, served, feedback) of every answered search, in the order they were made."""
-        rows = self.run(
-            f"SELECT search_id, served, feedback FROM searches WHERE feedback IS NOT NULL ORDER BY {self.search_order}"
-        ).fetchall()
+    def answered_searches(
+        self, latest: int | None = None
+    ) -> Iterator[tuple[str, list[dict[str, Any]], dict[str, Any]]]:
+        """(search_id, served, feedback) of every answered search (or of the ``latest`` ones), in the order they
+        were made."""
+        order = self.search_order
+        if latest is None:
+            rows = self.run(
+                f"SELECT search_id, served, feedback FROM searches WHERE feedback IS NOT NULL ORDER BY {order}"
+            ).fetchall()
+        else:
+            rows = self.run(
+                f"SELECT search_id, served, feedback FROM (SELECT search_id, served, feedback, {order} AS o "
+                f"FROM searches WHERE feedback IS NOT NULL ORDER BY {order} DESC LIMIT ?) t ORDER BY o",
+                (max(0, int(latest)),),
+            ).fetchall()
         for sid, served, feedback in rows:
             yield str(sid), from_json(served), from_json(feedback)
 

@@ -173,7 +173,8 @@ def test_fit_learns_what_marks_a_used_memory_and_refuses_one_label() -> None:
 
 
 def test_fits_are_due_at_20_then_each_time_the_count_grew_by_half() -> None:
-    assert not due(19, None) and due(20, None) and next_due(None) == 20
+    fresh = RerankState(attempted=0, model=None, baseline=7)
+    assert not due(19, fresh) and due(20, fresh) and next_due(fresh) == 20
     state = RerankState(attempted=20, model=None)
     assert next_due(state) == 30 and not due(29, state) and due(30, state)
     assert next_due(RerankState(attempted=30, model=None)) == 45
@@ -224,11 +225,11 @@ def test_a_store_fits_on_its_feedback_and_serves_by_it(store_location: StoreLoca
         assert first.items[0].id != timed  # the look-alikes match the question better
         assert all(len(item["r"]) == len(RERANK_FEATURES) for item in _served(mem, first.search_id))
         for i in range(rerank_fit.MIN_SEARCHES):
-            assert mem.reranker.state is None
+            assert mem.reranker.state.attempted == 0 and mem.reranker.model() is None
             res = first if i == 0 else mem.search(WHEN, k=4)
             mem.feedback(res.search_id, success=True, used_ids=[timed])
         state = mem.reranker.state
-        assert state is not None and state.attempted == rerank_fit.MIN_SEARCHES and state.model is not None
+        assert state.attempted == rerank_fit.MIN_SEARCHES and state.model is not None and state.baseline == 0
         assert state.model.describe()["weights"]["timed_when"] > 0
         # what it learned carries to memories it never served: a dated turn about another place comes first
         dated = _turns(mem, "Rome", scope="trip")
@@ -259,7 +260,7 @@ def test_repeated_feedback_counts_once_and_off_fits_nothing(store_location: Stor
         res = mem.search(WHEN, k=4)
         for _ in range(rerank_fit.MIN_SEARCHES + 5):
             mem.feedback(res.search_id, success=True, used_ids=[timed])  # idempotent: one answered search
-        assert mem.reranker.state is None and mem.store.get_meta(META_KEY) is None
+        assert mem.reranker.state.attempted == 0 and mem.reranker.model() is None
     with _store(str(store_location("off")), rerank="off") as mem:
         timed = _turns(mem)
         for _ in range(rerank_fit.MIN_SEARCHES + 5):
@@ -270,7 +271,8 @@ def test_repeated_feedback_counts_once_and_off_fits_nothing(store_location: Stor
 def test_fit_reranker_fits_now_and_says_when_it_cannot(store_location: StoreLocation) -> None:
     with _store(str(store_location("now"))) as mem:
         timed = _turns(mem)
-        assert mem.fit_reranker().model is None  # no answered search yet
+        none = mem.fit_reranker()  # no answered search yet
+        assert none.model is None and none.attempted == 0
         for _ in range(6):
             mem.feedback(mem.search(WHEN, k=4).search_id, success=True, used_ids=[timed])
         state = mem.fit_reranker()
@@ -282,3 +284,67 @@ def test_a_bad_setting_is_refused() -> None:
     with pytest.raises(UserInputError, match="rerank"):
         RememConfig(rerank="always")  # type: ignore[arg-type]
     assert replace(RememConfig(), rerank="store").rerank == "store"
+
+
+def test_searches_answered_before_the_reranker_count_from_its_baseline(store_location: StoreLocation) -> None:
+    path = str(store_location("baseline"))
+    with _store(path, rerank="off") as before:
+        timed = _turns(before)
+        _turns(before, "the sea", scope="other")
+        for _ in range(25):  # answered searches from before, in another scope
+            before.feedback(before.search("When did Ann go to the sea?", k=4, scope="other").search_id, success=False)
+    with _store(path) as mem:
+        assert mem.reranker.state.baseline == 25 and mem.reranker.state.attempted == 0
+        for _ in range(rerank_fit.MIN_SEARCHES - 1):
+            mem.feedback(mem.search(WHEN, k=4).search_id, success=True, used_ids=[timed])
+        assert mem.reranker.model() is None
+        mem.feedback(mem.search(WHEN, k=4).search_id, success=True, used_ids=[timed])
+        state = mem.reranker.state
+        assert state.attempted == rerank_fit.MIN_SEARCHES and state.baseline == 25 and state.model is not None
+        with mem.store.read() as tx:
+            served = [item for _, items, _ in tx.answered_searches() for item in items]
+        # only the served rows that recorded re-rank features are read: the 25 searches from before have none
+        assert state.model.rows == sum("r" in item for item in served) < len(served)
+
+
+def test_a_fit_reads_the_latest_searches_only(store_location: StoreLocation, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rerank_fit, "MAX_SEARCHES", 8)
+    with _store(str(store_location("latest"))) as mem:
+        timed = _turns(mem)
+        for _ in range(12):
+            mem.feedback(mem.search(WHEN, k=4).search_id, success=True, used_ids=[timed])
+        state = mem.fit_reranker()
+        with mem.store.read() as tx:
+            every = list(tx.answered_searches())
+            latest = [sid for sid, _, _ in tx.answered_searches(5)]
+        assert latest == [sid for sid, _, _ in every[-5:]]
+        assert state.attempted == 12 and state.model is not None
+        assert state.model.rows == sum(len(items) for _, items, _ in every[-8:]) < sum(len(i) for _, i, _ in every)
+
+
+def test_searches_do_not_wait_for_a_fit_and_a_second_fit_skips(store_location: StoreLocation) -> None:
+    import threading
+
+    with _store(str(store_location("nowait"))) as mem:
+        timed = _turns(mem)
+        for _ in range(rerank_fit.MIN_SEARCHES - 1):
+            mem.feedback(mem.search(WHEN, k=4).search_id, success=True, used_ids=[timed])
+        fitting = mem.reranker._fit_lock  # as if another thread were fitting
+        fitting.acquire()
+        try:
+            done = threading.Event()
+
+            def search_and_feedback() -> None:
+                res = mem.search(WHEN, k=4)
+                mem.feedback(res.search_id, success=True, used_ids=[timed])  # due, but the fit is taken: skips
+                done.set()
+
+            worker = threading.Thread(target=search_and_feedback, daemon=True)
+            worker.start()
+            worker.join(timeout=60)
+            assert done.is_set()
+            assert mem.reranker.model() is None
+        finally:
+            fitting.release()
+        mem.feedback(mem.search(WHEN, k=4).search_id, success=True, used_ids=[timed])  # the next one fits
+        assert mem.reranker.state.attempted == rerank_fit.MIN_SEARCHES + 1 and mem.reranker.model() is not None
