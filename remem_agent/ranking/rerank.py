@@ -26,6 +26,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -65,6 +66,17 @@ _WORD = re.compile(r"\w+")
 _STATIC = ("similarity", "lexical", "retrieval", "tokens", "gap")
 
 
+@lru_cache(maxsize=65_536)
+def _timed(text: str) -> bool:
+    """Whether ``text`` holds a time expression (cached: a store's texts recur in every pool they enter)."""
+    return bool(_TIME_WORDS.search(text))
+
+
+@lru_cache(maxsize=4_096)
+def _speaker_words(speaker: str) -> frozenset[str]:
+    return frozenset(_WORD.findall(speaker.lower()))
+
+
 def utility_order(p: NDArray[np.float64], order_by: NDArray[np.float64]) -> NDArray[np.int64]:
     """The pool's indices best first, as selection orders them: by score, then by ``order_by`` (the retrieval
     score), then by index."""
@@ -100,28 +112,23 @@ def rerank_features(
     place = np.empty(n, dtype=np.int64)
     place[order] = np.arange(n)
     top = float(p[order[0]])
-    top = top if top > 0 else 1.0
-    ratio = np.asarray(p, dtype=np.float64) / top
+    ratio = np.asarray(p, dtype=np.float64) / (top if top > 0 else 1.0)
+    sessions = [m.session for m in memories]
     share: dict[str, float] = {}
     for i in order[:SESSION_DEPTH].tolist():
-        session = memories[i].session
+        session = sessions[i]
         if session is not None:
             share[session] = share.get(session, 0.0) + float(ratio[i])
-    words = set(_WORD.findall(query.lower()))
-    when = asks_when(query)
+    words = frozenset(_WORD.findall(query.lower()))
     base = len(_STATIC)
-    for i, m in enumerate(memories):
-        named = bool(m.speaker) and set(_WORD.findall((m.speaker or "").lower())) <= words
-        timed = bool(_TIME_WORDS.search(m.text))
-        out[i, base:] = (
-            math.log1p(int(place[i])),
-            float(ratio[i]),
-            float(named),
-            len(m.text) / LENGTH_SCALE,
-            share.get(m.session, 0.0) if m.session is not None else 0.0,
-            float(timed),
-            float(timed and when),
-        )
+    out[:, base] = np.log1p(place)
+    out[:, base + 1] = ratio
+    out[:, base + 2] = [bool(m.speaker) and _speaker_words(m.speaker or "") <= words for m in memories]
+    out[:, base + 3] = [len(m.text) / LENGTH_SCALE for m in memories]
+    out[:, base + 4] = [share.get(x, 0.0) if x is not None else 0.0 for x in sessions]
+    timed = np.array([_timed(m.text) for m in memories], dtype=np.float64)
+    out[:, base + 5] = timed
+    out[:, base + 6] = timed if asks_when(query) else 0.0
     return out
 
 
