@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from remem_agent import ReMem
+from remem_agent import ReMem, RememConfig
 from remem_agent.cli import main
 from remem_agent.demo import run_demo
 
@@ -53,7 +54,21 @@ def test_cli_verify_and_stats(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main(["verify", str(tmp_path / "s")]) == 0
     assert capsys.readouterr().out.strip().endswith("ok")
     assert main(["stats", str(tmp_path / "s")]) == 0
-    assert '"memories": 1' in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert '"memories": 1' in out and '"reranker": null' in out
+
+
+def test_cli_stats_shows_the_store_reranker(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with ReMem(tmp_path / "s", config=RememConfig(rerank="store")) as mem:
+        ids = mem.add_many(["we met on 3 May", "a note about the weather", "another note about lunch"])
+        for _ in range(6):
+            mem.feedback(mem.search("When did we meet?", k=3).search_id, success=True, used_ids=[ids[0]])
+        state = mem.fit_reranker()
+    assert state.model is not None
+    assert main(["stats", str(tmp_path / "s")]) == 0
+    shown = json.loads(capsys.readouterr().out)["reranker"]
+    assert shown["answered_since_baseline_at_last_fit"] == 6 and shown["baseline"] == 0
+    assert shown["model"]["weights"] == state.model.describe()["weights"]
 
 
 def test_cli_refuses_a_folder_that_is_not_a_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
