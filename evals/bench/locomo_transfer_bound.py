@@ -97,6 +97,7 @@ from evals.harness.replay import temp_store
 from evals.harness.stats import estimate, paired
 from evals.harness.systems import System
 from remem_agent.ranking.learned import LearnedUtility, fit_logistic
+from remem_agent.ranking.rerank import TIME_EXPRESSION
 from remem_agent.ranking.training import TrainingSet, training_rows
 
 Ranked = list[set[str]]
@@ -158,12 +159,6 @@ RERANKER_DESIGN: tuple[int, RerankerFeatures] = (20, "context+time")
 RERANKER_FOLDS = 5
 RERANK_DEPTH = 60  # each question's cold ranking is read this deep, for the scores of a turn's neighbours
 SESSION_DEPTH = 20  # a session's share of a question's ranking is counted over this many places
-_TIME_WORDS = re.compile(
-    r"\d|\b(?:yesterday|today|tomorrow|ago|tonight|weekend|(?:last|next|this) (?:week|month|year|night|summer|"
-    r"winter|spring|fall)|january|february|march|april|may|june|july|august|september|october|november|december|"
-    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b",
-    re.IGNORECASE,
-)
 _DIA = re.compile(r"D(\d+):(\d+)")
 _WORD = re.compile(r"[a-z]+")
 
@@ -432,7 +427,7 @@ def reranker_features(asked: Asked, kind: RerankerFeatures) -> NDArray[np.float6
                 else [0.0, 0.0, 0.0]
             )
         if kind == "context+time":
-            timed = float(bool(_TIME_WORDS.search(c.text)))
+            timed = float(bool(TIME_EXPRESSION.search(c.text)))
             row += [timed, timed * when]
         rows.append(row)
     return np.asarray(rows, dtype=np.float64)

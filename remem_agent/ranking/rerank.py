@@ -56,7 +56,7 @@ FORMAT = "remem-agent/store-reranker"
 FORMAT_VERSION = 1
 
 # A time expression: a digit, a relative day or season, a month or a weekday.
-_TIME_WORDS = re.compile(
+TIME_EXPRESSION = re.compile(
     r"\d|\b(?:yesterday|today|tomorrow|ago|tonight|weekend|(?:last|next|this) (?:week|month|year|night|summer|"
     r"winter|spring|fall)|january|february|march|april|may|june|july|august|september|october|november|december|"
     r"monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b",
@@ -69,7 +69,7 @@ _STATIC = ("similarity", "lexical", "retrieval", "tokens", "gap")
 @lru_cache(maxsize=65_536)
 def _timed(text: str) -> bool:
     """Whether ``text`` holds a time expression (cached: a store's texts recur in every pool they enter)."""
-    return bool(_TIME_WORDS.search(text))
+    return bool(TIME_EXPRESSION.search(text))
 
 
 @lru_cache(maxsize=4_096)
@@ -244,6 +244,7 @@ class StoreReranker:
 __all__ = [
     "RERANK_DEPTH",
     "RERANK_FEATURES",
+    "TIME_EXPRESSION",
     "StoreReranker",
     "asks_when",
     "rerank_features",
