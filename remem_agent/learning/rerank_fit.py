@@ -110,8 +110,10 @@ class RerankKeeper:
     The first search or feedback reads the stored state, or, in a store that has none, stores one whose baseline
     is the store's answered searches then. The handle counts the feedback it gives; when its count says a fit may
     be due, it counts the store's answered searches since the baseline (one query), and fits when one is due.
-    A state another handle stored is picked up then. Searches never wait for a fit: they read the state in place
-    while a fit runs, and a fit that finds another running skips (that one covers it)."""
+    A state another handle stored is picked up then. With several handles giving feedback, each counts only its
+    own, so a fit can come up to that many times later than the schedule says. Searches never wait for a fit:
+    they read the state in place while a fit runs, and a fit that finds another running skips (that one covers
+    it)."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
