@@ -237,7 +237,8 @@ def _hits(
         detail = None
         if comps is not None:
             detail = {f"feature.{n}": float(v[i]) for n, v in feats.items()}
-            detail.update({f"component.{n}": float(v[i]) for n, v in comps.items()})
+            # a component with no value for this candidate (NaN: the re-ranker's logit outside its head) is left out
+            detail.update({f"component.{n}": x for n, v in comps.items() if (x := float(v[i])) == x})
         hits.append(
             Hit(
                 id=m.id,

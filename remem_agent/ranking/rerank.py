@@ -16,6 +16,8 @@ again in the order of the model's ``z`` (ties keep the utility's order); the res
 Selection (floor, knapsack, ``k``) and exploratory serving then read the re-ordered scores, so the propensities a
 search logs are those of the scores it served by.
 
+``search(..., explain=True)`` shows a candidate's logit as ``component.rerank`` when it was in the head.
+
 Everything here is pure: the features of a pool and the re-ordering of its scores.
 """
 

@@ -7,6 +7,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -348,3 +349,18 @@ def test_searches_do_not_wait_for_a_fit_and_a_second_fit_skips(store_location: S
             fitting.release()
         mem.feedback(mem.search(WHEN, k=4).search_id, success=True, used_ids=[timed])  # the next one fits
         assert mem.reranker.state.attempted == rerank_fit.MIN_SEARCHES + 1 and mem.reranker.model() is not None
+
+
+def test_explain_shows_the_logit_for_the_head_only(tmp_path: Path) -> None:
+    with ReMem(tmp_path / "s", config=RememConfig(rerank="store", p_floor=0.0)) as mem:  # no floor: serve k
+        timed = _turns(mem)
+        mem.add_many([f"a note about the weather on day {i}" for i in range(RERANK_DEPTH + 5)])
+        for _ in range(rerank_fit.MIN_SEARCHES):
+            res = mem.search(WHEN, k=4)
+            mem.feedback(res.search_id, success=timed in res.ids, used_ids=[timed] if timed in res.ids else [])
+        assert mem.reranker.model() is not None
+        hits = mem.search(WHEN, k=RERANK_DEPTH + 5, explain=True).items
+        assert len(hits) > RERANK_DEPTH
+        shown = ["component.rerank" in (h.explain or {}) for h in hits]
+        assert sum(shown) == RERANK_DEPTH and all(shown[:RERANK_DEPTH])
+        assert all(v == v for h in hits for v in (h.explain or {}).values())  # no NaN reaches a reader
