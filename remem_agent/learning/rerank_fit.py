@@ -21,6 +21,7 @@ the store serves the same model and a reopened store does not fit again until mo
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from remem_agent.ranking.learned import LearnedUtility
 from remem_agent.ranking.rerank import StoreReranker
 from remem_agent.ranking.training import TrainingSet, rerank_rows
 from remem_agent.store.base import Store
+
+log = logging.getLogger("remem_agent.learning.rerank_fit")
 
 META_KEY = "store_reranker"
 MIN_SEARCHES = 20
@@ -150,7 +153,9 @@ class RerankKeeper:
         return self._loaded().model
 
     def answered(self, *, at: float) -> None:
-        """Note one more answered search; fit when one is due."""
+        """Note one more answered search; fit when one is due. A fit that fails on the store's rows (a
+        ``UserInputError``, e.g. a non-finite stored feature) is logged as a warning, not raised: the feedback it
+        follows is already stored."""
         state = self._loaded()
         with self._count_lock:
             self._given += 1
@@ -159,6 +164,12 @@ class RerankKeeper:
             return
         try:
             self._refit(at=at, force=False)
+        except UserInputError as exc:
+            # The feedback itself is already stored: a fit that cannot read its rows must not make it look failed.
+            # The store keeps serving the state it has, and the handle tries again once as many answers came.
+            log.warning("the store re-ranker could not be fitted: %s", exc)
+            with self._count_lock:
+                self._given = 0
         finally:
             self._fit_lock.release()
 

@@ -364,3 +364,25 @@ def test_explain_shows_the_logit_for_the_head_only(tmp_path: Path) -> None:
         shown = ["component.rerank" in (h.explain or {}) for h in hits]
         assert sum(shown) == RERANK_DEPTH and all(shown[:RERANK_DEPTH])
         assert all(v == v for h in hits for v in (h.explain or {}).values())  # no NaN reaches a reader
+
+
+def test_a_fit_that_cannot_read_its_rows_warns_and_the_feedback_stands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*_: object, **__: object) -> TrainingSet:
+        raise UserInputError("re-rank features contain non-finite values")
+
+    monkeypatch.setattr(rerank_fit, "rerank_rows", broken)
+    with _store(str(tmp_path / "s")) as mem:
+        timed = _turns(mem)
+        receipts = [
+            mem.feedback(mem.search(WHEN, k=4).search_id, success=True, used_ids=[timed])
+            for _ in range(rerank_fit.MIN_SEARCHES)
+        ]
+        assert all(r is not None for r in receipts)
+        assert "could not be fitted" in caplog.text
+        assert mem.reranker.model() is None and mem.reranker.state.attempted == 0
+        with mem.store.read() as tx:
+            assert tx.search_counts()[1] == rerank_fit.MIN_SEARCHES  # every verdict was stored
+        with pytest.raises(UserInputError):  # asked for explicitly, the failure is raised
+            mem.fit_reranker()
