@@ -55,27 +55,11 @@ def _stats(store: Any, scope: str | None = None) -> dict[str, Any]:
     dim = store.get_meta("dim")
     stats = store_stats(store, scope, embedder=store.get_meta("embedder") or "", dim=int(dim) if dim else 0)
     out = dataclasses.asdict(stats)
-    out["reranker"] = _reranker(store)
     folder = getattr(store, "folder", None)  # a SQLite store's folder holds its default trace folder
     if folder is not None:
         traces = [f for f in (folder / "traces").glob("*") if f.is_file()]
         out["traces"] = {"files": len(traces), "bytes": sum(f.stat().st_size for f in traces)}
     return out
-
-
-def _reranker(store: Any) -> dict[str, Any] | None:
-    """The store re-ranker's state as ``remem stats`` shows it (None when the store never ran it)."""
-    from remem_agent.learning import rerank_fit
-
-    stored = store.get_meta(rerank_fit.META_KEY)
-    if stored is None:
-        return None
-    state = rerank_fit.RerankState.from_json(stored)
-    return {
-        "answered_since_baseline_at_last_fit": state.attempted,
-        "baseline": state.baseline,
-        "model": None if state.model is None else state.model.describe(),
-    }
 
 
 def _positive(value: str, unit: str) -> float:

@@ -20,6 +20,7 @@ from remem_agent.embedders.base import Embedder
 from remem_agent.erasure import EraseRequest, ErasureReport
 from remem_agent.errors import LedgerIntegrityError, UnknownMemoryError, UserInputError
 from remem_agent.index.base import IndexBackend
+from remem_agent.learning import rerank_fit
 from remem_agent.store.base import Store, VectorSearch
 from remem_agent.store.pruning import GrowthLimits, PruneReport
 from remem_agent.types import ROLES, Memory, MemoryInfo, Role, State, StoreStats, VerifyReport
@@ -42,6 +43,7 @@ def store_stats(store: Store, scope: str | None, *, embedder: str, dim: int) -> 
         schema_version=store.schema_version,
         kept=c["kept"],
         disk_bytes=store.disk_bytes(),
+        reranker=rerank_fit.summary(store),
     )
 
 

@@ -371,3 +371,5 @@ class StoreStats:
     # settled and expired; stored responses) and the bytes the ledger takes on disk (None: not known).
     kept: Mapping[str, int] = field(default_factory=dict)
     disk_bytes: int | None = field(default=None, compare=False)  # changes with every write: not compared
+    # The store's re-ranker (learning/rerank_fit.py ``summary``): None when the store never ran it.
+    reranker: Mapping[str, Any] | None = None

@@ -67,8 +67,10 @@ def test_cli_stats_shows_the_store_reranker(tmp_path: Path, capsys: pytest.Captu
     assert state.model is not None
     assert main(["stats", str(tmp_path / "s")]) == 0
     shown = json.loads(capsys.readouterr().out)["reranker"]
-    assert shown["answered_since_baseline_at_last_fit"] == 6 and shown["baseline"] == 0
+    assert shown["answered_at_last_fit"] == 6 and shown["baseline"] == 0
     assert shown["model"]["weights"] == state.model.describe()["weights"]
+    with ReMem(tmp_path / "s", config=RememConfig(rerank="store")) as mem:
+        assert mem.stats().reranker == shown  # the API's stats and the CLI's agree
 
 
 def test_cli_refuses_a_folder_that_is_not_a_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -160,6 +160,7 @@ def test_cli_stats_has_the_shape_of_remem_stats(tmp_path: Path, capsys: pytest.C
         "schema_version",
         "kept",
         "disk_bytes",
+        "reranker",
         "traces",
     ]
     assert got["kept"] == expected.kept and got["disk_bytes"] > 0 and got["traces"] == {"files": 0, "bytes": 0}

@@ -192,6 +192,21 @@ class RerankKeeper:
         return state
 
 
+def summary(store: Store) -> dict[str, Any] | None:
+    """The store re-ranker's state as ``stats()`` shows it: the answered searches its last fit counted, its
+    baseline and its model (each feature's weight per standard deviation, the penalty, the rows); None when the
+    store never ran it."""
+    stored = store.get_meta(META_KEY)
+    if stored is None:
+        return None
+    state = RerankState.from_json(stored)
+    return {
+        "answered_at_last_fit": state.attempted,
+        "baseline": state.baseline,
+        "model": None if state.model is None else state.model.describe(),
+    }
+
+
 __all__ = [
     "FOLDS",
     "GROWTH",
@@ -203,4 +218,5 @@ __all__ = [
     "due",
     "fit",
     "next_due",
+    "summary",
 ]
