@@ -43,6 +43,12 @@ class HasStore(Protocol):
 CREDIT_THRESHOLD = 0.5
 
 
+def label(success: bool, credit: float) -> int:
+    """A served memory's training label: 1 when its search's task succeeded and its credit reached
+    ``CREDIT_THRESHOLD``, else 0 (the learned utility's rows and the store re-ranker's alike)."""
+    return int(success and credit >= CREDIT_THRESHOLD)
+
+
 @dataclass(frozen=True, eq=False)
 class TrainingSet:
     """Rows for fitting a utility model. Arrays are read-only; row ``i`` is aligned across fields."""
@@ -148,7 +154,7 @@ def _read(store: Store, group: str) -> TrainingSet:
             # was served from a dense pool, so its lexical is 0 and its retrieval score its cosine.
             row = [float(v) for v in f]
             rows.append(upgrade_snapshot(LEGACY_FEATURE_NAMES, row) if len(f) == legacy else row)
-            labels.append(int(success and credit.get((sid, mid), 0.0) >= CREDIT_THRESHOLD))
+            labels.append(label(success, credit.get((sid, mid), 0.0)))
             sids.append(str(sid))
             mids.append(mid)
     ts = _make(rows, labels, [group] * len(rows), sids, mids, FEATURE_NAMES)
@@ -179,7 +185,7 @@ def rerank_rows(store: Store, *, latest: int, folds: int) -> TrainingSet:
                 continue
             mid = str(item["id"])
             rows.append([float(v) for v in r])
-            labels.append(int(success and credit.get((sid, mid), 0.0) >= CREDIT_THRESHOLD))
+            labels.append(label(success, credit.get((sid, mid), 0.0)))
             groups.append(str(position % folds))
             sids.append(str(sid))
             mids.append(mid)

@@ -26,6 +26,7 @@ class LedgerTx(Protocol):
     def run(self, sql: str, args: Sequence[Any] = ()) -> Any: ...
     def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
     def get_meta(self, key: str) -> str | None: ...
+    def set_meta(self, key: str, value: str) -> None: ...
 
 
 META_KEY = "time_resolver"
@@ -58,10 +59,7 @@ def reindex(tx: LedgerTx) -> None:
             rows = []
     if rows:
         tx.run_many(TIMES_INSERT, rows)
-    tx.run(
-        "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        (META_KEY, str(RESOLVER_VERSION)),
-    )
+    tx.set_meta(META_KEY, str(RESOLVER_VERSION))
 
 
 def is_current(tx: LedgerTx) -> bool:
