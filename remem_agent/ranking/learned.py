@@ -39,14 +39,16 @@ import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from remem_agent.errors import UserInputError
 from remem_agent.ranking.features import FEATURE_NAMES, LEGACY_FEATURE_NAMES
-from remem_agent.ranking.training import TrainingSet
+
+if TYPE_CHECKING:  # a type only: training's re-ranker rows import the re-ranker, which holds this model
+    from remem_agent.ranking.training import TrainingSet
 
 Features = Mapping[str, NDArray[np.float64]]
 Explore = Literal["ucb", "thompson", "none"]
@@ -181,10 +183,16 @@ def fit_logistic(
     return w, b, mean, std
 
 
+def _logits(
+    X: NDArray[np.float64], w: NDArray[np.float64], b: float, mean: NDArray[np.float64], std: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    return np.asarray(((X - mean) / std) @ w + b, dtype=np.float64)
+
+
 def _predict(
     X: NDArray[np.float64], w: NDArray[np.float64], b: float, mean: NDArray[np.float64], std: NDArray[np.float64]
 ) -> NDArray[np.float64]:
-    return _sigmoid(((X - mean) / std) @ w + b)
+    return _sigmoid(_logits(X, w, b, mean, std))
 
 
 def _folds(ts: TrainingSet, cv: str, k: int, seed: int) -> tuple[str, list[NDArray[np.bool_]]]:
@@ -325,6 +333,11 @@ class LearnedUtility:
         )
 
     # -- scoring ------------------------------------------------------------------------------------
+    def logits(self, X: NDArray[np.float64]) -> NDArray[np.float64]:
+        """The model's ``z`` for rows of ``X`` (columns in ``feature_names`` order): the log-odds :meth:`predict`
+        squashes."""
+        return _logits(np.asarray(X, dtype=np.float64), self.weights, self.intercept, self.mean, self.std)
+
     def predict(self, X: NDArray[np.float64]) -> NDArray[np.float64]:
         """The fitted probability for rows of ``X`` (columns in ``feature_names`` order), no exploration."""
         return _predict(np.asarray(X, dtype=np.float64), self.weights, self.intercept, self.mean, self.std)

@@ -27,7 +27,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -35,6 +35,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from remem_agent.errors import UserInputError
+from remem_agent.ranking.learned import LearnedUtility
 from remem_agent.types import Memory
 
 RERANK_FEATURES: tuple[str, ...] = (
@@ -149,25 +150,24 @@ class StoreReranker:
     positives: int
     fitted_at: float
     feature_names: tuple[str, ...] = RERANK_FEATURES
+    _model: LearnedUtility = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        d = len(self.feature_names)
-        if not (len(self.weights) == len(self.mean) == len(self.std) == d):
-            raise UserInputError(f"a re-ranker needs {d} weights, means and stds")
         if self.feature_names != RERANK_FEATURES:
             raise UserInputError(
                 f"a re-ranker of features {list(self.feature_names)}; this remem-agent uses {list(RERANK_FEATURES)}"
             )
-        values = (*self.weights, *self.mean, *self.std, self.intercept, self.lam)
-        if not all(math.isfinite(v) for v in values) or any(s <= 0 for s in self.std):
-            raise UserInputError("a re-ranker's weights, means and stds must be finite (stds positive)")
+        if not math.isfinite(self.lam):
+            raise UserInputError("a re-ranker's penalty must be finite")
+        # the logistic model itself, and its checks (one weight, mean and std per feature, finite, stds positive)
+        model = LearnedUtility(
+            self.weights, self.intercept, self.mean, self.std, feature_names=self.feature_names, lam=self.lam
+        )
+        object.__setattr__(self, "_model", model)
 
     def logits(self, X: NDArray[np.float64]) -> NDArray[np.float64]:
         """The model's ``z`` of each row of ``X``."""
-        w = np.asarray(self.weights, dtype=np.float64)
-        mean = np.asarray(self.mean, dtype=np.float64)
-        std = np.asarray(self.std, dtype=np.float64)
-        return np.asarray(((X - mean) / std) @ w + self.intercept, dtype=np.float64)
+        return self._model.logits(X)
 
     def reorder(
         self, p: NDArray[np.float64], head: NDArray[np.int64], X: NDArray[np.float64]
