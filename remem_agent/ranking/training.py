@@ -170,7 +170,7 @@ def rerank_rows(store: Store, *, latest: int, folds: int) -> TrainingSet:
     those read, modulo ``folds``)."""
     with store.read() as tx:
         searches = [(sid, served, fb) for sid, served, fb in tx.answered_searches(latest) if _has_rerank(served)]
-        credit = {(c.search_id, c.memory_id): c.credit for sid, _, _ in searches for c in tx.credits_for_search(sid)}
+        credit = tx.credits_of_searches([sid for sid, _, _ in searches])
     width = len(RERANK_FEATURES)
     rows: list[list[float]] = []
     labels: list[int] = []

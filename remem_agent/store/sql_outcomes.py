@@ -258,6 +258,21 @@ class OutcomeQueries(TxHooks):
     def credits_for_search(self, search_id: str) -> list[CreditRecord]:
         return self._credit_rows("search_id", search_id)
 
+    def credits_of_searches(self, search_ids: Sequence[str]) -> dict[tuple[str, str], float]:
+        """``{(search_id, memory_id): credit}`` of the credit rows of ``search_ids`` (a later row of the same pair
+        wins, as in :meth:`credit_values`), read in chunks of ids rather than one statement per search."""
+        out: dict[tuple[str, str], float] = {}
+        ids = list(dict.fromkeys(search_ids))
+        for start in range(0, len(ids), _CHUNK):
+            chunk = ids[start : start + _CHUNK]
+            q = (
+                "SELECT search_id, memory_id, credit FROM credits "
+                f"WHERE search_id IN ({_marks(len(chunk))}) ORDER BY seq"
+            )
+            for sid, mid, cr in self.run(q, tuple(chunk)).fetchall():
+                out[(str(sid), str(mid))] = float(cr)
+        return out
+
     def credit_values(self) -> Iterator[tuple[str, str, float]]:
         """(search_id, memory_id, credit) of every credit row, oldest first."""
         for sid, mid, cr in self.run("SELECT search_id, memory_id, credit FROM credits ORDER BY seq").fetchall():

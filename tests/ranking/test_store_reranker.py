@@ -25,7 +25,9 @@ from remem_agent.ranking.rerank import (
     rerank_features,
     utility_order,
 )
+from remem_agent.ranking import training
 from remem_agent.ranking.training import TrainingSet
+from remem_agent.store import sql_outcomes
 from remem_agent.types import Memory, State
 from tests.conftest import StoreLocation
 
@@ -321,6 +323,28 @@ def test_a_fit_reads_the_latest_searches_only(store_location: StoreLocation, mon
         assert latest == [sid for sid, _, _ in every[-5:]]
         assert state.attempted == 12 and state.model is not None
         assert state.model.rows == sum(len(items) for _, items, _ in every[-8:]) < sum(len(i) for _, i, _ in every)
+
+
+def test_a_fit_reads_the_credits_of_its_searches_in_chunks(
+    store_location: StoreLocation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sql_outcomes, "_CHUNK", 2)  # five searches: three statements, the last with one id
+    with _store(str(store_location("credits"))) as mem:
+        timed = _turns(mem)
+        sids = []
+        for i in range(5):
+            sid = mem.search(WHEN, k=4).search_id
+            mem.feedback(sid, success=i % 2 == 0, used_ids=[timed])
+            sids.append(sid)
+        mem.search(WHEN, k=4)  # unanswered: no credit rows
+        with mem.store.read() as tx:
+            one_by_one = {(c.search_id, c.memory_id): c.credit for s in sids for c in tx.credits_for_search(s)}
+            assert tx.credits_of_searches([*sids, sids[0]]) == one_by_one
+            assert {sid for sid, _ in one_by_one} == set(sids) and len(set(one_by_one.values())) > 1
+            assert tx.credits_of_searches(sids[1:2]) == {k: v for k, v in one_by_one.items() if k[0] == sids[1]}
+            assert tx.credits_of_searches([]) == {}
+        rows = training.rerank_rows(mem.store, latest=10, folds=5)
+        assert int(rows.y.sum()) == 3  # the used turn of each successful search, from the credits read at once
 
 
 def test_searches_do_not_wait_for_a_fit_and_a_second_fit_skips(store_location: StoreLocation) -> None:
