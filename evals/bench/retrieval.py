@@ -32,8 +32,8 @@ def parse_date(value: object) -> datetime | None:
 
 def library_systems() -> dict[str, System]:
     """``ReMem.search`` as a user gets it (the default RememConfig, no learning in a cold run) per retrieval
-    channel, with the store's re-ranker on (``ReMem-rerank``), and plain cosine (``RememConfig.similarity_only`` on
-    the dense channel, each turn's own vector:
+    channel, with the store's re-ranker on (``ReMem-rerank``; ``ReMem-rerank-nocal`` without the prior calibration
+    under it), and plain cosine (``RememConfig.similarity_only`` on the dense channel, each turn's own vector:
     ``turn_context`` 0) for reference."""
     base = RememConfig()
     configs = {
@@ -41,6 +41,8 @@ def library_systems() -> dict[str, System]:
         "ReMem-dense": replace(base, retrieval="dense"),
         "ReMem-lexical": replace(base, retrieval="lexical"),
         "ReMem-rerank": replace(base, rerank="store"),
+        # the re-ranker without the prior calibration under it (results/locomo/PLAN_rerank_calibration.md)
+        "ReMem-rerank-nocal": replace(base, rerank="store", contribution_calibration=0.0),
         "cosine": RememConfig.similarity_only(retrieval="dense", turn_context=0.0),
     }
     return {

@@ -273,6 +273,24 @@ def transfer_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def transfer_by_sample(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per conversation: its questions and recall@5 cold, after feedback and the paired difference."""
+    out: dict[str, Any] = {}
+    for sid in dict.fromkeys(r["sample_id"] for r in rows):
+        sel = [r for r in rows if r["sample_id"] == sid]
+        cold = [r["cold"]["recall@5"] for r in sel]
+        learned = [r["learned"]["recall@5"] for r in sel]
+        out[sid] = {
+            "questions": len(sel),
+            "recall@5": {
+                "cold": estimate(cold).to_dict(),
+                "learned": estimate(learned).to_dict(),
+                "learned_minus_cold": paired(cold, learned).to_dict(),
+            },
+        }
+    return out
+
+
 def metric_names() -> list[str]:
     return [f"recall@{k}" for k in KS]
 
@@ -351,6 +369,7 @@ def run(
             "system": transfer.name,
             "task": TASK,
             "summary": transfer_summary(transfer_rows),
+            "by_sample": transfer_by_sample(transfer_rows),
             "questions": transfer_rows,
         }
     return result
@@ -402,6 +421,20 @@ def markdown(result: dict[str, Any]) -> str:
                     f"{100 * d['mean']:+.1f} ± {100 * d['ci95']:.1f} | {c['wilcoxon']['p']:.2g} | "
                     f"{c['sign_test']['p']:.2g} |"
                 )
+        lines += [
+            "",
+            "Per conversation (recall@5):",
+            "",
+            "| conversation | questions | cold | after feedback | paired difference |",
+            "|---|---|---|---|---|",
+        ]
+        for sid, cell in tr.get("by_sample", {}).items():
+            c = cell["recall@5"]
+            d = c["learned_minus_cold"]
+            lines.append(
+                f"| {sid} | {cell['questions']} | {100 * c['cold']['mean']:.1f} | {100 * c['learned']['mean']:.1f} | "
+                f"{100 * d['mean']:+.1f} ± {100 * d['ci95']:.1f} |"
+            )
         lines.append("")
     return "\n".join(lines)
 

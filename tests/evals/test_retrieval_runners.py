@@ -543,3 +543,17 @@ def test_transfer_bound_fixture_matches_the_transfer_protocol(tmp_path):
     assert set(result["meta"]["reranker_own_cv_penalty"]) == set(result["meta"]["reranker_chosen"])
     own_cv = "context re-ranker (fixed design, penalty by own CV)"
     assert all(set(r["recall"][own_cv]) == {"recall@1", "recall@5", "recall@10"} for r in rows)
+
+
+def test_transfer_by_sample_by_hand():
+    rows = [
+        {"sample_id": "b", "cold": {"recall@5": 0.5}, "learned": {"recall@5": 1.0}},
+        {"sample_id": "a", "cold": {"recall@5": 1.0}, "learned": {"recall@5": 0.0}},
+        {"sample_id": "b", "cold": {"recall@5": 0.0}, "learned": {"recall@5": 0.5}},
+    ]
+    got = run_locomo.transfer_by_sample(rows)
+    assert list(got) == ["b", "a"]  # in the order the conversations come
+    assert got["b"]["questions"] == 2 and got["a"]["questions"] == 1
+    assert got["b"]["recall@5"]["cold"]["mean"] == 0.25 and got["b"]["recall@5"]["learned"]["mean"] == 0.75
+    assert got["b"]["recall@5"]["learned_minus_cold"]["mean"] == 0.5
+    assert got["a"]["recall@5"]["learned_minus_cold"]["mean"] == -1.0
