@@ -17,6 +17,7 @@ from remem_agent import ReMem, RememConfig
 from remem_agent.errors import UserInputError
 from remem_agent.learning import rerank_fit
 from remem_agent.learning.rerank_fit import META_KEY, RerankState, due, next_due
+from remem_agent.ranking import training
 from remem_agent.ranking.rerank import (
     RERANK_DEPTH,
     RERANK_FEATURES,
@@ -25,7 +26,6 @@ from remem_agent.ranking.rerank import (
     rerank_features,
     utility_order,
 )
-from remem_agent.ranking import training
 from remem_agent.ranking.training import TrainingSet
 from remem_agent.store import sql_outcomes
 from remem_agent.types import Memory, State
