@@ -36,7 +36,6 @@ NOT_IMPORTED_BY_NAME = {
     "remem_agent.index.chroma_backend",
     "remem_agent.index.faiss_backend",
     "remem_agent.maintenance",
-    "remem_agent.store.sql_outcomes",
     "remem_agent.store.sqlite_cache",
     "remem_agent.store.verify",
     "remem_agent.store_terms",

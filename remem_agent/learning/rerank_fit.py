@@ -29,7 +29,7 @@ from typing import Any
 
 from remem_agent.errors import UserInputError
 from remem_agent.ranking.learned import LearnedUtility
-from remem_agent.ranking.rerank import StoreReranker
+from remem_agent.ranking.rerank import RERANK_FEATURES, StoreReranker
 from remem_agent.ranking.training import TrainingSet, rerank_rows
 from remem_agent.store.base import Store
 
@@ -184,7 +184,7 @@ class RerankKeeper:
         state = self._loaded() if text is None else RerankState.from_json(text)  # another handle may have fitted
         answered = max(0, self._judged() - state.baseline)
         if force or due(answered, state):
-            rows = rerank_rows(self._store, latest=MAX_SEARCHES, folds=FOLDS)
+            rows = rerank_rows(self._store, latest=MAX_SEARCHES, folds=FOLDS, feature_names=RERANK_FEATURES)
             state = fit(rows, searches=answered, at=at, baseline=state.baseline)
             self._store.transact(lambda tx: tx.set_meta(META_KEY, state.to_json()))
         with self._count_lock:

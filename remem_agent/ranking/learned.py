@@ -39,16 +39,14 @@ import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from remem_agent.errors import UserInputError
 from remem_agent.ranking.features import FEATURE_NAMES, LEGACY_FEATURE_NAMES
-
-if TYPE_CHECKING:  # a type only: training's re-ranker rows import the re-ranker, which holds this model
-    from remem_agent.ranking.training import TrainingSet
+from remem_agent.ranking.training import TrainingSet
 
 Features = Mapping[str, NDArray[np.float64]]
 Explore = Literal["ucb", "thompson", "none"]

@@ -27,7 +27,6 @@ from numpy.typing import NDArray
 
 from remem_agent.errors import UserInputError
 from remem_agent.ranking.features import FEATURE_NAMES, LEGACY_FEATURE_NAMES, upgrade_snapshot
-from remem_agent.ranking.rerank import RERANK_FEATURES
 from remem_agent.store.base import Store, is_postgres_url
 from remem_agent.store.factory import open_store
 
@@ -163,15 +162,16 @@ def _read(store: Store, group: str) -> TrainingSet:
     return ts
 
 
-def rerank_rows(store: Store, *, latest: int, folds: int) -> TrainingSet:
+def rerank_rows(store: Store, *, latest: int, folds: int, feature_names: Sequence[str]) -> TrainingSet:
     """The store re-ranker's training rows (``learning/rerank_fit.py``): one per served memory of those of the
-    ``latest`` answered searches that recorded re-rank features, its features ``r`` (``RERANK_FEATURES``) and the
-    label the learned utility's rows get; each row's group is its search's fold (the search's position among
-    those read, modulo ``folds``)."""
+    ``latest`` answered searches that recorded re-rank features, its features ``r`` (columns ``feature_names``,
+    the re-ranker's ``RERANK_FEATURES``; a record of another width is skipped) and the label the learned utility's
+    rows get; each row's group is its search's fold (the search's position among those read, modulo ``folds``)."""
+    names = tuple(feature_names)
     with store.read() as tx:
         searches = [(sid, served, fb) for sid, served, fb in tx.answered_searches(latest) if _has_rerank(served)]
         credit = tx.credits_of_searches([sid for sid, _, _ in searches])
-    width = len(RERANK_FEATURES)
+    width = len(names)
     rows: list[list[float]] = []
     labels: list[int] = []
     groups: list[str] = []
@@ -189,7 +189,7 @@ def rerank_rows(store: Store, *, latest: int, folds: int) -> TrainingSet:
             groups.append(str(position % folds))
             sids.append(str(sid))
             mids.append(mid)
-    ts = _make(rows, labels, groups, sids, mids, RERANK_FEATURES)
+    ts = _make(rows, labels, groups, sids, mids, names)
     if not np.isfinite(ts.X).all():
         raise UserInputError(f"{store.location}: re-rank features contain non-finite values")
     return ts

@@ -343,7 +343,7 @@ def test_a_fit_reads_the_credits_of_its_searches_in_chunks(
             assert {sid for sid, _ in one_by_one} == set(sids) and len(set(one_by_one.values())) > 1
             assert tx.credits_of_searches(sids[1:2]) == {k: v for k, v in one_by_one.items() if k[0] == sids[1]}
             assert tx.credits_of_searches([]) == {}
-        rows = training.rerank_rows(mem.store, latest=10, folds=5)
+        rows = training.rerank_rows(mem.store, latest=10, folds=5, feature_names=RERANK_FEATURES)
         assert int(rows.y.sum()) == 3  # the used turn of each successful search, from the credits read at once
 
 
