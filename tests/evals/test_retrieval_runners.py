@@ -557,3 +557,45 @@ def test_transfer_by_sample_by_hand():
     assert got["b"]["recall@5"]["cold"]["mean"] == 0.25 and got["b"]["recall@5"]["learned"]["mean"] == 0.75
     assert got["b"]["recall@5"]["learned_minus_cold"]["mean"] == 0.5
     assert got["a"]["recall@5"]["learned_minus_cold"]["mean"] == -1.0
+
+
+def test_transfer_bound_session_credit_by_hand():
+    import math
+
+    import numpy as np
+
+    # even questions: session 1 served twice and used twice, session 2 served twice and never used (rate 0.5)
+    even = [({"D1:1", "D2:1"}, {"D1:1"}), ({"D1:2", "D2:2"}, {"D1:2"})]
+    odd = _reranked("what did Bob make?", [("D2:5", 1.0), ("D3:1", 0.95), ("D1:7", 0.9), ("D4:1", 0.5)])
+    conv = locomo_transfer_bound.Neighbourhood(
+        even=even,
+        odd_top=[],
+        odd_evidence=[["D1:7"]],
+        vectors=np.zeros((3, 2)),
+        turn_vectors={},
+        odd_ranked=[odd],
+    )
+    factors = locomo_transfer_bound.session_factors(conv, 1.0)
+    assert factors == {1: pytest.approx(math.log(3 / 2)), 2: pytest.approx(math.log(1 / 2))}
+    # w = 0.2: D2:5 drops to 1 - 0.139, D1:7 rises to 0.9 + 0.081; D3:1 (a session never served) keeps 0.95
+    assert locomo_transfer_bound.session_orders(conv, (0.2, 1.0, 4)) == [[{"D1:7"}, {"D3:1"}, {"D2:5"}, {"D4:1"}]]
+    # only the head of N moves; w = 0 moves nothing
+    assert locomo_transfer_bound.session_orders(conv, (0.2, 1.0, 2)) == [[{"D3:1"}, {"D2:5"}, {"D1:7"}, {"D4:1"}]]
+    cold = [[{"D2:5"}, {"D3:1"}, {"D1:7"}, {"D4:1"}]]
+    assert locomo_transfer_bound.session_orders(conv, locomo_transfer_bound.SESSION_OFF) == cold
+    # one conversation: nothing to choose on, the cold order
+    (orders, chosen), _ = locomo_transfer_bound.session_choices([conv])
+    assert chosen == [locomo_transfer_bound.SESSION_OFF] and orders == [cold]
+    # the evidence sixth behind five turns of session 2: tuned on that question, the learner brings it into the
+    # top-5 with the first weight of the grid that can (0.1: 0.9 + 0.041 beats 1.0 - 0.069, so it comes first)
+    sixth = _reranked("q", [*((f"D2:{5 + i}", 1.0 - i / 100) for i in range(5)), ("D1:7", 0.9)])
+    conv = dataclasses.replace(conv, odd_ranked=[sixth])
+    (_, chosen), (tuned, best) = locomo_transfer_bound.session_choices([conv])
+    assert best == [(0.1, 1.0, 10)] and tuned[0][0][0] == {"D1:7"}
+
+
+def test_transfer_bound_depth_oracle_by_hand():
+    asked = _reranked("q", [("D1:1", 1.0), ("D1:2", 0.9), ("D1:3", 0.8), ("D1:4", 0.7)])
+    assert locomo_transfer_bound.depth_oracle(asked, {"D1:3", "D1:4"}, 3) == [{"D1:3"}, {"D1:1"}, {"D1:2"}, {"D1:4"}]
+    assert locomo_transfer_bound.depth_oracle(asked, {"D1:3", "D1:4"}, 4) == [{"D1:3"}, {"D1:4"}, {"D1:1"}, {"D1:2"}]
+    assert locomo_transfer_bound.depth_oracle(asked, {"D9:9"}, 4) == [{"D1:1"}, {"D1:2"}, {"D1:3"}, {"D1:4"}]
