@@ -40,9 +40,10 @@ def library_systems() -> dict[str, System]:
         "ReMem": base,
         "ReMem-dense": replace(base, retrieval="dense"),
         "ReMem-lexical": replace(base, retrieval="lexical"),
-        "ReMem-rerank": replace(base, rerank="store"),
-        # the re-ranker without the prior calibration under it (results/locomo/PLAN_rerank_calibration.md)
-        "ReMem-rerank-nocal": replace(base, rerank="store", contribution_calibration=0.0),
+        # the re-ranker as its studies ran it, over the ranking of that time (the calibrated prior, the floor at
+        # 0.35), and without the calibration under it (results/locomo/PLAN_rerank_calibration.md)
+        "ReMem-rerank": replace(base, rerank="store", contribution_calibration=5.0, p_floor=0.35),
+        "ReMem-rerank-nocal": replace(base, rerank="store", contribution_calibration=0.0, p_floor=0.35),
         "cosine": RememConfig.similarity_only(retrieval="dense", turn_context=0.0),
     }
     return {

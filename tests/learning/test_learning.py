@@ -290,6 +290,36 @@ def test_default_floor_stops_serving_a_learned_lookalike(store_location: StoreLo
     assert mem.search(q, k=2, task="deploy", now=90).ids == [helpful]  # the look-alike is not worth context
 
 
+def test_without_the_calibration_a_high_floor_drops_a_used_memory_for_good(tmp_path: Path) -> None:
+    """Why the default keeps the calibrated prior under a floor of 0.35 (results/benchmark/tuning/
+    uncalibrated_floor.md): without the calibration and with the floor at 0.9 of the best, the helpful note, used on
+    its first exposure but far less similar than the look-alike, falls under the floor at once. Never served again,
+    it never earns the credit that would lift it, while the look-alike's record and its kind's factor sink both."""
+    cfg = RememConfig(retention=RetentionPolicy(enabled=False), contribution_calibration=0.0, p_floor=0.9)
+    mem = ReMem(tmp_path / "store", config=cfg)
+    q = "How do I ship the release to production?"
+    lookalike = mem.add(
+        "Release day notes: the production release channel has a new bot avatar.", role="note", timestamp=1
+    )
+    helpful = mem.add(
+        "Before shipping, run the database migration script, then tag the build.", role="note", timestamp=1
+    )
+    assert mem.search(q, k=2, task="deploy", now=5).ids == [lookalike, helpful]
+    rounds(mem, q, 30, helpful=helpful, task="deploy", k=2)
+    assert mem.search(q, k=2, task="deploy", now=50).ids == [lookalike]
+    mem.close()
+    # the default, on the same feedback: the helpful note comes first (test_default_floor_stops_serving_a_...)
+    with ReMem(tmp_path / "default", config=RememConfig(retention=RetentionPolicy(enabled=False))) as mem:
+        lookalike = mem.add(
+            "Release day notes: the production release channel has a new bot avatar.", role="note", timestamp=1
+        )
+        helpful = mem.add(
+            "Before shipping, run the database migration script, then tag the build.", role="note", timestamp=1
+        )
+        rounds(mem, q, 30, helpful=helpful, task="deploy", k=2)
+        assert mem.search(q, k=2, task="deploy", now=50).ids[0] == helpful
+
+
 def test_one_feedback_that_learns_the_schema_and_retires_another_used_fact(store_location: StoreLocation) -> None:
     """Regression: the learning step retroactively invalidates a fact that the same feedback also blames."""
     mem = learned_mem(store_location("store"))
