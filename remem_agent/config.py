@@ -31,6 +31,11 @@ class RememConfig:
     # "absolute": a candidate with outcome evidence needs p >= p_floor * evidence; "best": p >= p_floor *
     # evidence * the pool's best p, so a question that every memory matches weakly is not left with nothing.
     p_floor_reference: Literal["absolute", "best"] = "best"
+    # A memory whose own record is at least this has no floor (ranking/utility.py own_record: (1 + uses) / (1 +
+    # the uses its exposures promised), over every judged exposure): what has helped more than its relevance
+    # promised is not dropped for being far less similar than the best candidate. None: no exemption. It reads
+    # the outcome features (``features.groups`` with "outcome"); without them nothing is exempt.
+    p_floor_exempt: float | None = None
     # The similarity guard: the guard_top most similar candidates are served whatever their utility. Off by
     # default: it kept a never-used look-alike in every served set until its exemption (below) came, and on
     # dev seeds the contribution utility did better without it.
@@ -143,6 +148,12 @@ class RememConfig:
             raise UserInputError("contribution_calibration must be a number in [0, 1e6) (0: no calibration)")
         if not (isinstance(self.contribution_group, int | float) and 0 <= self.contribution_group < 1e6):
             raise UserInputError("contribution_group must be a number in [0, 1e6) (0: every memory starts at 1)")
+        if self.p_floor_exempt is not None and not (
+            isinstance(self.p_floor_exempt, int | float)
+            and not isinstance(self.p_floor_exempt, bool)
+            and 0 < self.p_floor_exempt < 1e6
+        ):
+            raise UserInputError("p_floor_exempt must be None or a number in (0, 1e6)")
         if self.p_floor_reference not in ("absolute", "best"):
             raise UserInputError(f"p_floor_reference must be 'absolute' or 'best', got {self.p_floor_reference!r}")
         if self.rerank not in ("off", "store"):

@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 from remem_agent.errors import UserInputError
 from remem_agent.ranking.policy import RankingPolicy
 from remem_agent.ranking.select import guarded, key_twins, select
-from remem_agent.ranking.utility import UtilityModel
+from remem_agent.ranking.utility import UtilityModel, own_record, relevance_prior
 
 POOL_ENCODING = "f4-base64"  # how a stored pool writes its real-valued arrays
 
@@ -72,8 +72,9 @@ class PoolView:
         The ``p_floor`` grows with each candidate's outcome evidence (``evidence_all`` = n / (n + 2) exposures)
         under the default cold-start rule: a never-shown candidate's score only restates its retrieval score, so
         it has no floor and a fresh store serves ``k``. With ``p_floor_reference="best"`` the floor is a share of
-        the pool's best score rather than a score of its own. The guard and the final order follow the retrieval score
-        (the fused one in hybrid mode, the cosine without static features).
+        the pool's best score rather than a score of its own. With ``p_floor_exempt`` a candidate whose own record
+        (:func:`~remem_agent.ranking.utility.own_record`) reaches it has no floor. The guard and the final order
+        follow the retrieval score (the fused one in hybrid mode, the cosine without static features).
         """
         feats = self.features
         floors = (
@@ -85,6 +86,14 @@ class PoolView:
             # relative to the pool's best score: a floor on how much worse than the best candidate a memory may
             # be, so that a pool whose scores are all low (a question every memory matches weakly) is not emptied
             floors = floors * float(np.max(p))
+        if config.p_floor_exempt is not None and "outcome" in config.features.groups and self.size:
+            # what has helped more than its relevance promised is not dropped for being less similar than the best
+            prior = (
+                feats["calibrated_prior"]
+                if "calibrated_prior" in feats
+                else relevance_prior(config.relevance_static, feats)
+            )
+            floors = np.where(own_record(feats, prior) >= config.p_floor_exempt, 0.0, floors)
         order_by = self.order_by(config)
         return Selection(
             view=self,

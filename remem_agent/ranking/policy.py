@@ -60,6 +60,9 @@ class RankingPolicy(Protocol):
     def p_floor(self) -> float: ...
 
     @property
+    def p_floor_exempt(self) -> float | None: ...
+
+    @property
     def p_floor_reference(self) -> Literal["absolute", "best"]: ...
 
     @property

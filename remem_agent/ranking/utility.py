@@ -168,6 +168,32 @@ def relevance_prior(static: HeuristicUtility, features: Features) -> NDArray[np.
     return _sigmoid(z)
 
 
+def counts(
+    evidence: NDArray[np.float64], rate: NDArray[np.float64], evidence_k: float
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """A memory's credit ``a`` and judged exposures ``n``, read back exactly from its outcome features:
+    ``evidence = n / (n + evidence_k)`` and ``rate = (1 + a) / (2 + n)``."""
+    e = np.minimum(evidence, 1.0 - 1e-12)
+    n = evidence_k * e / (1.0 - e)
+    a = np.clip(rate * (2.0 + n) - 1.0, 0.0, n)
+    return a, n
+
+
+def own_record(
+    features: Features, prior: NDArray[np.float64], *, strength: float = 1.0, evidence_k: float = 2.0
+) -> NDArray[np.float64]:
+    """Each memory's own record over all its judged exposures, ``(strength + a) / (strength + E)``: the credit it
+    earned (``a``) against the uses its exposures promised (``E``: the priors recorded at feedback, and ``prior``
+    for exposures judged before the ledger recorded them), starting at 1 with ``strength`` uses. 1 for a memory
+    never judged; above 1 for one used more often than its relevance promised, below 1 for one used less. Unlike
+    the contribution factor it leaves out the prior of the memory's kind: it is the memory's own evidence."""
+    a, n = counts(features["evidence_all"], features["rate_all"], evidence_k)
+    zero = np.zeros_like(a)
+    recorded = features.get("expected_all", zero)
+    unrecorded = np.maximum(n - features.get("expected_n_all", zero), 0.0)
+    return (strength + a) / (strength + recorded + prior * unrecorded)
+
+
 @dataclass(frozen=True)
 class ContributionUtility:
     """Relevance scaled by contribution: ``p = m0 * theta``, P(used | served, this query).
@@ -220,10 +246,7 @@ class ContributionUtility:
         object.__setattr__(self, "_rng", np.random.default_rng(self.seed))
 
     def _counts(self, evidence: NDArray[np.float64], rate: NDArray[np.float64]) -> tuple[NDArray[np.float64], ...]:
-        e = np.minimum(evidence, 1.0 - 1e-12)
-        n = self.evidence_k * e / (1.0 - e)
-        a = np.clip(rate * (2.0 + n) - 1.0, 0.0, n)
-        return a, n
+        return counts(evidence, rate, self.evidence_k)
 
     def score(self, features: Features) -> tuple[NDArray[np.float64], dict[str, NDArray[np.float64]]]:
         # the store's calibrated prior when the ranking pipeline computed one (RememConfig.contribution_calibration)

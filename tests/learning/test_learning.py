@@ -320,6 +320,27 @@ def test_without_the_calibration_a_high_floor_drops_a_used_memory_for_good(tmp_p
         assert mem.search(q, k=2, task="deploy", now=50).ids[0] == helpful
 
 
+def test_with_the_exemption_the_used_memory_stays_and_the_lookalike_goes(tmp_path: Path) -> None:
+    """The same feedback as above with ``p_floor_exempt``: the helpful note, used whenever it is served, has a record
+    above 1.5 after its first use, so the floor never drops it; once its score overtakes the look-alike's, the
+    look-alike falls under the floor."""
+    cfg = RememConfig(
+        retention=RetentionPolicy(enabled=False), contribution_calibration=0.0, p_floor=0.9, p_floor_exempt=1.5
+    )
+    with ReMem(tmp_path / "store", config=cfg) as mem:
+        q = "How do I ship the release to production?"
+        lookalike = mem.add(
+            "Release day notes: the production release channel has a new bot avatar.", role="note", timestamp=1
+        )
+        helpful = mem.add(
+            "Before shipping, run the database migration script, then tag the build.", role="note", timestamp=1
+        )
+        rounds(mem, q, 1, helpful=helpful, task="deploy", k=2)
+        assert mem.search(q, k=2, task="deploy", now=20).ids == [lookalike, helpful]  # still served
+        rounds(mem, q, 30, helpful=helpful, task="deploy", k=2, t0=30)
+        assert mem.search(q, k=2, task="deploy", now=90).ids == [helpful]
+
+
 def test_one_feedback_that_learns_the_schema_and_retires_another_used_fact(store_location: StoreLocation) -> None:
     """Regression: the learning step retroactively invalidates a fact that the same feedback also blames."""
     mem = learned_mem(store_location("store"))

@@ -252,6 +252,28 @@ def test_evaluate_policy_on_the_logging_configuration_matches_its_greedy_sets(tm
     assert set(res.to_dict()) >= {"ips", "snips", "dr", "match_rate", "support_rate", "effective_n"}
 
 
+def test_a_target_with_the_floor_exemption_is_replayed(tmp_path: Path) -> None:
+    """A stored pool holds what the exemption reads (each candidate's outcome features and recorded priors), so a
+    target with ``p_floor_exempt`` is estimated like any other, and it serves a superset of the same target
+    without it."""
+    _logged_store(tmp_path / "s")
+    plain = replace(EXPLORING, p_floor=0.9)
+    target = replace(plain, p_floor_exempt=1.0)
+    with ReMem(tmp_path / "s") as mem:
+        decisions, _ = read_decisions(mem.store)
+        res = evaluate_policy(mem.store, target)
+    assert res.searches == 40
+    grew = 0
+    for d in decisions:
+        p, _ = d.view.scores(target.make_utility())
+        without, with_ = set(d.view.choose(plain, p)), set(d.view.choose(target, p))
+        assert without <= with_ or len(with_) == d.view.k
+        grew += len(with_) > len(without)
+    assert grew > 0
+    for e in (res.ips, res.snips, res.dr):
+        assert e.low <= e.value <= e.high
+
+
 def test_a_target_with_the_store_reranker_is_refused(tmp_path: Path) -> None:
     _logged_store(tmp_path / "s")
     with ReMem(tmp_path / "s") as mem, pytest.raises(UserInputError, match="re-ranker"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 from hypothesis import given, settings
@@ -271,3 +272,68 @@ def test_the_floor_reference_is_checked() -> None:
 
     with pytest.raises(UserInputError, match="p_floor_reference"):
         RememConfig(p_floor_reference="median")  # type: ignore[arg-type]
+
+
+def test_a_memorys_own_record_by_hand() -> None:
+    """``own_record`` = (1 + a) / (1 + E): the credit earned against the uses its exposures promised."""
+    import pytest
+
+    from remem_agent.ranking.utility import own_record
+
+    # 3 exposures (evidence 3 / 5) and one use (rate (1 + 1) / (2 + 3)), two of them recorded with priors summing
+    # to 0.9 and the third counted at today's prior 0.5; a memory never judged (evidence 0, rate 1/2)
+    feats = {
+        "evidence_all": np.array([0.6, 0.0]),
+        "rate_all": np.array([0.4, 0.5]),
+        "expected_all": np.array([0.9, 0.0]),
+        "expected_n_all": np.array([2.0, 0.0]),
+    }
+    assert own_record(feats, np.array([0.5, 0.7])) == pytest.approx([(1 + 1) / (1 + 0.9 + 0.5), 1.0])
+    assert own_record(feats, np.array([0.5, 0.7]), strength=4.0)[0] == pytest.approx((4 + 1) / (4 + 1.4))
+
+
+def test_a_memory_whose_record_clears_the_exemption_has_no_floor() -> None:
+    """``p_floor_exempt``: a memory used more than its exposures promised stays however far below the best it
+    scores; one used less keeps its floor."""
+    from remem_agent.config import RememConfig
+    from remem_agent.ranking.decide import PoolView
+
+    n = 4
+    view = PoolView(
+        features={
+            # the best (never used), a weak one used on every exposure, a weak one never used, one never shown
+            "evidence_all": np.array([0.75, 0.75, 0.75, 0.0]),
+            "rate_all": np.array([1 / 8, 7 / 8, 1 / 8, 0.5]),
+            "expected_all": np.array([6 * 0.8, 6 * 0.2, 6 * 0.2, 0.0]),
+            "expected_n_all": np.array([6.0, 6.0, 6.0, 0.0]),
+            "calibrated_prior": np.array([0.8, 0.2, 0.2, 0.3]),  # every exposure has its prior recorded
+            "retrieval": np.array([0.9, 0.2, 0.2, 0.3]),
+        },
+        similarity=np.array([0.9, 0.2, 0.2, 0.3]),
+        tokens=np.full(n, 10, dtype=np.int64),
+        shown=np.array([6, 6, 6, -1], dtype=np.int64),
+        rate=np.full(n, 0.3),
+        text_keys=tuple(range(n)),
+        k=4,
+        token_budget=None,
+    )
+    p = np.array([0.8, 0.1, 0.1, 0.25])
+    best = RememConfig(guard_top=0, p_floor=0.9, p_floor_reference="best")
+    # floors 0.9 * 0.75 * 0.8 = 0.54 for the exposed ones: both weak ones go
+    assert view.choose(best, p) == [0, 3]
+    # records: the used one (1 + 6) / (1 + 1.2) = 3.2, the unused one 1 / 2.2, the best 1 / 5.8
+    exempt = replace(best, p_floor_exempt=1.5)
+    assert view.choose(exempt, p) == [0, 3, 1]
+    assert view.choose(replace(best, p_floor_exempt=4.0), p) == [0, 3]  # a record of 3.2 does not reach 4
+
+
+def test_the_floor_exemption_is_checked() -> None:
+    import pytest
+
+    from remem_agent.config import RememConfig
+    from remem_agent.errors import UserInputError
+
+    for bad in (0, -1.0, float("nan"), float("inf"), True, "1.5"):
+        with pytest.raises(UserInputError, match="p_floor_exempt"):
+            RememConfig(p_floor_exempt=bad)  # type: ignore[arg-type]
+    assert RememConfig(p_floor_exempt=2).p_floor_exempt == 2
