@@ -38,8 +38,9 @@ from evals.harness.systems import System, load_systems
 FAMILIES = ("distractor_norecur", "distractor", "useless_frequent", "state_change")
 
 
-def _systems() -> dict[str, System]:
-    c = load_systems()["C"]
+def _systems(name: str = "C") -> dict[str, System]:
+    """``name`` (evals/harness/systems.yaml) as "C", beside its no-memory and gated twins."""
+    c = replace(load_systems()[name], name="C")
     return {
         "none": replace(c, name="none", config=replace(c.config, abstain="null", abstain_margin=2.0), learn=False),
         "C": c,
@@ -47,11 +48,11 @@ def _systems() -> dict[str, System]:
     }
 
 
-def _one(job: tuple[str, int]) -> dict[str, Any]:
-    family, seed = job
+def _one(job: tuple[str, int, str]) -> dict[str, Any]:
+    family, seed, system_name = job
     world = make_world(family, seed)
     out: dict[str, Any] = {"family": family, "seed": seed, "runs": {}}
-    for name, system in _systems().items():
+    for name, system in _systems(system_name).items():
         res = run(world, system, ReaderParams())
         out["runs"][name] = [
             {"tid": r.tid, "success": r.success, "gold": r.gold_served, "served": r.served, "tokens": r.tokens}
@@ -102,15 +103,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("results/abstain/harm.json"))
+    ap.add_argument("--system", default="C", help="the memory system measured (evals/harness/systems.yaml)")
     args = ap.parse_args(argv)
+    if args.system not in load_systems():
+        raise SystemExit(f"unknown system {args.system!r}")
     t0 = time.time()
-    jobs = [(f, s) for f in args.families.split(",") for s in parse_seeds(args.seeds)]
+    jobs = [(f, s, args.system) for f in args.families.split(",") for s in parse_seeds(args.seeds)]
     with ProcessPoolExecutor(args.workers) as pool:
         worlds = list(pool.map(_one, jobs))
     summary = summarise(worlds)
     result = {
         "benchmark": "abstain_harm",
-        "command": f"python -m evals.bench.abstain_harm --seeds {args.seeds} --families {args.families}",
+        "command": f"python -m evals.bench.abstain_harm --seeds {args.seeds} --families {args.families}"
+        + (f" --system {args.system}" if args.system != "C" else ""),
+        "system": args.system,
         "reader": "first",
         "seeds": parse_seeds(args.seeds),
         "families": summary,

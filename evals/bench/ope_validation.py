@@ -8,6 +8,7 @@ A (target, seed) pair is covered when the estimate's 95 % interval holds the onl
 Usage::
 
     python -m evals.bench.ope_validation [--seeds 0-14] [--workers 2] [--out results/benchmark/ope/validation.json]
+        [--system C]
 
 Prints a table per target and writes the JSON (per pair: the three estimates, the online and logged rates,
 match and support rates, and the timing of the off-policy step).
@@ -60,10 +61,11 @@ def _with_k(world: World, k: int | None) -> World:
     return world if k is None else replace(world, params=replace(world.params, k=k))
 
 
-def _seed(job: tuple[int, dict[str, Any]]) -> dict[str, Any]:
-    """The logging runs of one seed, the targets' estimates from them and the targets' online runs."""
-    seed, explore = job
-    c = load_systems()["C"]
+def _seed(job: tuple[int, dict[str, Any], str]) -> dict[str, Any]:
+    """The logging runs of one seed (``system`` with exploratory serving), the targets' estimates from them and the
+    targets' online runs."""
+    seed, explore, system_name = job
+    c = load_systems()[system_name]
     logging = System(**{**c.__dict__, "name": "C+explore", "config": c.config.overriding(explore)})
     reader = ReaderParams()
     decisions: list[LoggedDecision] = []
@@ -150,17 +152,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("results/benchmark/ope/validation.json"))
     ap.add_argument("--epsilon", type=float, default=EXPLORE["explore_serving"], help="the logging exploration")
     ap.add_argument("--width", type=int, default=EXPLORE["explore_width"], help="candidates an exploration may put in")
+    ap.add_argument(
+        "--system", default="C", help="the logging system (evals/harness/systems.yaml); targets override it"
+    )
     args = ap.parse_args(argv)
+    if args.system not in load_systems():
+        raise SystemExit(f"unknown system {args.system!r}")
     seeds = parse_seeds(args.seeds)
     explore = {**EXPLORE, "explore_serving": args.epsilon, "explore_width": args.width}
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
-        per_seed = list(pool.map(_seed, [(seed, explore) for seed in seeds]))
+        per_seed = list(pool.map(_seed, [(seed, explore, args.system) for seed in seeds]))
     summary = summarise(per_seed)
     report = {
         "command": " ".join(["python -m evals.bench.ope_validation", *(sys.argv[1:] if argv is None else argv)]),
         "plan": "results/benchmark/ope/PLAN.md",
-        "logging": {"system": "C", **explore},
+        "logging": {"system": args.system, **explore},
         "targets": {t.name: {"overrides": t.overrides, "k": t.k} for t in TARGETS},
         "families": list(CORE_FAMILIES),
         "seeds": seeds,
