@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 from remem_agent.errors import UserInputError
 from remem_agent.ranking.policy import RankingPolicy
 from remem_agent.ranking.select import guarded, key_twins, select
-from remem_agent.ranking.utility import UtilityModel, own_record, relevance_prior
+from remem_agent.ranking.utility import UtilityModel, own_record, prior_of
 
 POOL_ENCODING = "f4-base64"  # how a stored pool writes its real-valued arrays
 
@@ -88,12 +88,8 @@ class PoolView:
             floors = floors * float(np.max(p))
         if config.p_floor_exempt is not None and "outcome" in config.features.groups and self.size:
             # what has helped more than its relevance promised is not dropped for being less similar than the best
-            prior = (
-                feats["calibrated_prior"]
-                if "calibrated_prior" in feats
-                else relevance_prior(config.relevance_static, feats)
-            )
-            floors = np.where(own_record(feats, prior) >= config.p_floor_exempt, 0.0, floors)
+            record = own_record(feats, prior_of(config.relevance_static, feats))
+            floors = np.where(record >= config.p_floor_exempt, 0.0, floors)
         order_by = self.order_by(config)
         return Selection(
             view=self,

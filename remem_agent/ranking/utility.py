@@ -168,6 +168,23 @@ def relevance_prior(static: HeuristicUtility, features: Features) -> NDArray[np.
     return _sigmoid(z)
 
 
+def prior_of(static: HeuristicUtility, features: Features) -> NDArray[np.float64]:
+    """The relevance prior a pool is scored with: the store's calibrated prior where the ranking pipeline computed
+    one (``calibrated_prior``, ``RememConfig.contribution_calibration``), else ``relevance_prior``."""
+    return features["calibrated_prior"] if "calibrated_prior" in features else relevance_prior(static, features)
+
+
+def expected_uses(
+    features: Features, over: Literal["class", "all"], n: NDArray[np.float64], prior: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    """The uses a memory's ``n`` judged exposures (in the search's task class, or ``over`` all classes) promised:
+    the priors recorded at feedback (``expected_<over>``), and ``prior`` for each exposure judged before the ledger
+    recorded them."""
+    zero = np.zeros_like(n)
+    unrecorded = np.maximum(n - features.get(f"expected_n_{over}", zero), 0.0)
+    return features.get(f"expected_{over}", zero) + prior * unrecorded
+
+
 def counts(
     evidence: NDArray[np.float64], rate: NDArray[np.float64], evidence_k: float
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -188,10 +205,7 @@ def own_record(
     never judged; above 1 for one used more often than its relevance promised, below 1 for one used less. Unlike
     the contribution factor it leaves out the prior of the memory's kind: it is the memory's own evidence."""
     a, n = counts(features["evidence_all"], features["rate_all"], evidence_k)
-    zero = np.zeros_like(a)
-    recorded = features.get("expected_all", zero)
-    unrecorded = np.maximum(n - features.get("expected_n_all", zero), 0.0)
-    return (strength + a) / (strength + recorded + prior * unrecorded)
+    return (strength + a) / (strength + expected_uses(features, "all", n, prior))
 
 
 @dataclass(frozen=True)
@@ -249,14 +263,12 @@ class ContributionUtility:
         return counts(evidence, rate, self.evidence_k)
 
     def score(self, features: Features) -> tuple[NDArray[np.float64], dict[str, NDArray[np.float64]]]:
-        # the store's calibrated prior when the ranking pipeline computed one (RememConfig.contribution_calibration)
-        m0 = features["calibrated_prior"] if "calibrated_prior" in features else relevance_prior(self.static, features)
-        zero = np.zeros_like(m0)
+        m0 = prior_of(self.static, features)
         a_c, n_c = self._counts(features["evidence"], features["rate_class"])
         a_all, n_all = self._counts(features["evidence_all"], features["rate_all"])
         # expected uses: the recorded priors of the judged exposures, this query's m0 for those without one
-        e_c = features.get("expected_class", zero) + m0 * np.maximum(n_c - features.get("expected_n_class", zero), 0)
-        e_all = features.get("expected_all", zero) + m0 * np.maximum(n_all - features.get("expected_n_all", zero), 0)
+        e_c = expected_uses(features, "class", n_c, m0)
+        e_all = expected_uses(features, "all", n_all, m0)
         a_o, n_o, e_o = np.maximum(a_all - a_c, 0.0), np.maximum(n_all - n_c, 0.0), np.maximum(e_all - e_c, 0.0)
         ow = self.other_weight
         # the prior mean of theta is the memory's kind's factor g (group_factors; 1 without one), worth kappa uses
