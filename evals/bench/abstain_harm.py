@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from evals.bench.retrieval import command_line
 from evals.bench.run_benchmark import parse_seeds
 from evals.harness.families import make_world
 from evals.harness.jsonio import write_json
@@ -114,8 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(worlds)
     result = {
         "benchmark": "abstain_harm",
-        "command": f"python -m evals.bench.abstain_harm --seeds {args.seeds} --families {args.families}"
-        + (f" --system {args.system}" if args.system != "C" else ""),
+        "command": command_line("evals.bench.abstain_harm", sys.argv[1:] if argv is None else argv),
         "system": args.system,
         "reader": "first",
         "seeds": parse_seeds(args.seeds),
